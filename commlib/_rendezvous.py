@@ -375,6 +375,9 @@ class Client:
             welcome = _recv_message(sock)
             if welcome["kind"] == "error":
                 raise CommError(f"rank {rank}: {welcome['message']}")
+        except CommError:  # before OSError: AuthError and CommTimeout are OSErrors too
+            sock.close()
+            raise
         except socket.timeout as e:
             sock.close()
             raise CommTimeout(
@@ -384,9 +387,6 @@ class Client:
         except (OSError, EOFError, ValueError) as e:
             sock.close()
             raise CommError(f"rank {rank}: handshake with the coordinator at {_fmt(address)} failed: {e}") from e
-        except CommError:
-            sock.close()
-            raise
         sock.settimeout(None)
         return cls(sock, address, rank)
 

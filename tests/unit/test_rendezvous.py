@@ -1,0 +1,494 @@
+"""The coordinator and client in-process (threads as ranks), and launcher environment discovery."""
+import json
+import os
+import queue
+import secrets
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from commlib import _rendezvous as rv
+from commlib._errors import AuthError, CommError, CommTimeout, PeerLost
+
+SECRET = bytes(range(32))
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def logs():
+    return []
+
+
+@pytest.fixture
+def coordinator(logs):
+    made = []
+
+    def make(size, secret=SECRET):
+        c = rv.Coordinator(size, secret, log=logs.append)
+        c.start()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def run_ranks(address, ranks, timeout=10.0, secret=SECRET, listen=True):
+    """Connect and register `ranks` concurrently; return {rank: (client, table, inbox)}."""
+    out, errors = {}, {}
+
+    def one(r):
+        try:
+            client = rv.Client.connect(address, secret, r, timeout)
+            table = client.register({"rank": r, "host": "h", "addresses": [f"a{r}"]}, timeout)
+            inbox = queue.Queue()
+            if listen:
+                client.start_listener(inbox.put)
+            out[r] = (client, table, inbox)
+        except Exception as e:  # noqa: BLE001 - reported to the test below
+            errors[r] = e
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out, errors
+
+
+def next_msg(inbox, kind, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+        if msg["kind"] == kind:
+            return msg
+
+
+def raw_handshake(address, rank, secret=SECRET):
+    """An authenticated socket speaking the wire format by hand."""
+    s = socket.create_connection(address, timeout=5)
+    hello = rv._recv_exact(s, len(rv.MAGIC) + rv.NONCE)
+    client_nonce, rank_bytes = os.urandom(32), rank.to_bytes(4, "big")
+    s.sendall(rank_bytes + client_nonce + rv._mac(secret, rv._CLIENT_TAG, hello[len(rv.MAGIC):], client_nonce, rank_bytes))
+    rv._recv_exact(s, rv.DIGEST)
+    assert rv._recv_message(s)["kind"] == "welcome"
+    return s
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+# ---------------------------------------------------------------- assembling the job
+
+
+def test_register_returns_the_table_indexed_by_rank(coordinator):
+    c = coordinator(4)
+    out, errors = run_ranks(c.address, range(4))
+    assert not errors
+    for r in range(4):
+        assert out[r][1] == [{"rank": i, "host": "h", "addresses": [f"a{i}"]} for i in range(4)]
+    assert c.missing() == []
+    assert c.address[0] == "127.0.0.1" and c.address[1] > 0
+
+
+def test_size_one(coordinator):
+    c = coordinator(1)
+    client = rv.Client.connect(c.address, SECRET, 0, 5)
+    assert client.register({"x": 1}, 5) == [{"x": 1}]
+    client.close()
+
+
+def test_missing_ranks_are_named(coordinator):
+    c = coordinator(4)
+    t0 = time.monotonic()
+    out, errors = run_ranks(c.address, [0, 2], timeout=0.5)
+    assert set(errors) == {0, 2} and time.monotonic() - t0 < 8
+    assert isinstance(errors[0], CommTimeout)
+    assert "never checked in: 1, 3" in str(errors[0])
+    assert c.missing() == [1, 3]
+
+
+def test_connect_names_the_address_and_os_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(CommTimeout) as e:
+        rv.Client.connect(("127.0.0.1", port), SECRET, 3, timeout=0.3)
+    assert f"127.0.0.1:{port}" in str(e.value) and "Connection refused" in str(e.value)
+    assert "rank 3" in str(e.value)
+
+
+def test_connect_waits_for_a_coordinator_that_starts_later(logs):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("c", rv.Client.connect(("127.0.0.1", port), SECRET, 0, 10)))
+    t.start()
+    time.sleep(0.3)
+    c = rv.Coordinator(1, SECRET, port=port, log=logs.append)
+    c.start()
+    t.join()
+    assert result["c"].register({}, 5) == [{}]
+    result["c"].close()
+    c.close()
+
+
+def test_rank_that_dies_before_assembly_fails_the_others_fast(coordinator):
+    c = coordinator(3)
+    c.notify_died(2, 139, "killed by SIGSEGV")
+    t0 = time.monotonic()
+    out, errors = run_ranks(c.address, [0, 1], timeout=20)
+    assert time.monotonic() - t0 < 5
+    assert isinstance(errors[0], PeerLost) and errors[0].rank == 2
+    assert "rank 2 killed by SIGSEGV" in str(errors[1])
+
+
+# ---------------------------------------------------------------- notices and relaying
+
+
+def test_notify_died_reaches_every_other_rank(coordinator):
+    c = coordinator(3)
+    out, errors = run_ranks(c.address, range(3))
+    assert not errors
+    c.notify_died(1, 3, "exited with code 3")
+    for r in (0, 2):
+        assert next_msg(out[r][2], "died") == {"kind": "died", "rank": 1, "code": 3, "message": "exited with code 3"}
+
+
+def test_relay_to_all_and_to_a_list(coordinator):
+    c = coordinator(3)
+    out, _ = run_ranks(c.address, range(3))
+    out[0][0].send({"kind": "note", "to": "all", "n": 1})
+    for r in (1, 2):
+        assert next_msg(out[r][2], "note") == {"kind": "note", "to": "all", "n": 1, "from": 0}
+    out[2][0].send({"kind": "note", "to": [0], "n": 2})
+    assert next_msg(out[0][2], "note")["from"] == 2
+    with pytest.raises(queue.Empty):
+        next_msg(out[1][2], "note", timeout=0.3)
+
+
+def test_bye_becomes_left_and_eof_becomes_lost(coordinator):
+    c = coordinator(3)
+    out, _ = run_ranks(c.address, range(3))
+    out[1][0].close()
+    assert next_msg(out[0][2], "left") == {"kind": "left", "rank": 1}
+    out[2][0]._closing = True
+    out[2][0]._sock.shutdown(socket.SHUT_RDWR)  # dies without a goodbye
+    lost = next_msg(out[0][2], "lost")
+    assert lost["rank"] == 2 and "without saying goodbye" in lost["message"]
+
+
+def test_listener_reports_coordinator_lost_once(coordinator):
+    c = coordinator(1)
+    out, _ = run_ranks(c.address, [0])
+    c.close()
+    msg = next_msg(out[0][2], "coordinator_lost")
+    assert "127.0.0.1" in msg["message"]
+    with pytest.raises(queue.Empty):
+        out[0][2].get(timeout=0.3)
+
+
+def test_messages_before_the_listener_are_kept(coordinator):
+    c = coordinator(2)
+    out, _ = run_ranks(c.address, range(2), listen=False)
+    out[0][0].send({"kind": "early", "to": [1]})
+    time.sleep(0.2)
+    inbox = queue.Queue()
+    out[1][0].start_listener(inbox.put)
+    assert next_msg(inbox, "early")["from"] == 0
+
+
+def test_census_on_request(coordinator):
+    c = coordinator(2)
+    client = rv.Client.connect(c.address, SECRET, 1, 5)
+    client.send({"kind": "census"})
+    assert client._read(5) == {"kind": "census", "missing": [0, 1], "dead": []}
+    client.close()
+
+
+# ---------------------------------------------------------------- refusals and hostile input
+
+
+def test_wrong_secret_is_refused_and_the_job_goes_on(coordinator, logs):
+    c = coordinator(2)
+    with pytest.raises(AuthError) as e:
+        rv.Client.connect(c.address, b"x" * 32, 0, 5)
+    assert "refused" in str(e.value)
+    wait_for(lambda: any("wrong secret" in line for line in logs))
+    out, errors = run_ranks(c.address, range(2))
+    assert not errors and len(out[1][1]) == 2
+
+
+def test_client_refuses_a_coordinator_without_the_secret():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def impostor():
+        conn, _ = server.accept()
+        conn.sendall(rv.MAGIC + os.urandom(32))
+        rv._recv_exact(conn, 68)
+        conn.sendall(os.urandom(32))
+        time.sleep(0.5)
+        conn.close()
+
+    threading.Thread(target=impostor, daemon=True).start()
+    with pytest.raises(AuthError, match="does not know the job secret"):
+        rv.Client.connect(server.getsockname(), SECRET, 0, 5)
+    server.close()
+
+
+def test_not_a_coordinator():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def http():
+        conn, _ = server.accept()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + b"x" * 64)
+        time.sleep(0.5)
+        conn.close()
+
+    threading.Thread(target=http, daemon=True).start()
+    with pytest.raises(CommError, match="not a commlib coordinator"):
+        rv.Client.connect(server.getsockname(), SECRET, 0, 5)
+    server.close()
+
+
+def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, logs, monkeypatch):
+    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 0.5)
+    c = coordinator(2)
+    silent = socket.create_connection(c.address)
+    garbage = socket.create_connection(c.address)
+    garbage.sendall(secrets.token_bytes(500))
+    socket.create_connection(c.address).close()  # a port scan
+    out, errors = run_ranks(c.address, range(2))
+    assert not errors and out[0][1] == out[1][1]
+    wait_for(lambda: any("no handshake within" in line for line in logs))
+    assert sum("dropped connection" in line for line in logs) >= 3
+    silent.close()
+    garbage.close()
+    out[0][0].send({"kind": "still-alive", "to": [1]})
+    assert next_msg(out[1][2], "still-alive")["from"] == 0
+
+
+def test_pending_handshakes_are_bounded(logs, monkeypatch):
+    monkeypatch.setattr(rv, "MAX_PENDING_HANDSHAKES", 2)
+    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 2.0)
+    c = rv.Coordinator(1, SECRET, log=logs.append)
+    c.start()
+    silent = [socket.create_connection(c.address) for _ in range(3)]
+    wait_for(lambda: any("too many pending handshakes" in line for line in logs))
+    for s in silent:
+        s.close()
+    out, errors = run_ranks(c.address, [0])  # slots free again once the strangers are gone
+    assert not errors
+    c.close()
+
+
+@pytest.mark.parametrize(
+    "payload, why",
+    [
+        (struct.pack(">I", 2 << 20), "exceeds"),
+        (struct.pack(">I", 5) + b"{nope", "bad JSON"),
+        (struct.pack(">I", 2) + b"[]", "not an object"),
+    ],
+)
+def test_malformed_messages_drop_the_connection(coordinator, logs, payload, why):
+    c = coordinator(2)
+    watcher = rv.Client.connect(c.address, SECRET, 0, 5)
+    inbox = queue.Queue()
+    watcher.start_listener(inbox.put)
+    s = raw_handshake(c.address, 1)
+    s.sendall(payload)
+    assert next_msg(inbox, "lost")["rank"] == 1
+    assert any(why in line for line in logs)
+    assert s.recv(10) == b""  # dropped
+    s.close()
+    watcher.close()
+
+
+def test_client_does_not_send_oversize_messages(coordinator):
+    c = coordinator(1)
+    client = rv.Client.connect(c.address, SECRET, 0, 5)
+    with pytest.raises(ValueError, match="exceeds"):
+        client.send({"kind": "x", "to": "all", "blob": "a" * (1 << 20)})
+    client.close()
+
+
+def test_rank_out_of_range_and_duplicates_are_refused(coordinator, logs):
+    c = coordinator(2)
+    with pytest.raises(CommError, match="rank 5 is out of range for a job of size 2"):
+        rv.Client.connect(c.address, SECRET, 5, 5)
+    first = rv.Client.connect(c.address, SECRET, 1, 5)
+    with pytest.raises(CommError, match="rank 1 is already connected"):
+        rv.Client.connect(c.address, SECRET, 1, 5)
+    assert sum("refused" in line for line in logs) == 2
+    first.close()
+
+
+def test_wire_is_length_prefixed_json():
+    frame = rv._encode({"kind": "x", "n": 1})
+    assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
+    assert json.loads(frame[4:]) == {"kind": "x", "n": 1}
+
+
+# ---------------------------------------------------------------- discover()
+
+
+def commrun_env(**over):
+    env = {
+        "COMMLIB_RANK": "1", "COMMLIB_SIZE": "4", "COMMLIB_LOCAL_RANK": "1", "COMMLIB_LOCAL_SIZE": "2",
+        "COMMLIB_COORDINATOR": "127.0.0.1:4567", "COMMLIB_SECRET": SECRET.hex(),
+    }
+    env.update(over)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def test_discover_commrun():
+    env = rv.discover(commrun_env(RANK="9", WORLD_SIZE="99", MASTER_ADDR="x", MASTER_PORT="1"))
+    assert env == rv.JobEnv(1, 4, 1, 2, ("127.0.0.1", 4567), SECRET, False, "commrun")
+
+
+def test_discover_outside_any_launcher():
+    assert rv.discover({}) is None
+    assert rv.discover({"PATH": "/bin", "SLURM_JOB_ID": "5", "SLURM_NODELIST": "n1"}) is None
+
+
+@pytest.mark.parametrize(
+    "over, name",
+    [
+        ({"COMMLIB_SIZE": None}, "COMMLIB_SIZE"),
+        ({"COMMLIB_RANK": "one"}, "COMMLIB_RANK"),
+        ({"COMMLIB_RANK": "4"}, "COMMLIB_RANK"),
+        ({"COMMLIB_SIZE": "0", "COMMLIB_RANK": "0"}, "COMMLIB_SIZE"),
+        ({"COMMLIB_LOCAL_RANK": "2"}, "COMMLIB_LOCAL_RANK"),
+        ({"COMMLIB_COORDINATOR": "nohostport"}, "COMMLIB_COORDINATOR"),
+        ({"COMMLIB_COORDINATOR": "h:99999"}, "COMMLIB_COORDINATOR"),
+        ({"COMMLIB_SECRET": "zz"}, "COMMLIB_SECRET"),
+        ({"COMMLIB_SECRET": None}, "COMMLIB_SECRET"),
+    ],
+)
+def test_discover_malformed_commrun_vars(over, name):
+    with pytest.raises(CommError, match=name):
+        rv.discover(commrun_env(**over))
+
+
+def test_discover_ipv6_coordinator():
+    assert rv.discover(commrun_env(COMMLIB_COORDINATOR="[::1]:80")).coordinator == ("::1", 80)
+
+
+def slurm_env(**over):
+    env = {
+        "SLURM_JOB_ID": "123456", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NODELIST": "node[07-08]",
+        "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NAME": "train",
+    }
+    env.update(over)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def test_discover_slurm(caplog):
+    monkey_warned = rv._warned_weak_secret
+    rv._warned_weak_secret = False
+    try:
+        env = rv.discover(slurm_env())
+        again = rv.discover(slurm_env(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0"))
+    finally:
+        rv._warned_weak_secret = monkey_warned
+    assert (env.rank, env.size, env.local_rank, env.local_size) == (3, 4, 1, 2)
+    assert env.coordinator == ("node07", 20000 + 123456 % 20000)
+    assert env.source == "slurm" and not env.host_coordinator and again.host_coordinator
+    assert env.secret == again.secret and len(env.secret) == 32
+    assert sum("COMMLIB_SECRET is not set" in r.message for r in caplog.records) == 1
+
+
+def test_discover_slurm_overrides():
+    env = rv.discover(slurm_env(COMMLIB_COORDINATOR="login1:999", COMMLIB_SECRET="ab" * 32))
+    assert env.coordinator == ("login1", 999) and env.secret == b"\xab" * 32
+
+
+def test_discover_slurm_uneven_tasks_per_node():
+    env = rv.discover(slurm_env(SLURM_NTASKS="5", SLURM_PROCID="4", SLURM_NODEID="2", SLURM_LOCALID="0",
+                                SLURM_NODELIST="a[1-3]", SLURM_TASKS_PER_NODE="2(x2),1", COMMLIB_SECRET="00"))
+    assert env.local_size == 1
+
+
+@pytest.mark.parametrize("step", [None, "4294967294", "4294967295", "4294967291"])
+def test_slurm_shell_without_srun_is_not_a_job(step):
+    # salloc / sbatch shells carry SLURM_* too, but no real step id
+    assert rv.discover(slurm_env(SLURM_STEP_ID=step, SLURM_PROCID="0")) is None
+
+
+@pytest.mark.parametrize(
+    "over, name",
+    [
+        ({"SLURM_NTASKS": "x"}, "SLURM_NTASKS"),
+        ({"SLURM_PROCID": "4"}, "SLURM_PROCID"),
+        ({"SLURM_NODELIST": "node[1-"}, "SLURM_NODELIST"),
+        ({"SLURM_JOB_ID": None}, "SLURM_JOB_ID"),
+        ({"SLURM_TASKS_PER_NODE": "2(y2)"}, "SLURM_TASKS_PER_NODE"),
+        ({"SLURM_STEP_ID": "abc"}, "SLURM_STEP_ID"),
+    ],
+)
+def test_discover_malformed_slurm_vars(over, name):
+    with pytest.raises(CommError, match=name):
+        rv.discover(slurm_env(COMMLIB_SECRET="00", **over))
+
+
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("n1", ["n1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("node[01-03,07],gpu5", ["node01", "node02", "node03", "node07", "gpu5"]),
+        ("a[001-003,010],b7", ["a001", "a002", "a003", "a010", "b7"]),
+        ("x-[1,3]-y", ["x-1-y", "x-3-y"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+        ("gpu[8-10]", ["gpu8", "gpu9", "gpu10"]),
+        ("a,b[2],c", ["a", "b2", "c"]),
+    ],
+)
+def test_expand_nodelist(text, hosts):
+    assert rv.expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["n[1-", "n]1[", "n[a-b]", "n[1-x]"])
+def test_expand_nodelist_rejects_malformed(text):
+    with pytest.raises(ValueError):
+        rv.expand_nodelist(text)
+
+
+def torch_env(**over):
+    env = {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "COMMLIB_SECRET": "cd" * 32}
+    env.update(over)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def test_discover_torchrun():
+    env = rv.discover(torch_env())
+    assert env == rv.JobEnv(2, 4, 0, 2, ("10.0.0.1", 29500), b"\xcd" * 32, False, "torchrun")
+    assert rv.discover(torch_env(RANK="0", LOCAL_RANK="0")).host_coordinator
+    # under torchrun itself the agent's store holds MASTER_PORT
+    assert rv.discover(torch_env(TORCHELASTIC_USE_AGENT_STORE="True")).coordinator == ("10.0.0.1", 29501)
+    assert rv.discover(torch_env(COMMLIB_COORDINATOR="h:5")).coordinator == ("h", 5)
+
+
+@pytest.mark.parametrize(
+    "over, name",
+    [
+        ({"MASTER_ADDR": None}, "MASTER_ADDR"),
+        ({"MASTER_PORT": "http"}, "MASTER_PORT"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+    ],
+)
+def test_discover_malformed_torchrun_vars(over, name):
+    with pytest.raises(CommError, match=name):
+        rv.discover(torch_env(**over))
