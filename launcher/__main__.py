@@ -1,0 +1,4 @@
+"""python -m commrun"""
+from .cli import main
+
+main(prog_name="commrun")

@@ -1,0 +1,121 @@
+"""The click command: options, program passthrough, calls supervise.run()."""
+import os
+import shutil
+import socket
+
+import click
+
+from . import __version__, hosts, spawn, supervise
+
+EPILOG = """\b
+Examples:
+  commrun -n 4 script.py --lr 0.1      python script.py on 4 ranks
+  commrun -n 4 -m package.module       python -m package.module
+  commrun -n 2 -- ./program args       any executable
+  commrun --hosts a:2,b:2 script.py    2 ranks on each host, over --rsh
+"""
+
+
+class _Command(click.Command):
+    def parse_args(self, ctx, args):
+        # click drops a `--` that ends commrun's options; remember it: it means "run as is".
+        rest = super().parse_args(ctx, list(args))
+        n = len(ctx.params.get("program") or ())
+        ctx.meta["commrun.direct"] = len(args) > n and args[len(args) - n - 1] == "--"
+        return rest
+
+
+def _route_address(host):
+    """This machine's address on the route to `host` (no packet is sent)."""
+    family, _, _, _, addr = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(addr)
+        return s.getsockname()[0]
+
+
+def _check_program(program, module, direct):
+    if not program:
+        raise click.UsageError("no program given: commrun -n N script.py | -m module | -- executable")
+    first = program[0]
+    if module:
+        return
+    if direct:
+        found = (os.path.isfile(first) and os.access(first, os.X_OK)) if "/" in first else shutil.which(first)
+        if not found:
+            raise click.UsageError(f"{first}: no such executable")
+    elif not os.path.isfile(first):
+        raise click.UsageError(f"{first}: no such script (use -m for a module, or -- for an executable)")
+
+
+@click.command(
+    cls=_Command,
+    epilog=EPILOG,
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+)
+@click.option("-n", "--np", "nprocs", type=click.IntRange(min=1), metavar="N",
+              help="Number of ranks [default: the slots of --hosts/--hostfile, else 1].")
+@click.option("-m", "--module", is_flag=True, help="Run the program as a module (python -m).")
+@click.option("--hosts", "host_list", type=hosts.HostsType(), help="Hosts and slots, e.g. a:2,b:2 (ranks placed in order).")
+@click.option("--hostfile", type=click.File("r"), help="File of 'host slots=N', 'host:N' or 'host' lines.")
+@click.option("--rsh", envvar="COMMLIB_RSH", default=spawn.DEFAULT_RSH, show_default=True, show_envvar=True,
+              help="Remote-shell template for ranks on other hosts.")
+@click.option("--coordinator-host", metavar="ADDR",
+              help="Address the coordinator binds and ranks connect to [default: 127.0.0.1 for local "
+                   "jobs, else this machine's address on the route to the first remote host].")
+@click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop the job after this long, dumping every Python rank's stacks (exit 124).")
+@click.option("--grace", type=click.FloatRange(min=0), default=3.0, show_default=True, metavar="SECONDS",
+              help="Wait this long after SIGTERM/SIGINT before SIGKILL.")
+@click.version_option(__version__, "-V", "--version", prog_name="commrun")
+@click.argument("program", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def main(ctx, nprocs, module, host_list, hostfile, rsh, coordinator_host, tag_output, timeout, grace, program):
+    """Run PROGRAM as N ranks of a commlib job."""
+    direct = ctx.meta.get("commrun.direct", False) and not module
+    if host_list and hostfile:
+        raise click.UsageError("give --hosts or --hostfile, not both")
+    if hostfile:
+        try:
+            host_list = hosts.parse_hostfile(hostfile.read())
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--hostfile")
+    host_list = host_list or [("localhost", nprocs or 1)]
+    n = nprocs or sum(slots for _, slots in host_list)
+    ranks = [
+        spawn.Rank(r, host, local_rank, local_size, hosts.is_local(host))
+        for r, (host, local_rank, local_size) in enumerate(hosts.place(n, host_list))
+    ]
+    if any(rank.local for rank in ranks):
+        _check_program(program, module, direct)
+    elif not program:
+        _check_program(program, module, direct)
+    remote = [rank.host for rank in ranks if not rank.local]
+    if coordinator_host is None:
+        coordinator_host = "127.0.0.1"
+        if remote:
+            try:
+                coordinator_host = _route_address(remote[0])
+            except OSError as e:
+                raise click.UsageError(
+                    f"cannot tell which address {remote[0]} reaches this machine by ({e}); pass --coordinator-host"
+                )
+    argv = spawn.program_argv(program, module, direct)
+    extra = {}
+    busiest = max(rank.local_size for rank in ranks)
+    if busiest > spawn.cpu_count() and "OMP_NUM_THREADS" not in os.environ:
+        extra["OMP_NUM_THREADS"] = "1"
+        supervise.say(f"{busiest} ranks on {spawn.cpu_count()} cores: setting OMP_NUM_THREADS=1 (set it to override)")
+
+    def setup(ranks, address, secret):
+        for rank in ranks:
+            env = spawn.job_vars(rank.rank, len(ranks), rank.local_rank, rank.local_size, address, secret)
+            env.update(extra)
+            if rank.local:
+                rank.argv, rank.env = argv, {**os.environ, **env}
+            else:
+                env = {**spawn.forwarded_env(), **env}
+                rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())
+
+    ctx.exit(supervise.run(ranks, setup, coordinator_host=coordinator_host, tag_output=tag_output,
+                           timeout=timeout, grace=grace))

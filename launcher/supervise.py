@@ -1,0 +1,268 @@
+"""Hosts the coordinator, tags output, stops everything on the first failure, picks the exit code."""
+import os
+import secrets
+import select
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from commlib._rendezvous import Coordinator
+
+from . import spawn
+
+TIMEOUT_EXIT = 124
+PARTIAL_LINE_LIMIT = 1 << 16  # longer unterminated output is passed on without waiting for its newline
+
+
+def say(line):
+    print(f"commrun: {line}", file=sys.stderr, flush=True)
+
+
+def exit_status(returncode):
+    """Popen returncode -> (shell-style exit code, words)."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return 128 - returncode, f"killed by {name}"
+    return returncode, f"exited with code {returncode}"
+
+
+class _Stream:
+    """One rank's stdout or stderr: whole lines, optionally tagged, to one of our streams."""
+
+    def __init__(self, prefix, sink):
+        self.prefix, self.sink = prefix, sink
+        self.partial = b""
+        self.at_start = True  # False after an overlong unterminated line was passed on
+        self.broken = False  # our own stdout/stderr was closed by its reader
+
+    def feed(self, data):
+        buf = self.partial + data
+        end = buf.rfind(b"\n") + 1
+        if len(buf) - end > PARTIAL_LINE_LIMIT:
+            end = len(buf)
+        self.partial = buf[end:]
+        if end:
+            self._emit(buf[:end])
+
+    def finish(self):
+        if self.partial or not self.at_start:
+            self._emit(self.partial + b"\n")
+        self.partial = b""
+
+    def _emit(self, chunk):
+        out, start = bytearray(), 0
+        while start < len(chunk):
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl + 1
+            if self.at_start:
+                out += self.prefix
+            out += chunk[start:end]
+            self.at_start, start = nl >= 0, end
+        if self.broken:
+            return
+        try:
+            self.sink.write(out)
+            self.sink.flush()
+        except BrokenPipeError:  # e.g. `commrun ... | head`: stop like a program killed by SIGPIPE
+            self.broken = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.sink.fileno())  # so exit-time flushes succeed
+
+
+def _stdin_for_rank0():
+    """Our stdin for rank 0; a tty goes through a relay (rank 0 has its own process group)."""
+    try:
+        fd = sys.stdin.fileno()
+        tty = os.isatty(fd)
+    except (AttributeError, OSError, ValueError):
+        return subprocess.DEVNULL, None
+    if not tty:
+        return fd, None
+    if os.tcgetpgrp(fd) != os.getpgrp():  # we run in the background: reading would stop us
+        return subprocess.DEVNULL, None
+    return os.pipe()
+
+
+def _relay(src, dst):
+    try:
+        while data := os.read(src, 65536):
+            os.write(dst, data)
+    except OSError:
+        pass
+    finally:
+        os.close(dst)
+
+
+def _signal_group(rank, sig):
+    try:
+        os.killpg(rank.proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Job:
+    """The supervision state: live ranks, their output streams, deadlines, the exit code."""
+
+    def __init__(self, ranks, coordinator, timeout, grace):
+        self.ranks, self.coordinator = ranks, coordinator
+        self.timeout, self.grace = timeout, grace
+        self.live = []
+        self.result = 0
+        self.stopping = False
+        self.kill_at = None
+        self.timeout_at = time.monotonic() + timeout if timeout else None
+        self.sel = selectors.DefaultSelector()
+        self.fds = {}  # rank number -> its open output fds
+
+    def watch(self, rank, tag_output):
+        self.live.append(rank)
+        prefix = f"[{rank.rank}] ".encode() if tag_output else b""
+        for pipe, sink in ((rank.proc.stdout, sys.stdout.buffer), (rank.proc.stderr, sys.stderr.buffer)):
+            self.sel.register(pipe.fileno(), selectors.EVENT_READ, (rank.rank, _Stream(prefix, sink)))
+            self.fds.setdefault(rank.rank, []).append(pipe.fileno())
+
+    def read(self, fd, stream):
+        data = os.read(fd, 65536)
+        if data:
+            stream.feed(data)
+        else:
+            stream.finish()
+            self.sel.unregister(fd)
+        if stream.broken and not self.stopping:
+            self.stop(signal.SIGTERM, 128 + signal.SIGPIPE)
+
+    def drain(self, rank):
+        """Pass on what a finished rank wrote before reporting on it."""
+        for fd in self.fds.get(rank.rank, []):
+            while fd in self.sel.get_map() and select.select([fd], [], [], 0)[0]:
+                self.read(fd, self.sel.get_key(fd).data[1])
+
+    def stop(self, sig, result):
+        self.stopping, self.result = True, result
+        for rank in self.live:
+            if sig == signal.SIGABRT:
+                try:
+                    os.kill(rank.proc.pid, sig)  # the rank itself dumps its stacks
+                except ProcessLookupError:
+                    pass
+            else:
+                _signal_group(rank, sig)
+        self.kill_at = time.monotonic() + self.grace
+
+    def on_signal(self, signum):
+        if signum == signal.SIGCHLD:
+            return
+        if self.stopping:  # a second Ctrl-C: no more waiting
+            self.kill_at = time.monotonic()
+            return
+        say(f"got {signal.Signals(signum).name}, stopping {len(self.live)} rank(s)")
+        self.stop(signal.SIGINT, 128 + signum)
+
+    def reap(self):
+        for rank in list(self.live):
+            if rank.proc.poll() is None:
+                continue
+            self.live.remove(rank)
+            code, words = exit_status(rank.proc.returncode)
+            self.coordinator.notify_died(rank.rank, code, words)
+            if code != 0 and not self.stopping:
+                self.drain(rank)
+                say(f"{rank.describe()} {words}")
+                self.stop(signal.SIGTERM, code)
+
+    def tick(self):
+        now = time.monotonic()
+        if self.timeout_at is not None and now >= self.timeout_at and self.live:
+            self.timeout_at = None
+            say(f"job timed out after {self.timeout:g} s; dumping stacks and stopping {len(self.live)} rank(s)")
+            self.stop(signal.SIGABRT, TIMEOUT_EXIT)
+        if self.kill_at is not None and now >= self.kill_at:
+            for rank in self.live:
+                _signal_group(rank, signal.SIGKILL)
+            self.kill_at = now + 1.0
+
+    def next_wakeup(self):
+        deadlines = [d for d in (self.timeout_at, self.kill_at) if d is not None]
+        return max(0.0, min([time.monotonic() + 0.5] + deadlines) - time.monotonic())
+
+
+def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=None, grace=3.0):
+    """Start and supervise `ranks` (spawn.Rank); return commrun's exit code.
+
+    setup(ranks, coordinator_address, secret) fills in each rank's argv and env.
+    Must run in the main thread (it handles SIGINT, SIGTERM, SIGHUP and SIGCHLD).
+    """
+    secret = secrets.token_bytes(32)
+    try:
+        coordinator = Coordinator(len(ranks), secret, host=coordinator_host, log=lambda line: say(f"coordinator: {line}"))
+    except OSError as e:  # e.g. --coordinator-host is not an address of this machine
+        say(f"cannot start the coordinator on {coordinator_host}: {e}")
+        return 1
+    setup(ranks, coordinator.address, secret)
+    job = _Job(ranks, coordinator, timeout, grace)
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    job.sel.register(wake_r, selectors.EVENT_READ, None)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+    old_handlers = {sig: signal.signal(sig, lambda *_: None) for sig in handled}
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        stdin0, relay_w = _stdin_for_rank0()
+        for rank in ranks:
+            try:
+                spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL)
+            except OSError as e:
+                say(f"cannot start rank {rank.rank} ({rank.argv[0]}): {e}")
+                job.stop(signal.SIGKILL, 127 if isinstance(e, FileNotFoundError) else 1)
+                break
+            job.watch(rank, tag_output)
+        if relay_w is not None:
+            os.close(stdin0)
+            threading.Thread(target=_relay, args=(sys.stdin.fileno(), relay_w), daemon=True).start()
+        coordinator.start()  # threads only now: ranks are forked from a single-threaded process
+        drain_until = None
+        while True:
+            for key, _ in job.sel.select(job.next_wakeup()):
+                if key.data is not None:
+                    job.read(key.fd, key.data[1])
+                    continue
+                try:
+                    for signum in os.read(wake_r, 512):
+                        job.on_signal(signum)
+                except BlockingIOError:
+                    pass
+            job.reap()
+            job.tick()
+            if not job.live:
+                if drain_until is None:  # kill whatever the ranks left behind, then drain their pipes
+                    for rank in ranks:
+                        if rank.proc is not None:
+                            _signal_group(rank, signal.SIGKILL)
+                    drain_until = time.monotonic() + 2.0
+                if len(job.sel.get_map()) == 1 or time.monotonic() > drain_until:
+                    return job.result
+    finally:
+        for rank in ranks:
+            if rank.proc is not None and rank.proc.poll() is None:
+                _signal_group(rank, signal.SIGKILL)
+                rank.proc.wait()
+        for key in list(job.sel.get_map().values()):
+            if key.data is not None:
+                key.data[1].finish()
+        job.sel.close()
+        for rank in ranks:
+            if rank.proc is not None:
+                rank.proc.stdout.close()
+                rank.proc.stderr.close()
+        signal.set_wakeup_fd(old_wakeup)
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+        coordinator.close()
