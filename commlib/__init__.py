@@ -1,0 +1,29 @@
+"""commlib: MPI-style collectives for Python over plain sockets.
+
+The public names are exactly those of API.md; everything is defined in the
+underscore modules and re-exported here.
+"""
+try:
+    from . import _io, _kernels  # noqa: F401  (compiled extensions)
+except ImportError as exc:  # pragma: no cover - only in an unbuilt checkout
+    raise ImportError(
+        "commlib's compiled extensions are missing; build them with `pip install .` "
+        "(or `pip install -e .` / `python setup.py build_ext --inplace` for development)"
+    ) from exc
+
+from ._api import (
+    all_gather, all_max, all_min, all_prod, all_reduce, all_sum, barrier, broadcast, finalize, init,
+    iprobe, is_available, probe, recv, recv_into, recv_like, reduce_scatter, send, sendrecv,
+)
+from ._dtypes import ReduceOp
+from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
+from ._group import ANY_SOURCE, ANY_TAG, Group, Status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ANY_SOURCE", "ANY_TAG", "AuthError", "CommError", "CommTimeout", "Group", "MismatchError", "PeerLost",
+    "ReduceOp", "Status", "all_gather", "all_max", "all_min", "all_prod", "all_reduce", "all_sum", "barrier",
+    "broadcast", "finalize", "init", "iprobe", "is_available", "probe", "recv", "recv_into", "recv_like",
+    "reduce_scatter", "send", "sendrecv",
+]

@@ -1,0 +1,35 @@
+"""Algorithm choice: the only place that holds size thresholds.
+
+Each algorithm is a plain function over an `Op` (see `_group.Op`): it calls
+`op.exchange(dst, send_ptr, send_len, src, recv_ptr, recv_len, ...)`, one
+full-duplex step, and nothing else, so a schedule is easy to read and runs
+unchanged on any transport.
+
+Thresholds were measured on the project's 2-core machine (benchmarks/RESULTS.md,
+"Algorithm crossover"); each can be overridden for benchmarking with
+COMMLIB_ALGO_<KIND>=<name> (e.g. COMMLIB_ALGO_ALL_REDUCE=ring).
+"""
+import os
+
+# At or below these payload sizes the latency-bound algorithm wins.
+ALL_REDUCE_SMALL_BYTES = 64 << 10
+BROADCAST_SMALL_BYTES = 64 << 10
+
+CHOICES = {
+    "all_reduce": ("doubling", "ring"),
+    "broadcast": ("tree", "chain"),
+}
+
+
+def choose(kind, nbytes, size):
+    """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks."""
+    forced = os.environ.get(f"COMMLIB_ALGO_{kind.upper()}")
+    if forced:
+        if forced not in CHOICES[kind]:
+            raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")
+        return forced
+    if kind == "all_reduce":
+        return "doubling" if nbytes <= ALL_REDUCE_SMALL_BYTES or nbytes < 64 * size else "ring"
+    if kind == "broadcast":
+        return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
+    raise ValueError(f"no algorithm choice for {kind!r}")

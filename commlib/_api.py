@@ -1,0 +1,360 @@
+"""The functions of API.md: normalise arrays, check arguments, run an algorithm.
+
+Every argument is checked before a byte is sent, so a bad call raises the
+same ValueError/TypeError on every rank that makes it. Arrays are accepted
+in any form np.asarray takes without copying; non-contiguous input is
+packed once. Algorithms work on flat contiguous buffers by address.
+"""
+import atexit
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import _kernels
+from ._algorithms import choose, doubling, ring, tree
+from ._dtypes import check_op, dtype_code, op_code
+from ._errors import CommError, MismatchError
+from ._group import ANY_SOURCE, ANY_TAG, Group, Status, check_message
+from ._protocol import KIND_P2P, decode, encode, shape_hash
+
+DEFAULT_TIMEOUT_S = 300.0
+EAGER_BYTES = 64 << 10
+
+_world = None
+_client = None
+_lock = threading.Lock()
+
+
+# ------------------------------------------------------------------ setup
+def is_available():
+    """True: the socket backend needs nothing external."""
+    return True
+
+
+def init(strict=False, timeout=None):
+    """The world group; the second call returns the same group.
+
+    Finds peers from commrun's COMMLIB_* variables, Slurm's srun variables or
+    torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Outside any
+    launcher it returns a group of size 1 (every collective is the identity),
+    or raises CommError when `strict`.
+    """
+    global _world, _client
+    with _lock:
+        if _world is not None:
+            return _world
+        from . import _rendezvous
+        from ._transport import Endpoint
+
+        if timeout is None:
+            raw = os.environ.get("COMMLIB_TIMEOUT", "")
+            try:
+                timeout = float(raw) if raw else DEFAULT_TIMEOUT_S
+            except ValueError:
+                raise CommError(f"COMMLIB_TIMEOUT={raw!r} is not a number of seconds") from None
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        env = _rendezvous.discover()
+        if env is None:
+            if strict:
+                raise CommError("commlib.init(strict=True): no launcher environment found "
+                                "(run under commrun, srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
+            _world = Group(None, 0, [0], 0, timeout)
+            return _world
+        coordinator = None
+        if env.host_coordinator:
+            coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
+                                                  port=env.coordinator[1])
+            coordinator.start()
+        ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout)
+        try:
+            client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
+            ep.table = client.register(ep.info(), timeout)
+        except BaseException:
+            ep.close()
+            raise
+        ep.notify = client.send
+        client.start_listener(ep.on_notice)
+        _client = client
+        _world = Group(ep, 0, list(range(env.size)), env.rank, timeout)
+        _world._coordinator = coordinator
+        _install_excepthook(client, env.rank)
+        atexit.register(finalize)
+        return _world
+
+
+def finalize():
+    """Close this rank's connections; also run at exit. Safe to call twice."""
+    global _world, _client
+    with _lock:
+        world, client = _world, _client
+        _world = _client = None
+    if world is None or world.ep is None:
+        return
+    world.ep._closed = True
+    if client is not None:
+        try:
+            client.close()
+        except OSError:
+            pass
+    world.ep.close()
+    coordinator = getattr(world, "_coordinator", None)
+    if coordinator is not None:
+        coordinator.close()
+
+
+def _install_excepthook(client, rank):
+    """An uncaught exception tells the job at once, so peers raise PeerLost instead of waiting."""
+    previous = sys.excepthook
+
+    def hook(etype, value, tb):
+        if _world is not None and not issubclass(etype, (KeyboardInterrupt, SystemExit)):
+            try:
+                client.send({"kind": "abort", "to": "all", "error": "exception", "rank": rank,
+                             "message": f"{etype.__name__}: {value}"})
+            except Exception as err:  # the report is best effort; the traceback still prints
+                print(f"commlib: could not report the failure to peers: {err}", file=sys.stderr)
+        previous(etype, value, tb)
+
+    sys.excepthook = hook
+
+
+def _g(group):
+    return group if group is not None else init()
+
+
+# ----------------------------------------------------------------- arrays
+def _array(x, what="x"):
+    """(contiguous array, wire dtype code) for any array-like, copying only if strided."""
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if a.dtype == object:
+        raise TypeError(f"{what}: cannot communicate an object array; use the *_obj functions")
+    code = dtype_code(a.dtype)
+    if not a.flags.c_contiguous:
+        packed = np.empty(a.shape, a.dtype)
+        _kernels.pack(a, packed.reshape(-1).view(np.uint8))
+        a = packed
+    return a, code
+
+
+def _writable(x, what):
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if not a.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+    dtype_code(a.dtype)
+    return a
+
+
+def _addr(a):
+    return a.ctypes.data
+
+
+# ------------------------------------------------------------ collectives
+def all_reduce(x, op="sum", *, out=None, group=None):
+    """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
+    g = _g(group)
+    a, code = _array(x)
+    opc = op_code(op)
+    check_op(code, opc)
+    if out is None:
+        res = target = np.empty(a.shape, a.dtype)
+    else:
+        target = _writable(out, "out")
+        if target.shape != a.shape or target.dtype != a.dtype:
+            raise ValueError(f"out has shape {target.shape} and dtype {target.dtype}, "
+                             f"x has {a.shape} and {a.dtype}")
+        res = target if target.flags.c_contiguous else np.empty(a.shape, a.dtype)
+    if g._size == 1:
+        if not np.shares_memory(res, a) or res.ctypes.data != a.ctypes.data:
+            np.copyto(res, a)
+    else:
+        o = g.op("all_reduce", code, opc, a.size, 0, shape_hash(a.shape))
+        if choose("all_reduce", a.nbytes, g._size) == "ring":
+            ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
+        else:
+            if res.ctypes.data != a.ctypes.data:
+                np.copyto(res, a)
+            doubling.all_reduce(o, _addr(res), a.nbytes, g.scratch(a.nbytes))
+    if res is not target:
+        target[...] = res
+    return out if out is not None else res
+
+
+def all_sum(x, *, group=None):
+    return all_reduce(x, "sum", group=group)
+
+
+def all_prod(x, *, group=None):
+    return all_reduce(x, "prod", group=group)
+
+
+def all_min(x, *, group=None):
+    return all_reduce(x, "min", group=group)
+
+
+def all_max(x, *, group=None):
+    return all_reduce(x, "max", group=group)
+
+
+def all_gather(x, *, group=None):
+    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
+    g = _g(group)
+    a, code = _array(x)
+    n = g._size
+    shape = (n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:]
+    out = np.empty(shape, a.dtype)
+    flat = out.reshape(-1)
+    flat[g._rank * a.size:(g._rank + 1) * a.size] = a.reshape(-1)
+    if n > 1:
+        o = g.op("all_gather", code, 0, a.size, 0, shape_hash(a.shape))
+        ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
+    return out
+
+
+def reduce_scatter(x, op="sum", *, group=None):
+    """Reduce x over ranks; rank r gets block r of the result along axis 0."""
+    g = _g(group)
+    a, code = _array(x)
+    opc = op_code(op)
+    check_op(code, opc)
+    n, r = g._size, g._rank
+    if a.ndim == 0 or a.shape[0] % n:
+        raise ValueError(f"reduce_scatter: x.shape[0] must be divisible by the group size {n}, "
+                         f"got shape {a.shape}")
+    out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
+    if n == 1:
+        np.copyto(out, a)
+        return out
+    count = out.size
+    o = g.op("reduce_scatter", code, opc, a.size, 0, shape_hash(a.shape))
+    tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]
+    dst_of = [0] * n
+    for s in range(n - 1):
+        dst_of[(r - s - 2) % n] = _addr(out) if s == n - 2 else _addr(tmp[s % 2])
+    ring.reduce_scatter(o, _addr(a), dst_of, [i * count for i in range(n)], [count] * n, a.itemsize)
+    return out
+
+
+def broadcast(x, root=0, *, group=None):
+    """Root's array on every rank; writes into x when it is writable and returns it."""
+    g = _g(group)
+    root = g.check_rank(root, "root")
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    code = dtype_code(a.dtype)
+    if g._size == 1:
+        return x
+    is_root = g._rank == root
+    if is_root:
+        buf = a if a.flags.c_contiguous else _array(a)[0]
+    elif a.flags.writeable and a.flags.c_contiguous:
+        buf = a
+    else:
+        buf = np.empty(a.shape, a.dtype)
+    o = g.op("broadcast", code, 0, a.size, root, shape_hash(a.shape))
+    algo = tree.broadcast_tree if choose("broadcast", a.nbytes, g._size) == "tree" else tree.broadcast_chain
+    algo(o, _addr(buf), a.nbytes, root)
+    if is_root or buf is a:
+        return x
+    if a.flags.writeable:
+        a[...] = buf
+        return x
+    return buf
+
+
+def barrier(*, group=None):
+    """Return when every rank of the group has entered."""
+    g = _g(group)
+    if g._size > 1:
+        doubling.barrier(g.op("barrier", 0, 0, 0))
+
+
+# --------------------------------------------------------- point-to-point
+def _tag(tag, allow_any):
+    if not isinstance(tag, (int, np.integer)) or (tag < 0 and not (allow_any and tag == ANY_TAG)):
+        raise ValueError(f"tag must be a non-negative int{' or ANY_TAG' if allow_any else ''}, got {tag!r}")
+    return int(tag)
+
+
+def _src(g, src):
+    return ANY_SOURCE if src == ANY_SOURCE else g.check_rank(src, "src")
+
+
+def send(x, dst, tag=0, *, group=None):
+    """Send x to rank dst; up to 64 KiB returns without waiting for the receiver."""
+    g = _g(group)
+    dst, tag = g.check_rank(dst, "dst"), _tag(tag, False)
+    a, code = _array(x)
+    if g._size == 1 and dst == 0:
+        g._queue.append((decode(encode(KIND_P2P, 0, code, 0, 0, 0, 0, 0, 0, tag, a.size, a.nbytes)),
+                         a.reshape(-1).view(np.uint8).copy()))
+        return
+    g.send_bytes(_addr(a), a.nbytes, code, a.size, dst, tag)
+
+
+def recv_into(buf, src, tag=0, *, group=None):
+    """Receive into buf (writable array-like); returns a Status."""
+    g = _g(group)
+    src, tag = _src(g, src), _tag(tag, True)
+    a = _writable(buf, "buf")
+    code = dtype_code(a.dtype)
+    dst = a if a.flags.c_contiguous else np.empty(a.shape, a.dtype)
+    u8 = dst.reshape(-1).view(np.uint8)
+    if g.ep is None:
+        i = g._find(src, tag)
+        if i is None:
+            raise CommError("recv on a group of size 1 with no message sent to self: it would wait forever")
+        h, payload = g._queue.pop(i)
+    else:
+        h, payload = g.recv_bytes(src, tag, "recv", into=u8)
+    check_message(h, code, a.nbytes, f"recv(tag={tag})", g.ep.rank if g.ep else 0, g.world)
+    if payload is not u8:
+        u8[:h.nbytes] = payload
+    if dst is not a:
+        a[...] = dst
+    return Status(h.root, h.tag, h.nbytes, h.count, h.dtype)
+
+
+def recv(shape, dtype, src, tag=0, *, status=False, group=None):
+    """Receive a message of exactly this shape and dtype from src."""
+    out = np.empty(shape, dtype)
+    st = recv_into(out, src, tag, group=group)
+    if st.nbytes != out.nbytes:
+        raise MismatchError(
+            f"recv posted shape {tuple(out.shape)} {out.dtype} ({out.nbytes} bytes) but rank "
+            f"{st.source} sent {st.nbytes} bytes (tag {st.tag})")
+    return (out, st) if status else out
+
+
+def recv_like(x, src, tag=0, *, status=False, group=None):
+    """recv with x's shape and dtype."""
+    a = np.asarray(x)
+    return recv(a.shape, a.dtype, src, tag, status=status, group=group)
+
+
+def sendrecv(x, dst, src, tag=0, *, group=None):
+    """Send x to dst and receive a same-shaped array from src, deadlock-free."""
+    g = _g(group)
+    dst, src, tag = g.check_rank(dst, "dst"), g.check_rank(src, "src"), _tag(tag, False)
+    a, code = _array(x)
+    if g._size == 1:
+        return a.copy()
+    if a.nbytes <= EAGER_BYTES:  # the send cannot block: fits the socket buffer
+        send(a, dst, tag, group=group)
+        return recv(a.shape, a.dtype, src, tag, group=group)
+    out = np.empty(a.shape, a.dtype)
+    g.sendrecv_bytes(_addr(a), a.nbytes, code, a.size, dst, out.reshape(-1).view(np.uint8), src, tag)
+    return out
+
+
+def probe(src=ANY_SOURCE, tag=ANY_TAG, *, group=None):
+    """Status of the next matching message, waiting for one."""
+    g = _g(group)
+    return g.probe(_src(g, src), _tag(tag, True), True)
+
+
+def iprobe(src=ANY_SOURCE, tag=ANY_TAG, *, group=None):
+    """Status of a matching message already waiting, else None."""
+    g = _g(group)
+    return g.probe(_src(g, src), _tag(tag, True), False)

@@ -1,0 +1,346 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The data path: one step of an algorithm, full duplex, on raw descriptors.
+
+`step()` sends (header + payload) on one non-blocking socket while it
+receives (header + payload) on another, with the GIL released throughout.
+Received bytes can be reduced into a destination as they arrive, through a
+small scratch ring that stays in cache, so a reduce-scatter step costs one
+pass over memory. In relay mode the bytes received are forwarded as they
+arrive (pipelined chain). The loop never raises: it returns a status code and
+leaves progress in `state`, and `_transport.py` turns codes into exceptions.
+
+Waiting blocks in poll(2) with the operation's deadline, and it also watches
+a "wake" descriptor that the process makes readable when the job fails (a
+peer died or aborted), so a rank blocked on a healthy peer still learns at
+once. Optional spinning (`spin_us`) trades CPU for latency when ranks do not
+outnumber cores; the caller decides.
+"""
+from libc.string cimport memcpy, memcmp
+from libc.errno cimport errno, EINTR
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    static int cl_again(int e) { return e == EAGAIN || e == EWOULDBLOCK; }
+    """
+    int cl_again(int e) noexcept nogil
+from posix.time cimport clock_gettime, CLOCK_MONOTONIC, timespec
+
+from ._kernels cimport reduce_raw, itemsize_of
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd* fds, unsigned long nfds, int timeout)
+    enum:
+        POLLIN
+        POLLOUT
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+    ssize_t readv(int fd, const iovec* iov, int iovcnt)
+
+cdef extern from "<sys/socket.h>" nogil:
+    struct msghdr:
+        void* msg_name
+        unsigned int msg_namelen
+        iovec* msg_iov
+        size_t msg_iovlen
+        void* msg_control
+        size_t msg_controllen
+        int msg_flags
+    ssize_t sendmsg(int fd, const msghdr* msg, int flags)
+    enum:
+        MSG_NOSIGNAL
+
+# Status codes, returned by step() and read by _transport.py.
+cdef enum:
+    ST_OK = 0
+    ST_TIMEOUT = 1
+    ST_EOF = 2          # the receive side was closed by the peer
+    ST_SEND_ERROR = 3   # errno in state[3]
+    ST_RECV_ERROR = 4   # errno in state[3]; errno 0: the kernel refused the dtype/op
+    ST_MISMATCH = 5     # received header differs from the expected one (left in recv_hdr)
+    ST_WAKE = 6         # the wake descriptor became readable: the job is failing
+    ST_POLL_ERROR = 7
+
+OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
+MISMATCH, WAKE, POLL_ERROR = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR
+
+# state[] slots: progress survives a return, so a caller may resume a step.
+cdef enum:
+    S_SENT = 0      # header + payload bytes sent
+    S_RECVD = 1     # header + payload bytes received
+    S_REDUCED = 2   # payload bytes reduced into the destination
+    S_ERRNO = 3
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef struct Step:
+    int send_fd
+    const char* send_hdr
+    Py_ssize_t send_hdr_len
+    const char* send_buf
+    Py_ssize_t send_len
+    int recv_fd
+    char* recv_hdr
+    const char* expect_hdr
+    Py_ssize_t recv_hdr_len
+    char* recv_buf           # destination, or the scratch ring when reducing
+    Py_ssize_t recv_len
+    char* reduce_dst         # NULL: plain receive
+    const char* init_src     # reduce: copy this into reduce_dst before reducing (out-of-place)
+    Py_ssize_t ring_len      # scratch ring size in bytes (multiple of 16)
+    int dtype
+    int op
+    Py_ssize_t item
+    bint relay               # forward received payload bytes to send_fd as they arrive
+    Py_ssize_t chunk
+    int wake_fd
+    double deadline
+    double spin_s
+    long long* state
+
+
+cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
+    """Reduce whole elements that have arrived in the scratch ring."""
+    cdef Py_ssize_t got = s.state[S_RECVD] - s.recv_hdr_len
+    cdef Py_ssize_t q = s.state[S_REDUCED]
+    cdef Py_ssize_t end, n, off
+    got -= got % s.item
+    if not final and got - q < s.chunk and got < s.recv_len:
+        return 0
+    while q < got:
+        off = q % s.ring_len
+        end = got if got - q < s.ring_len - off else q + (s.ring_len - off)
+        n = end - q
+        if s.init_src != NULL:
+            memcpy(s.reduce_dst + q, s.init_src + q, n)
+        if reduce_raw(s.reduce_dst + q, s.recv_buf + off, n // s.item, s.dtype, s.op) != 0:
+            return -1
+        q = end
+    s.state[S_REDUCED] = q
+    return 0
+
+
+cdef int _run(Step* s) noexcept nogil:
+    cdef long long* st = s.state
+    cdef Py_ssize_t send_total = s.send_hdr_len + s.send_len
+    cdef Py_ssize_t recv_total = s.recv_hdr_len + s.recv_len
+    cdef iovec iov[2]
+    cdef msghdr msg
+    cdef pollfd fds[3]
+    cdef int nfds, rc, timeout_ms, niov
+    cdef ssize_t n
+    cdef Py_ssize_t pos, avail, want, p, q, room, off
+    cdef bint progress, want_out, want_in
+    cdef double now, spin_until = 0.0
+    cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
+
+    if s.send_fd < 0:
+        send_total = 0
+    if s.recv_fd < 0:
+        recv_total = 0
+    msg.msg_name = NULL
+    msg.msg_namelen = 0
+    msg.msg_control = NULL
+    msg.msg_controllen = 0
+    msg.msg_flags = 0
+    msg.msg_iov = iov
+    if s.spin_s > 0:
+        spin_until = _now() + s.spin_s
+
+    while st[S_SENT] < send_total or st[S_RECVD] < recv_total or (
+            s.reduce_dst != NULL and st[S_REDUCED] < s.recv_len):
+        progress = False
+        want_out = False
+        want_in = False
+        # ---- receive: header into recv_hdr, payload into recv_buf (or the ring)
+        if st[S_RECVD] < recv_total:
+            pos = st[S_RECVD]
+            niov = 0
+            if pos < s.recv_hdr_len:
+                iov[0].iov_base = s.recv_hdr + pos
+                iov[0].iov_len = s.recv_hdr_len - pos
+                niov = 1
+                p = 0
+            else:
+                p = pos - s.recv_hdr_len
+            # The payload may follow the header in the same read only after the
+            # header has been checked, so a mismatched message never lands.
+            if checked or pos >= s.recv_hdr_len:
+                want = s.recv_len - p
+                if want > s.chunk:
+                    want = s.chunk
+                if s.reduce_dst != NULL:
+                    off = p % s.ring_len
+                    room = s.ring_len - (p - st[S_REDUCED])
+                    if want > room:
+                        want = room
+                    if want > s.ring_len - off:
+                        want = s.ring_len - off
+                    if want > 0:
+                        iov[niov].iov_base = s.recv_buf + off
+                        iov[niov].iov_len = want
+                        niov += 1
+                elif want > 0:
+                    iov[niov].iov_base = s.recv_buf + p
+                    iov[niov].iov_len = want
+                    niov += 1
+            if niov > 0:
+                n = readv(s.recv_fd, iov, niov)
+                if n > 0:
+                    st[S_RECVD] += n
+                    progress = True
+                    if not checked and st[S_RECVD] >= s.recv_hdr_len:
+                        if memcmp(s.recv_hdr, s.expect_hdr, s.recv_hdr_len) != 0:
+                            return ST_MISMATCH
+                        checked = True
+                elif n == 0:
+                    return ST_EOF
+                elif cl_again(errno):
+                    want_in = True
+                elif errno != EINTR:
+                    st[S_ERRNO] = errno
+                    return ST_RECV_ERROR
+        if s.reduce_dst != NULL and st[S_RECVD] > s.recv_hdr_len:
+            if _reduce_ready(s, st[S_RECVD] == recv_total) != 0:
+                st[S_ERRNO] = 0
+                return ST_RECV_ERROR
+        # ---- send: header then payload, at most one chunk of payload per call
+        if st[S_SENT] < send_total:
+            pos = st[S_SENT]
+            niov = 0
+            if pos < s.send_hdr_len:
+                iov[0].iov_base = <void*>(s.send_hdr + pos)
+                iov[0].iov_len = s.send_hdr_len - pos
+                niov = 1
+                p = 0
+            else:
+                p = pos - s.send_hdr_len
+            avail = s.send_len
+            if s.relay:
+                avail = st[S_RECVD] - s.recv_hdr_len
+                if avail < 0:
+                    avail = 0
+            want = avail - p
+            if want > s.chunk:
+                want = s.chunk
+            if want > 0:
+                iov[niov].iov_base = <void*>(s.send_buf + p)
+                iov[niov].iov_len = want
+                niov += 1
+            if niov > 0:
+                msg.msg_iovlen = niov
+                n = sendmsg(s.send_fd, &msg, MSG_NOSIGNAL)
+                if n > 0:
+                    st[S_SENT] += n
+                    progress = True
+                elif n < 0 and (cl_again(errno)):
+                    want_out = True
+                elif n < 0 and errno != EINTR:
+                    st[S_ERRNO] = errno
+                    return ST_SEND_ERROR
+        if progress:
+            if s.spin_s > 0:
+                spin_until = _now() + s.spin_s
+            continue
+        if not want_in and not want_out:
+            # Relay waiting for bytes that are still to arrive, with the
+            # receive side idle, cannot happen: receive is then pending.
+            continue
+        now = _now()
+        if now < spin_until:
+            continue
+        if now >= s.deadline:
+            return ST_TIMEOUT
+        nfds = 0
+        if want_out:
+            fds[nfds].fd = s.send_fd
+            fds[nfds].events = POLLOUT
+            nfds += 1
+        if want_in:
+            if want_out and s.recv_fd == s.send_fd:
+                fds[0].events |= POLLIN
+            else:
+                fds[nfds].fd = s.recv_fd
+                fds[nfds].events = POLLIN
+                nfds += 1
+        if s.wake_fd >= 0:
+            fds[nfds].fd = s.wake_fd
+            fds[nfds].events = POLLIN
+            nfds += 1
+        timeout_ms = <int>((s.deadline - now) * 1000.0) + 1
+        rc = poll(fds, nfds, timeout_ms)
+        if rc < 0:
+            if errno == EINTR:
+                continue
+            st[S_ERRNO] = errno
+            return ST_POLL_ERROR
+        if s.wake_fd >= 0 and fds[nfds - 1].revents != 0:
+            return ST_WAKE
+    return ST_OK
+
+
+cdef inline char* _ptr(Py_ssize_t address) noexcept nogil:
+    return <char*>address
+
+
+def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
+         int recv_fd, unsigned char[::1] recv_hdr, const unsigned char[::1] expect_hdr,
+         Py_ssize_t recv_ptr, Py_ssize_t recv_len, long long[::1] state, *,
+         Py_ssize_t reduce_ptr=0, Py_ssize_t init_ptr=0, Py_ssize_t ring_len=0,
+         int dtype=0, int op=0, bint relay=False, Py_ssize_t chunk=262144,
+         int wake_fd=-1, double deadline=0.0, double spin_s=0.0):
+    """Run one full-duplex step; returns a status code, progress in `state`.
+
+    Pointers are raw addresses the caller keeps alive. A fd < 0 disables that
+    side. `state` (int64[4]: sent, received, reduced, errno) starts at zeros
+    and may be passed again to resume after the caller handled a status.
+    """
+    cdef Step s
+    if state.shape[0] < 4:
+        raise ValueError("state must hold 4 int64")
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    s.send_fd = send_fd
+    s.send_hdr = <const char*>&send_hdr[0] if send_hdr is not None and send_hdr.shape[0] else NULL
+    s.send_hdr_len = send_hdr.shape[0] if send_hdr is not None else 0
+    s.send_buf = _ptr(send_ptr)
+    s.send_len = send_len
+    s.recv_fd = recv_fd
+    s.recv_hdr = <char*>&recv_hdr[0] if recv_hdr is not None and recv_hdr.shape[0] else NULL
+    s.recv_hdr_len = recv_hdr.shape[0] if recv_hdr is not None else 0
+    s.expect_hdr = NULL
+    if expect_hdr is not None:
+        if expect_hdr.shape[0] != s.recv_hdr_len:
+            raise ValueError("expect_hdr and recv_hdr differ in length")
+        s.expect_hdr = <const char*>&expect_hdr[0]
+    s.recv_buf = _ptr(recv_ptr)
+    s.recv_len = recv_len
+    s.reduce_dst = _ptr(reduce_ptr)
+    s.init_src = _ptr(init_ptr)
+    s.ring_len = ring_len
+    s.dtype = dtype
+    s.op = op
+    s.item = itemsize_of(dtype)
+    if reduce_ptr:
+        if s.item == 0 or ring_len <= 0 or ring_len % 16 or recv_len % s.item:
+            raise ValueError("bad reduce arguments")
+    s.relay = relay
+    s.chunk = chunk
+    s.wake_fd = wake_fd
+    s.deadline = deadline
+    s.spin_s = spin_s
+    s.state = &state[0]
+    with nogil:
+        rc = _run(&s)
+    return rc

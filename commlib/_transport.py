@@ -1,0 +1,377 @@
+"""Connections between ranks, and the one place where I/O failures become errors.
+
+Every rank listens on a TCP port (bound to the interface that routes to the
+coordinator, never 0.0.0.0) and on an abstract Unix socket. A connection
+carries traffic in ONE direction: the sender opens it on first use, so no
+rank ever waits for another to connect before it can make progress (a ring
+where everyone connects to the right and reads from the left cannot
+deadlock). Peers on the same host and network namespace use the Unix socket.
+
+Each connection is keyed (group id, channel, sender rank) and authenticated
+before a byte of payload is read: the acceptor sends a nonce, the sender
+answers with its identity and HMAC-SHA256(secret, nonce, ...), and the
+acceptor proves the secret back. A dedicated acceptor thread does this, so a
+rank blocked in a collective (GIL released) still lets its peers connect.
+
+Failure is process-wide and sticky: `fail()` records the first error and
+makes the wake pipe readable, which interrupts every blocked `_io.step`.
+"""
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+
+from . import _io
+from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
+from ._protocol import HEADER_NBYTES, ProtocolError, decode
+
+log = logging.getLogger("commlib")
+
+CH_COLL, CH_P2P = 0, 1
+CHANNEL_NAMES = ("collective", "point-to-point")
+SOCKET_BUFFER_BYTES = 4 << 20
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_PENDING_HANDSHAKES = 64
+
+_SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
+_CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
+_DATA_MAGIC = b"CMLD"
+
+
+def _mac(secret, label, *parts):
+    return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
+
+
+def _recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed during handshake")
+        buf += chunk
+    return bytes(buf)
+
+
+def host_identity():
+    """Same value exactly for processes that can reach each other's abstract Unix sockets."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        boot, netns = "", 0
+    return f"{socket.gethostname()}/{boot}/{netns}"
+
+
+def routed_address(host):
+    """The local address this machine uses to reach `host` (UDP connect sends nothing)."""
+    try:
+        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
+        family, _, _, _, addr = infos[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            return s.getsockname()[0]
+    except OSError as exc:
+        raise CommError(f"cannot find a local interface that reaches the coordinator {host}: {exc}") from exc
+
+
+def _tune(sock, tcp):
+    if tcp:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+
+
+class Endpoint:
+    """This process's listeners, connections, failure state and wake pipe."""
+
+    def __init__(self, rank, secret, coordinator_host, timeout):
+        self.rank = rank  # world rank
+        self.secret = secret
+        self.timeout = timeout
+        self.host_id = host_identity()
+        self.table = None  # world rank -> registration dict
+        self.failure = None  # first CommError; sticky
+        self.failure_remote = False  # the failure came from another rank's notice
+        self.notify = None  # callable(dict): message to the coordinator (set by init)
+        self._spread = False
+        self.exits = {}  # world rank -> "exited with code 3" (from the coordinator)
+        self._out = {}  # (group, channel, dst) -> socket
+        self._in = {}  # (group, channel, src) -> socket
+        self._cond = threading.Condition()
+        self._closed = False
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self.wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        self.arrival_r, self._arrival_w = os.pipe()  # a byte per new incoming connection
+        os.set_blocking(self.arrival_r, False)
+        os.set_blocking(self._arrival_w, False)
+
+        bind_host = routed_address(coordinator_host)
+        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+        self._tcp = socket.socket(family, socket.SOCK_STREAM)
+        self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._tcp.bind((bind_host, 0))
+        self._tcp.listen(128)
+        self._unix = None
+        self.unix_name = None
+        if hasattr(socket, "AF_UNIX") and os.path.exists("/proc/self/ns/net"):
+            self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            name = f"\0commlib-{os.getpid()}-{secrets.token_hex(8)}"
+            self._unix.bind(name)
+            self._unix.listen(128)
+            self.unix_name = name[1:]
+        self.tcp_address = self._tcp.getsockname()[:2]
+        self._threads = [threading.Thread(target=self._accept_loop, args=(lst,), daemon=True,
+                                          name=f"commlib-accept-{i}")
+                         for i, lst in enumerate(s for s in (self._tcp, self._unix) if s is not None)]
+        for t in self._threads:
+            t.start()
+
+    # ---------------------------------------------------------------- identity
+    def info(self):
+        """What this rank registers with the coordinator."""
+        return {"host": socket.gethostname(), "host_id": self.host_id, "tcp": list(self.tcp_address),
+                "unix": self.unix_name, "pid": os.getpid()}
+
+    # ------------------------------------------------------------- acceptance
+    def _accept_loop(self, listener):
+        while not self._closed:
+            try:
+                sock, addr = listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.01)  # e.g. EMFILE: back off instead of spinning
+                continue
+            if not self._pending.acquire(blocking=False):
+                log.warning("commlib rank %d: dropped a connection from %s: too many pending handshakes",
+                            self.rank, addr or "unix socket")
+                sock.close()
+                continue
+            threading.Thread(target=self._handshake_server, args=(sock, addr), daemon=True).start()
+
+    def _handshake_server(self, sock, addr):
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            nonce = secrets.token_bytes(32)
+            sock.sendall(_SERVER_HELLO.pack(_DATA_MAGIC, nonce))
+            magic, rank, group, channel, cnonce, mac = _CLIENT_HELLO.unpack(_recv_exact(sock, _CLIENT_HELLO.size))
+            ident = struct.pack("<iIB", rank, group, channel)
+            if magic != _DATA_MAGIC or not hmac.compare_digest(
+                    mac, _mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)):
+                raise AuthError("wrong secret or not a commlib peer")
+            if channel not in (CH_COLL, CH_P2P) or self.table is not None and not 0 <= rank < len(self.table):
+                raise AuthError(f"bad channel {channel} or rank {rank}")
+            sock.sendall(_mac(self.secret, b"commlib/data/server", cnonce, nonce))
+            sock.settimeout(None)
+            sock.setblocking(False)
+            _tune(sock, sock.family != socket.AF_UNIX)
+            with self._cond:
+                key = (group, channel, rank)
+                if key in self._in or self._closed:
+                    raise AuthError(f"duplicate connection for {key}")
+                self._in[key] = sock
+                self._cond.notify_all()
+            try:
+                os.write(self._arrival_w, b"\0")
+            except BlockingIOError:
+                pass  # the reader drains and rescans; one pending byte is enough
+            sock = None
+        except (OSError, ValueError, struct.error, AuthError) as exc:
+            log.warning("commlib rank %d: refused a connection from %s: %s", self.rank,
+                        addr or "unix socket", exc)
+        finally:
+            if sock is not None:
+                sock.close()
+            self._pending.release()
+
+    def incoming(self, group, channel, src, deadline, what):
+        """fd of the authenticated connection from world rank `src`, waiting for it to arrive."""
+        key = (group, channel, src)
+        sock = self._in.get(key)
+        if sock is not None:
+            return sock.fileno()
+        with self._cond:
+            while key not in self._in:
+                self.raise_if_failed()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self.fail(CommTimeout(
+                        f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
+                        f"({CHANNEL_NAMES[channel]} channel)", rank=src))
+                self._cond.wait(min(left, 0.05))
+            return self._in[key].fileno()
+
+    def incoming_fds(self, group, channel):
+        """{fd: src world rank} of the connections that have arrived for group/channel."""
+        with self._cond:
+            return {s.fileno(): k[2] for k, s in self._in.items() if k[0] == group and k[1] == channel}
+
+    # -------------------------------------------------------------- connecting
+    def outgoing(self, group, channel, dst, deadline, what):
+        """fd of the connection to world rank `dst`, opening and authenticating it on first use."""
+        key = (group, channel, dst)
+        sock = self._out.get(key)
+        if sock is not None:
+            return sock.fileno()
+        peer = self.table[dst]
+        local = peer["host_id"] == self.host_id and peer.get("unix")
+        address = "\0" + peer["unix"] if local else tuple(peer["tcp"])
+        last = None
+        while True:
+            self.raise_if_failed()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self.fail(CommTimeout(f"rank {self.rank}: {what} could not connect to rank {dst} at "
+                                            f"{address if not local else 'its unix socket'}: {last}", rank=dst))
+            family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
+                sock.connect(address)
+                magic, nonce = _SERVER_HELLO.unpack(_recv_exact(sock, _SERVER_HELLO.size))
+                if magic != _DATA_MAGIC:
+                    raise AuthError(f"rank {self.rank}: rank {dst}'s address answered as something else")
+                cnonce = secrets.token_bytes(32)
+                ident = struct.pack("<iIB", self.rank, group, channel)
+                sock.sendall(_CLIENT_HELLO.pack(_DATA_MAGIC, self.rank, group, channel, cnonce,
+                                                _mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)))
+                proof = _recv_exact(sock, 32)
+                if not hmac.compare_digest(proof, _mac(self.secret, b"commlib/data/server", cnonce, nonce)):
+                    raise AuthError(f"rank {self.rank}: rank {dst} did not prove the job secret")
+                break
+            except AuthError:
+                sock.close()
+                raise
+            except (ConnectionError, OSError) as exc:
+                sock.close()
+                last = exc
+                if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
+                    # Closed mid-handshake: the acceptor refused us, or the peer died.
+                    self._peer_gone(dst, what)
+                time.sleep(0.01)
+        sock.settimeout(None)
+        sock.setblocking(False)
+        _tune(sock, not local)
+        self._out[key] = sock
+        return sock.fileno()
+
+    def _peer_gone(self, peer, what):
+        if peer in self.exits:
+            raise self.fail(PeerLost(f"rank {self.rank}: {what} lost rank {peer} ({self.exits[peer]})", rank=peer))
+
+    # ----------------------------------------------------------------- failure
+    def fail(self, exc, remote=False):
+        """Record the first failure (sticky), wake every blocked step, return exc."""
+        if self.failure is None:
+            self.failure = exc
+            self.failure_remote = remote
+            try:
+                os.write(self._wake_w, b"!")
+            except OSError:
+                pass
+        return exc
+
+    def spread(self, exc):
+        """Tell every other rank about a failure first seen here, so none waits it out."""
+        if self._spread or self.failure_remote or self.notify is None:
+            return
+        self._spread = True
+        try:
+            self.notify({"kind": "abort", "to": "all", "error": type(exc).__name__, "message": str(exc),
+                         "rank": self.rank})
+        except (OSError, CommError) as err:
+            log.warning("commlib rank %d: could not report the failure to the job: %s", self.rank, err)
+
+    def on_notice(self, msg):
+        """Coordinator push (listener thread): peer exits, aborts, a lost coordinator."""
+        kind, peer = msg.get("kind"), msg.get("rank")
+        if kind == "died":
+            self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
+            if msg.get("code") != 0 and not self._closed:
+                self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer),
+                          remote=True)
+        elif kind == "left":
+            self.exits.setdefault(peer, "it called finalize()")
+        elif kind == "abort":
+            cls = {"MismatchError": MismatchError, "CommTimeout": CommTimeout}.get(msg.get("error"), PeerLost)
+            text = msg.get("message", "")
+            if msg.get("error") not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
+                text = f"rank {self.rank}: rank {msg.get('from', peer)} failed: {text}"
+            self.fail(cls(text, rank=msg.get("from", peer)), remote=True)
+        elif kind == "coordinator_lost" and not self._closed:
+            self.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
+                      remote=True)
+
+    def raise_if_failed(self):
+        if self.failure is not None:
+            raise type(self.failure)(str(self.failure), rank=self.failure.rank, op=self.failure.op)
+
+    def status_error(self, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect, got):
+        """Turn an _io status into the exception to raise (and mark the process failed)."""
+        sent, recvd, _, err = (int(v) for v in state)
+        me = self.rank
+        if rc == _io.WAKE:
+            f = self.failure
+            return type(f)(str(f), rank=f.rank, op=what)
+        if rc == _io.TIMEOUT:
+            if recv_peer is not None and recvd < recv_len + HEADER_NBYTES:
+                return self.fail(CommTimeout(
+                    f"rank {me}: {what} waited {self.timeout:g} s for rank {recv_peer} "
+                    f"({max(0, recvd - HEADER_NBYTES)} of {recv_len} bytes)", rank=recv_peer, op=what))
+            return self.fail(CommTimeout(
+                f"rank {me}: {what} waited {self.timeout:g} s sending to rank {send_peer} "
+                f"({max(0, sent - HEADER_NBYTES)} of {send_len} bytes)", rank=send_peer, op=what))
+        if rc == _io.EOF:
+            why = self.exits.get(recv_peer, "connection closed")
+            return self.fail(PeerLost(f"rank {me}: {what} lost rank {recv_peer} ({why})", rank=recv_peer, op=what))
+        if rc in (_io.SEND_ERROR, _io.RECV_ERROR):
+            peer = send_peer if rc == _io.SEND_ERROR else recv_peer
+            if err == 0:
+                return self.fail(CommError(f"rank {me}: {what}: reduction kernel refused the data", op=what))
+            why = self.exits.get(peer) or os.strerror(err).lower()
+            exc = PeerLost(f"rank {me}: {what} lost rank {peer} ({why})", rank=peer, op=what)
+            exc.__cause__ = OSError(err, os.strerror(err))
+            return self.fail(exc)
+        if rc == _io.MISMATCH:
+            try:
+                theirs, mine = decode(bytes(got)), decode(bytes(expect))
+            except ProtocolError as exc:
+                return self.fail(CommError(f"rank {me}: {what}: garbage from rank {recv_peer}: {exc}",
+                                           rank=recv_peer, op=what))
+            return self.fail(MismatchError(
+                f"rank {me} called {mine.describe()} but rank {recv_peer} called {theirs.describe()}",
+                rank=recv_peer, op=what))
+        return self.fail(CommError(f"rank {me}: {what}: poll failed: {os.strerror(err)}", op=what))
+
+    def close(self):
+        self._closed = True
+        with self._cond:
+            socks = list(self._out.values()) + list(self._in.values())
+            self._out.clear()
+            self._in.clear()
+        for s in socks + [x for x in (self._tcp, self._unix) if x is not None]:
+            try:
+                s.close()
+            except OSError:
+                pass
+        for fd in (self.wake_r, self._wake_w, self.arrival_r, self._arrival_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def new_state():
+    return np.zeros(4, dtype=np.int64)
