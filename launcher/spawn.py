@@ -89,7 +89,7 @@ def remote_argv(rsh, host, argv, env, cwd):
 
 def forwarded_env(environ=os.environ):
     """The local variables remote ranks also get: PYTHONPATH and the user's COMMLIB_* settings."""
-    return {k: v for k, v in environ.items() if k == "PYTHONPATH" or k.startswith("COMMLIB_")}
+    return {k: v for k, v in environ.items() if k == "PYTHONPATH" or (k.startswith("COMMLIB_") and k != "COMMLIB_RSH")}
 
 
 def _child_setup(parent_pid):

@@ -1,0 +1,138 @@
+"""The commrun command line through click's CliRunner: nothing is started here."""
+import os
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from commrun import cli, spawn, supervise
+
+pytestmark = pytest.mark.timeout(20)
+
+
+@pytest.fixture
+def invoke(monkeypatch, tmp_path):
+    """Run the CLI with supervise.run replaced; return (result, the job it would start or None)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "script.py").write_text("print('hi')\n")
+
+    def go(*args, env=None):
+        calls = []
+
+        def fake_run(ranks, setup, **options):
+            setup(ranks, ("127.0.0.1", 4242), b"\x01" * 32)
+            calls.append((ranks, options))
+            return 7
+
+        monkeypatch.setattr(supervise, "run", fake_run)
+        result = CliRunner().invoke(cli.main, list(args), env=env)
+        return result, (calls[0] if calls else None)
+
+    return go
+
+
+def test_script_and_its_own_options_pass_through(invoke):
+    result, (ranks, options) = invoke("-n", "3", "script.py", "-n", "5", "--lr", "0.1", "--", "x")
+    assert result.exit_code == 7  # supervise.run's code becomes commrun's
+    assert len(ranks) == 3
+    assert ranks[1].argv == [sys.executable, "script.py", "-n", "5", "--lr", "0.1", "--", "x"]
+    assert options == {"coordinator_host": "127.0.0.1", "tag_output": True, "timeout": None, "grace": 3.0}
+
+
+def test_module_and_direct(invoke):
+    _, (ranks, _) = invoke("-n", "2", "-m", "pkg.mod", "-n", "1")
+    assert ranks[0].argv == [sys.executable, "-m", "pkg.mod", "-n", "1"]
+    _, (ranks, _) = invoke("-n", "2", "--", "sh", "-c", "echo hi")
+    assert ranks[0].argv == ["sh", "-c", "echo hi"]
+
+
+def test_rank_environment(invoke, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    _, (ranks, _) = invoke("-n", "2", "script.py")
+    env = ranks[1].env
+    assert {k: env[k] for k in spawn.job_vars(0, 1, 0, 1, ("h", 1), b"").keys()} == {
+        "COMMLIB_RANK": "1", "COMMLIB_SIZE": "2", "COMMLIB_LOCAL_RANK": "1", "COMMLIB_LOCAL_SIZE": "2",
+        "COMMLIB_COORDINATOR": "127.0.0.1:4242", "COMMLIB_SECRET": "01" * 32,
+        "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
+    }
+    assert env["OMP_NUM_THREADS"] == "3" and env["PATH"] == os.environ["PATH"]
+
+
+def test_omp_threads_when_oversubscribed(invoke, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(spawn, "cpu_count", lambda: 2)
+    result, (ranks, _) = invoke("-n", "3", "script.py")
+    assert ranks[0].env["OMP_NUM_THREADS"] == "1"
+    assert "3 ranks on 2 cores: setting OMP_NUM_THREADS=1" in result.output
+    _, (ranks, _) = invoke("-n", "2", "script.py")
+    assert "OMP_NUM_THREADS" not in ranks[0].env
+
+
+def test_options_reach_supervise(invoke):
+    _, (_, options) = invoke("-n", "1", "--no-tag-output", "--timeout", "2.5", "--grace", "0.5", "script.py")
+    assert options == {"coordinator_host": "127.0.0.1", "tag_output": False, "timeout": 2.5, "grace": 0.5}
+
+
+def test_hosts_place_ranks_and_start_remote_ones_over_rsh(invoke):
+    result, (ranks, options) = invoke(
+        "--hosts", "localhost:1,nodeb:2", "--rsh", "ip netns exec {host}", "--coordinator-host", "10.1.0.1",
+        "script.py", "a b",
+    )
+    assert [(r.host, r.local, r.local_rank, r.local_size) for r in ranks] == [
+        ("localhost", True, 0, 1), ("nodeb", False, 0, 2), ("nodeb", False, 1, 2)]
+    assert options["coordinator_host"] == "10.1.0.1"
+    argv = ranks[2].argv
+    assert argv[:6] == ["ip", "netns", "exec", "nodeb", "sh", "-c"]
+    assert f"cd {os.getcwd()} && exec env " in argv[6]
+    assert "COMMLIB_RANK=2 " in argv[6] and "COMMLIB_LOCAL_RANK=1 " in argv[6]
+    assert argv[6].endswith(f"{sys.executable} script.py 'a b'")
+
+
+def test_rsh_from_the_environment_and_ssh_style(invoke):
+    _, (ranks, _) = invoke("--hosts", "nodeb", "--coordinator-host", "1.2.3.4", "script.py",
+                           env={"COMMLIB_RSH": "ssh -p 2222 {host}"})
+    argv = ranks[0].argv
+    assert argv[:4] == ["ssh", "-p", "2222", "nodeb"] and len(argv) == 5  # one string for the remote shell
+    assert "COMMLIB_COORDINATOR=127.0.0.1:4242" in argv[4] and "COMMLIB_RSH" not in argv[4]
+
+
+def test_hostfile_and_default_n(invoke, tmp_path):
+    (tmp_path / "hosts.txt").write_text("localhost slots=2\n127.0.0.1:1\n")
+    _, (ranks, _) = invoke("--hostfile", "hosts.txt", "script.py")
+    assert len(ranks) == 3 and all(r.local for r in ranks)
+
+
+def test_remote_only_job_needs_a_reachable_coordinator_address(invoke):
+    result, job = invoke("--hosts", "no-such-host.invalid:2", "script.py")
+    assert result.exit_code == 2 and job is None
+    assert "--coordinator-host" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-n", "0", "script.py"], "0 is not in the range x>=1"),
+        (["-n", "-2", "script.py"], "-2 is not in the range x>=1"),
+        (["-n", "2", "missing.py"], "missing.py: no such script"),
+        (["-n", "2", "--bogus", "script.py"], "No such option"),
+        (["-n", "2"], "no program given"),
+        (["-n", "2", "--"], "no program given"),
+        (["-n", "2", "--", "./missing-program"], "no such executable"),
+        (["-n", "2", "--", "no-such-command-anywhere"], "no such executable"),
+        (["--hosts", "a:0", "script.py"], "bad host entry"),
+        (["--hosts", "a", "--hostfile", "script.py", "script.py"], "not both"),
+        (["--timeout", "0", "script.py"], "--timeout"),
+    ],
+)
+def test_bad_invocations_start_nothing(invoke, args, message):
+    result, job = invoke(*args)
+    assert result.exit_code == 2 and job is None
+    assert message in result.output
+
+
+def test_version_and_help(invoke):
+    result, job = invoke("--version")
+    assert result.exit_code == 0 and result.output.startswith("commrun, version ") and job is None
+    result, job = invoke("--help")
+    assert result.exit_code == 0 and "--no-tag-output" in result.output and "-m package.module" in result.output
