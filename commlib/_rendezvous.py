@@ -407,11 +407,9 @@ class Client:
             kind = msg["kind"]
             if kind == "table":
                 return msg["table"]
-            if kind == "died":
-                raise PeerLost(
-                    f"rank {self.rank}: rank {msg['rank']} {msg['message']} before the job assembled",
-                    rank=msg["rank"],
-                )
+            if kind in ("died", "lost"):
+                what = msg["message"] if kind == "died" else "lost its coordinator connection"
+                raise PeerLost(f"rank {self.rank}: rank {msg['rank']} {what} before the job assembled", rank=msg["rank"])
             if kind == "census" and census_asked:
                 missing = ", ".join(map(str, msg["missing"])) or "none"
                 raise CommTimeout(

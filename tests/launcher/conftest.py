@@ -1,0 +1,55 @@
+"""Runs the real commrun in a subprocess: `python -m commrun ...`.
+
+The source tree is preferred (launcher/ appears as `commrun` through a symlink,
+the repo root supplies `commlib`); if that cannot import (e.g. commlib's
+extensions are only built in an installed copy), the installed package is used.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMPORT_CHECK = [sys.executable, "-c", "import commrun.cli, commlib._rendezvous"]
+
+
+@pytest.fixture(scope="session")
+def commrun_env(tmp_path_factory):
+    links = tmp_path_factory.mktemp("commrun-source")
+    os.symlink(os.path.join(REPO, "launcher"), links / "commrun")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(links), REPO, os.environ.get("PYTHONPATH")]))
+    if subprocess.run(IMPORT_CHECK, env=env, capture_output=True).returncode == 0:
+        return env
+    installed = subprocess.run(IMPORT_CHECK, capture_output=True, text=True)
+    if installed.returncode != 0:
+        pytest.fail(f"neither the source tree nor an installed commrun imports:\n{installed.stderr}")
+    return dict(os.environ)
+
+
+class Commrun:
+    def __init__(self, env, cwd):
+        self.env, self.cwd = env, cwd
+
+    def script(self, name, body):
+        path = self.cwd / name
+        path.write_text(textwrap.dedent(body))
+        return name
+
+    def argv(self, args):
+        return [sys.executable, "-m", "commrun", *map(str, args)]
+
+    def run(self, *args, timeout=60, input=None, env=None):
+        return subprocess.run(self.argv(args), env={**self.env, **(env or {})}, cwd=self.cwd, capture_output=True,
+                              text=True, timeout=timeout, input=input)
+
+    def popen(self, *args, **kwargs):
+        return subprocess.Popen(self.argv(args), env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.fixture
+def commrun(commrun_env, tmp_path):
+    return Commrun(commrun_env, tmp_path)

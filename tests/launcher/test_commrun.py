@@ -1,0 +1,199 @@
+"""commrun end to end: programs, environment, output, stdin, hosts, bad invocations."""
+import json
+import os
+import re
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+DUMP_ENV = """
+    import json, os, sys
+    names = ["COMMLIB_RANK", "COMMLIB_SIZE", "COMMLIB_LOCAL_RANK", "COMMLIB_LOCAL_SIZE", "COMMLIB_COORDINATOR",
+             "COMMLIB_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
+             "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST"]
+    print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in names}}))
+"""
+
+
+def untag(stdout):
+    """'[r] json' lines -> {r: parsed}."""
+    out = {}
+    for line in stdout.splitlines():
+        m = re.fullmatch(r"\[(\d+)\] (.*)", line)
+        assert m, f"untagged line {line!r}"
+        out[int(m[1])] = json.loads(m[2])
+    return out
+
+
+def cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def test_environment_and_program_arguments(commrun):
+    script = commrun.script("dump.py", DUMP_ENV)
+    n = cores() + 1
+    r = commrun.run("-n", n, script, "-n", "5", "--flag", "a b", env={"OMP_NUM_THREADS": ""})
+    assert r.returncode == 0, r.stderr
+    ranks = untag(r.stdout)
+    assert sorted(ranks) == list(range(n))
+    secrets = {ranks[i]["env"]["COMMLIB_SECRET"] for i in ranks}
+    assert len(secrets) == 1 and re.fullmatch("[0-9a-f]{64}", secrets.pop())
+    for i, got in ranks.items():
+        env = got["env"]
+        assert got["argv"] == ["-n", "5", "--flag", "a b"]
+        assert env["COMMLIB_RANK"] == env["RANK"] == env["COMMLIB_LOCAL_RANK"] == env["LOCAL_RANK"] == str(i)
+        assert env["COMMLIB_SIZE"] == env["WORLD_SIZE"] == env["COMMLIB_LOCAL_SIZE"] == env["LOCAL_WORLD_SIZE"] == str(n)
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", env["COMMLIB_COORDINATOR"])
+        assert env["PYTHONUNBUFFERED"] == env["PYTHONFAULTHANDLER"] == "1"
+        # OMP_NUM_THREADS was set (to empty) by the user, so commrun leaves it alone
+        assert env["OMP_NUM_THREADS"] == ""
+    assert "OMP_NUM_THREADS" not in r.stderr
+
+
+def test_omp_threads_set_when_ranks_outnumber_cores(commrun):
+    script = commrun.script("dump.py", DUMP_ENV)
+    env = {k: v for k, v in commrun.env.items() if k != "OMP_NUM_THREADS"}
+    commrun.env = env
+    r = commrun.run("-n", cores() + 1, script)
+    assert r.returncode == 0
+    assert all(got["env"]["OMP_NUM_THREADS"] == "1" for got in untag(r.stdout).values())
+    assert f"{cores() + 1} ranks on {cores()} cores: setting OMP_NUM_THREADS=1" in r.stderr
+
+
+def test_module(commrun):
+    (commrun.cwd / "mypkg").mkdir()
+    (commrun.cwd / "mypkg" / "__init__.py").write_text("")
+    (commrun.cwd / "mypkg" / "mod.py").write_text(DUMP_ENV.replace("\n    ", "\n"))
+    r = commrun.run("-n", 2, "-m", "mypkg.mod", "-n", "7")
+    assert r.returncode == 0, r.stderr
+    assert untag(r.stdout)[1]["argv"] == ["-n", "7"]
+
+
+def test_direct_executable(commrun):
+    r = commrun.run("-n", 3, "--", "sh", "-c", 'echo "$RANK/$WORLD_SIZE $0"', "arg0")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] 0/3 arg0", "[1] 1/3 arg0", "[2] 2/3 arg0"]
+
+
+def test_whole_lines_tagged_and_never_interleaved(commrun):
+    script = commrun.script("noisy.py", """
+        import os, sys
+        rank = os.environ["RANK"]
+        for i in range(300):
+            half = rank * 1000
+            sys.stdout.write(half); sys.stdout.flush()          # a line in two writes
+            sys.stdout.write(half + "\\n")
+            sys.stderr.write("E" * 1500 + rank + "\\n")
+        sys.stdout.write("tail" + rank)                           # no newline at exit
+    """)
+    r = commrun.run("-n", 3, script)
+    assert r.returncode == 0, r.stderr
+    counts = {0: 0, 1: 0, 2: 0}
+    lines = r.stdout.split("\n")
+    assert lines.pop() == ""
+    for line in lines:
+        m = re.fullmatch(r"\[(\d)\] (?:(\d)\2{1999}|tail(\d))", line)
+        assert m, f"mangled line: {line[:60]!r}... ({len(line)} chars)"
+        rank = int(m[1])
+        if m[2] is not None:
+            assert int(m[2]) == rank
+            counts[rank] += 1
+        else:
+            assert int(m[3]) == rank
+    assert counts == {0: 300, 1: 300, 2: 300}
+    err = [line for line in r.stderr.splitlines() if not line.startswith("commrun:")]
+    assert len(err) == 900
+    assert all(re.fullmatch(r"\[(\d)\] E{1500}\1", line) for line in err)
+
+
+def test_no_tag_output(commrun):
+    r = commrun.run("-n", 2, "--no-tag-output", "--", "sh", "-c", "echo out; echo err >&2")
+    assert r.returncode == 0
+    assert r.stdout.splitlines() == ["out", "out"] and r.stderr.splitlines() == ["err", "err"]
+
+
+def test_stdin_goes_to_rank_0_only(commrun):
+    script = commrun.script("stdin.py", """
+        import json, os, sys
+        print(json.dumps(sys.stdin.read()))
+    """)
+    r = commrun.run("-n", 3, script, input="line one\nline two\n")
+    assert r.returncode == 0, r.stderr
+    assert untag(r.stdout) == {0: "line one\nline two\n", 1: "", 2: ""}
+
+
+def test_hello_example(commrun):
+    r = commrun.run("-n", 4, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hello.py"))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [f"[{i}] hello from rank {i} of 4" for i in range(4)]
+
+
+def test_ranks_register_with_the_coordinator_and_hear_deaths(commrun):
+    script = commrun.script("rendezvous.py", """
+        import os, queue
+        from commlib import _rendezvous as rv
+        job = rv.discover()
+        client = rv.Client.connect(job.coordinator, job.secret, job.rank, timeout=20)
+        table = client.register({"pid": os.getpid()}, timeout=20)
+        print("table", [entry["pid"] > 0 for entry in table])
+        if job.rank == 0:
+            inbox = queue.Queue()
+            client.start_listener(inbox.put)
+            while (msg := inbox.get(timeout=20))["kind"] != "died":
+                pass
+            print("notice", msg["rank"], msg["code"], msg["message"])
+            client.close()
+        # rank 1 just exits: commrun tells the others
+    """)
+    r = commrun.run("-n", 2, script)
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.splitlines())
+    assert lines == ["[0] notice 1 0 exited with code 0", "[0] table [True, True]", "[1] table [True, True]"]
+
+
+def test_hosts_with_a_custom_remote_shell(commrun):
+    script = commrun.script("dump.py", DUMP_ENV)
+    r = commrun.run("--hosts", "localhost:1,fakehost:2", "--rsh", "env COMMRUN_FAKE_HOST={host}",
+                    "--coordinator-host", "127.0.0.1", script, "x y")
+    assert r.returncode == 0, r.stderr
+    ranks = untag(r.stdout)
+    assert [(g["env"]["COMMRUN_FAKE_HOST"], g["env"]["LOCAL_RANK"], g["env"]["LOCAL_WORLD_SIZE"]) for _, g in
+            sorted(ranks.items())] == [(None, "0", "1"), ("fakehost", "0", "2"), ("fakehost", "1", "2")]
+    assert all(g["argv"] == ["x y"] for g in ranks.values())
+
+
+def test_hostfile_remote_failure_names_the_host(commrun, tmp_path):
+    (tmp_path / "hosts").write_text("# two fake hosts\nhosta slots=1\nhostb:1\n")
+    script = commrun.script("fail.py", """
+        import os, sys
+        sys.exit(4 if os.environ["RANK"] == "1" else 0)
+    """)
+    r = commrun.run("--hostfile", "hosts", "--rsh", "env COMMRUN_FAKE_HOST={host}", "--coordinator-host",
+                    "127.0.0.1", script)
+    assert r.returncode == 4
+    assert re.search(r"commrun: rank 1 \(host hostb, pid \d+\) exited with code 4", r.stderr)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-n", "0", "marker.py"], "0 is not in the range"),
+        (["-n", "-1", "marker.py"], "-1 is not in the range"),
+        (["-n", "2", "missing.py"], "missing.py: no such script"),
+        (["-n", "2", "--unknown", "marker.py"], "No such option"),
+        (["-n", "2"], "no program given"),
+    ],
+)
+def test_bad_invocations_start_nothing(commrun, args, message):
+    commrun.script("marker.py", "open('started', 'w').close()\n")
+    r = commrun.run(*args)
+    assert r.returncode == 2 and message in r.stderr and r.stdout == ""
+    assert not (commrun.cwd / "started").exists()
+
+
+def test_version_and_help(commrun):
+    r = commrun.run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("commrun, version")
+    r = commrun.run("--help")
+    assert r.returncode == 0 and "Usage: commrun" in r.stdout

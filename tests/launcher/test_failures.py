@@ -1,0 +1,141 @@
+"""commrun when things go wrong: failing ranks, signals, Ctrl-C, commrun killed, --timeout."""
+import re
+import signal
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+SLEEPER = """
+    import os, subprocess, sys, time
+    rank = int(os.environ["RANK"])
+    if "--grandchild" in sys.argv:
+        subprocess.Popen(["sleep", "60"])
+    if "--ignore-int" in sys.argv:
+        import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def gone(procs, timeout):
+    """True when none of `procs` is running (zombies count as gone) within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for p in procs:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def start_and_wait_ready(commrun, n, *args):
+    script = commrun.script("sleeper.py", SLEEPER)
+    p = commrun.popen("-n", n, "--grace", "1", script, *args)
+    for _ in range(n):
+        assert "ready" in p.stdout.readline()
+    procs = psutil.Process(p.pid).children(recursive=True)
+    return p, procs
+
+
+def kill_all(procs):
+    for q in procs:
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+@pytest.mark.parametrize(
+    "body, code, words",
+    [
+        ("sys.exit(3)", 3, "exited with code 3"),
+        ("raise ZeroDivisionError('boom')", 1, "exited with code 1"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", 137, "killed by SIGKILL"),
+        ("os.kill(os.getpid(), signal.SIGSEGV)", 139, "killed by SIGSEGV"),
+    ],
+)
+def test_first_failure_stops_the_job_with_its_code(commrun, body, code, words):
+    script = commrun.script("fail.py", f"""
+        import os, signal, sys, time
+        if os.environ["RANK"] == "2":
+            time.sleep(0.2)
+            {body}
+        time.sleep(60)
+    """)
+    t0 = time.monotonic()
+    r = commrun.run("-n", 4, script)
+    assert time.monotonic() - t0 < 15
+    assert r.returncode == code
+    failures = [line for line in r.stderr.splitlines() if line.startswith("commrun: rank")]
+    assert len(failures) == 1 and re.fullmatch(rf"commrun: rank 2 \(pid \d+\) {words}", failures[0]), r.stderr
+    if code == 1:  # the traceback comes before commrun's verdict, tagged
+        assert r.stderr.index("[2] ZeroDivisionError: boom") < r.stderr.index("commrun: rank 2")
+
+
+def test_all_ranks_succeed(commrun):
+    r = commrun.run("-n", 2, "--", "true")
+    assert r.returncode == 0 and r.stderr == ""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_leaves_no_process_behind(commrun, sig, code):
+    p, procs = start_and_wait_ready(commrun, 3, "--grandchild")
+    assert len(procs) >= 6  # 3 ranks + their `sleep` children
+    try:
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=5)
+        assert not gone(procs, 5.0 - (time.monotonic() - t0))
+        assert p.returncode == code
+        assert f"commrun: got {sig.name}, stopping 3 rank(s)" in err
+        assert "KeyboardInterrupt" in err  # SIGINT was forwarded, so Python ranks print where they were
+    finally:
+        kill_all(procs + [psutil.Process(p.pid)] if p.poll() is None else procs)
+
+
+def test_interrupt_escalates_to_sigkill(commrun):
+    p, procs = start_and_wait_ready(commrun, 2, "--ignore-int")
+    try:
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=5)
+        assert not gone(procs, 2)
+        assert 0.9 < time.monotonic() - t0 < 5  # --grace 1
+        assert p.returncode == 130
+    finally:
+        kill_all(procs)
+
+
+def test_ranks_die_when_commrun_is_killed(commrun):
+    p, procs = start_and_wait_ready(commrun, 3)
+    try:
+        p.kill()
+        p.wait(5)
+        assert not gone(procs, 5)
+    finally:
+        kill_all(procs)
+
+
+def test_timeout_dumps_stacks_and_exits_124(commrun):
+    script = commrun.script("stuck.py", """
+        import time
+        def wait_forever():
+            time.sleep(60)
+        wait_forever()
+    """)
+    t0 = time.monotonic()
+    r = commrun.run("-n", 2, "--timeout", "1", script)
+    assert time.monotonic() - t0 < 10
+    assert r.returncode == 124
+    assert "commrun: job timed out after 1 s" in r.stderr
+    for rank in (0, 1):
+        assert re.search(rf"\[{rank}\]   File \".*stuck.py\", line \d+ in wait_forever", r.stderr), r.stderr
+    assert "commrun: rank" not in r.stderr  # the timeout is the verdict, not the ranks' SIGABRT
