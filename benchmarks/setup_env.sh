@@ -57,12 +57,13 @@ fi
 
 if [ "$want_commlib" = 1 ]; then
     echo "== installing commlib from $REPO"
-    "${PIP[@]}" --force-reinstall --no-deps "$REPO"
-    "${PIP[@]}" "$REPO"   # dependencies, if any are missing
-    "$ENV/bin/python" -c "import commlib; print('commlib', commlib.__file__)"
+    # pip rebuilds and reinstalls a local directory every time (picks up new commits)
+    "${PIP[@]}" "$REPO"
+    (cd / && "$ENV/bin/python" -c "import commlib; print('commlib', commlib.__file__)")
 fi
 
 echo "== versions"
+cd /   # so that `import commlib` finds the installed copy, not the source tree
 "$ENV/bin/python" - <<'PY'
 import importlib
 for m in ("numpy", "matplotlib", "torch", "mpi4py", "mlx.core", "commlib"):
