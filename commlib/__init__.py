@@ -12,18 +12,21 @@ except ImportError as exc:  # pragma: no cover - only in an unbuilt checkout
     ) from exc
 
 from ._api import (
-    all_gather, all_max, all_min, all_prod, all_reduce, all_sum, barrier, broadcast, finalize, init,
-    iprobe, is_available, probe, recv, recv_into, recv_like, reduce_scatter, send, sendrecv,
+    all_gather, all_max, all_min, all_prod, all_reduce, all_sum, all_to_all, barrier, broadcast, finalize,
+    gather, iall_gather, iall_reduce, ibroadcast, init, iprobe, ireduce_scatter, irecv, is_available, isend,
+    ppermute, probe, recv, recv_into, recv_like, reduce, reduce_scatter, scatter, send, sendrecv,
 )
 from ._dtypes import ReduceOp
 from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
 from ._group import ANY_SOURCE, ANY_TAG, Group, Status
+from ._progress import Request
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "AuthError", "CommError", "CommTimeout", "Group", "MismatchError", "PeerLost",
-    "ReduceOp", "Status", "all_gather", "all_max", "all_min", "all_prod", "all_reduce", "all_sum", "barrier",
-    "broadcast", "finalize", "init", "iprobe", "is_available", "probe", "recv", "recv_into", "recv_like",
-    "reduce_scatter", "send", "sendrecv",
+    "ReduceOp", "Request", "Status", "all_gather", "all_max", "all_min", "all_prod", "all_reduce", "all_sum",
+    "all_to_all", "barrier", "broadcast", "finalize", "gather", "iall_gather", "iall_reduce", "ibroadcast",
+    "init", "iprobe", "ireduce_scatter", "irecv", "is_available", "isend", "ppermute", "probe", "recv",
+    "recv_into", "recv_like", "reduce", "reduce_scatter", "scatter", "send", "sendrecv",
 ]

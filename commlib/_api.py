@@ -9,14 +9,16 @@ import atexit
 import os
 import sys
 import threading
+import zlib
 
 import numpy as np
 
 from . import _kernels
-from ._algorithms import choose, doubling, ring, tree
-from ._dtypes import check_op, dtype_code, op_code
+from ._algorithms import choose, doubling, pairwise, ring, tree
+from ._dtypes import check_op, dtype_code, dtype_of, op_code
 from ._errors import CommError, MismatchError
 from ._group import ANY_SOURCE, ANY_TAG, Group, Status, check_message
+from ._progress import nonblocking, ordered
 from ._protocol import KIND_P2P, decode, encode, shape_hash
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -263,6 +265,138 @@ def broadcast(x, root=0, *, group=None):
     return buf
 
 
+def reduce(x, op="sum", root=0, *, group=None):
+    """Reduction of x over ranks on root; None elsewhere."""
+    g = _g(group)
+    root = g.check_rank(root, "root")
+    a, code = _array(x)
+    opc = op_code(op)
+    check_op(code, opc)
+    is_root = g._rank == root
+    if g._size == 1:
+        return a.copy()
+    o = g.op("reduce", code, opc, a.size, root, shape_hash(a.shape))
+    chain = choose("reduce", a.nbytes, g._size) == "chain"
+    leaf = not chain and (g._rank - root) % g._size % 2 == 1
+    acc = None if leaf or (chain and (g._rank - root) % g._size == g._size - 1) else np.empty(a.shape, a.dtype)
+    (tree.reduce_chain if chain else tree.reduce_tree)(o, _addr(a), _addr(acc) if acc is not None else 0,
+                                                        a.nbytes, root)
+    return acc if is_root else None
+
+
+def gather(x, root=0, *, group=None):
+    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere."""
+    g = _g(group)
+    root = g.check_rank(root, "root")
+    a, code = _array(x)
+    n = g._size
+    out = None
+    if g._rank == root:
+        out = np.empty((n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:], a.dtype)
+    if n == 1:
+        out.reshape(-1)[:] = a.reshape(-1)
+        return out
+    o = g.op("gather", code, 0, a.size, root, shape_hash(a.shape))
+    tree.gather_linear(o, _addr(a), _addr(out) if out is not None else 0, a.nbytes, root)
+    return out
+
+
+def scatter(x, root=0, *, group=None):
+    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored."""
+    g = _g(group)
+    root = g.check_rank(root, "root")
+    n = g._size
+    if g._rank == root:
+        a, code = _array(x)
+        if a.ndim == 0 or a.shape[0] % n:
+            raise ValueError(f"scatter: root's x.shape[0] must be divisible by the group size {n}, "
+                             f"got shape {a.shape}")
+        meta = np.array([code, a.ndim] + [a.shape[0] // n] + list(a.shape[1:]), dtype=np.int64)
+    else:
+        a, meta = None, None
+    if n == 1:
+        return a.copy()
+    # Only the root knows the block's dtype and shape: send them first (one
+    # small broadcast), so non-roots may pass None.
+    header = _broadcast_meta(meta, root, g)
+    code, ndim = int(header[0]), int(header[1])
+    shape = tuple(int(d) for d in header[2:2 + ndim])
+    out = np.empty(shape, dtype_of(code))
+    o = g.op("scatter", code, 0, out.size * n, root, shape_hash(shape))
+    tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
+    return out
+
+
+def _broadcast_meta(meta, root, g):
+    """Broadcast a short int64 vector (at most 34 values) known only to root."""
+    buf = np.zeros(34, dtype=np.int64)
+    if meta is not None:
+        if meta.size > 33:
+            raise ValueError("arrays of more than 32 dimensions are not supported")
+        buf[0] = meta.size
+        buf[1:1 + meta.size] = meta
+    broadcast(buf, root, group=g)
+    return buf[1:1 + int(buf[0])]
+
+
+def all_to_all(x, split_axis=0, concat_axis=0, *, group=None):
+    """Distributed transpose: block j of x along split_axis goes to rank j; received blocks
+    are concatenated along concat_axis in rank order."""
+    g = _g(group)
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    code = dtype_code(a.dtype)
+    n = g._size
+    if a.ndim == 0:
+        raise ValueError("all_to_all needs an array with at least one dimension")
+    split_axis, concat_axis = _axis(split_axis, a.ndim, "split_axis"), _axis(concat_axis, a.ndim, "concat_axis")
+    if a.shape[split_axis] % n:
+        raise ValueError(f"all_to_all: x.shape[{split_axis}] = {a.shape[split_axis]} is not divisible by "
+                         f"the group size {n}")
+    send = [np.ascontiguousarray(b) for b in np.split(a, n, axis=split_axis)]
+    recv = [np.empty_like(send[0]) for _ in range(n)]
+    if n == 1:
+        recv[0][...] = send[0]
+    else:
+        o = g.op("all_to_all", code, 0, a.size, 0, shape_hash(a.shape + (split_axis, concat_axis)))
+        pairwise.all_to_all(o, [_addr(b) for b in send], [_addr(b) for b in recv], send[0].nbytes)
+    return np.concatenate(recv, axis=concat_axis)
+
+
+def _axis(axis, ndim, what):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{what}={axis!r} is out of range for an array with {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def ppermute(x, perm, *, group=None):
+    """Send x along the (src, dst) pairs of perm; returns what this rank received, zeros if nothing."""
+    g = _g(group)
+    a, code = _array(x)
+    pairs = []
+    for pair in perm:
+        try:
+            s, d = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"ppermute: perm entries must be (src, dst) pairs, got {pair!r}") from None
+        pairs.append((g.check_rank(s, "ppermute src"), g.check_rank(d, "ppermute dst")))
+    for i, what in ((0, "source"), (1, "destination")):
+        seen = [p[i] for p in pairs]
+        dup = {r for r in seen if seen.count(r) > 1}
+        if dup:
+            raise ValueError(f"ppermute: rank {min(dup)} appears twice as a {what} in perm {list(perm)}")
+    me = g._rank
+    dst = next((d for s, d in pairs if s == me), None)
+    src = next((s for s, d in pairs if d == me), None)
+    out = np.zeros(a.shape, a.dtype)
+    if g._size == 1:
+        if dst == 0:
+            np.copyto(out, a)
+        return out
+    o = g.op("ppermute", code, 0, a.size, 0, shape_hash(a.shape) ^ zlib.crc32(repr(sorted(pairs)).encode()))
+    pairwise.ppermute(o, dst, src, _addr(a), _addr(out), a.nbytes)
+    return out
+
+
 def barrier(*, group=None):
     """Return when every rank of the group has entered."""
     g = _g(group)
@@ -358,3 +492,20 @@ def iprobe(src=ANY_SOURCE, tag=ANY_TAG, *, group=None):
     """Status of a matching message already waiting, else None."""
     g = _g(group)
     return g.probe(_src(g, src), _tag(tag, True), False)
+
+
+# ------------------------------------------------------- program order, i*
+# Every blocking function waits behind pending requests; the i* variants
+# queue on the progress thread. (Rebinding here keeps the definitions above
+# plain functions that the progress thread itself calls.)
+for _name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
+              "all_to_all", "ppermute", "barrier", "send", "recv", "recv_into", "recv_like", "sendrecv",
+              "probe", "iprobe"):
+    globals()[_name] = ordered(globals()[_name])
+
+isend = nonblocking(send.__wrapped__)
+irecv = nonblocking(recv.__wrapped__)
+iall_reduce = nonblocking(all_reduce.__wrapped__)
+iall_gather = nonblocking(all_gather.__wrapped__)
+ibroadcast = nonblocking(broadcast.__wrapped__)
+ireduce_scatter = nonblocking(reduce_scatter.__wrapped__)

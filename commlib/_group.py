@@ -52,6 +52,9 @@ class Status:
         return f"Status(source={self.source}, tag={self.tag}, nbytes={self.nbytes})"
 
 
+_RELAY = {None: _io.FORWARD_NONE, "received": _io.FORWARD_RECEIVED, "reduced": _io.FORWARD_REDUCED}
+
+
 class Op:
     """One collective in flight: its header, deadline and step primitive."""
 
@@ -66,8 +69,13 @@ class Op:
         self.what = f"{coll} #{g.seq}"
         self.deadline = time.monotonic() + g.timeout
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=False):
-        """Send to dst while receiving from src (group ranks; None: no such side)."""
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None):
+        """Send to dst while receiving from src (group ranks; None: no such side).
+
+        reduce_dst: reduce what arrives into this address (init: copy from here first).
+        relay: "received" sends bytes only once they arrived (send_ptr == recv_ptr);
+        "reduced" sends them once reduced (send_ptr == reduce_dst).
+        """
         g = self.group
         ep = g.ep
         sfd = rfd = -1
@@ -82,7 +90,7 @@ class Op:
         rc = _io.step(sfd, self.hdr if dst is not None else None, send_ptr, send_len,
                       rfd, g.rhdr if src is not None else None, self.hdr if src is not None else None,
                       recv_ptr, recv_len, state, reduce_ptr=reduce_dst, init_ptr=init, ring_len=g.ring_len,
-                      dtype=self.dtype, op=self.redop, relay=relay, chunk=g.chunk, wake_fd=ep.wake_r,
+                      dtype=self.dtype, op=self.redop, relay=_RELAY[relay], chunk=g.chunk, wake_fd=ep.wake_r,
                       deadline=self.deadline, spin_s=g.spin_s)
         if rc:
             exc = ep.status_error(rc, state, self.what, g._wr(dst), send_len, g._wr(src), recv_len,

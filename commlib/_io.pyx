@@ -5,8 +5,8 @@
 receives (header + payload) on another, with the GIL released throughout.
 Received bytes can be reduced into a destination as they arrive, through a
 small scratch ring that stays in cache, so a reduce-scatter step costs one
-pass over memory. In relay mode the bytes received are forwarded as they
-arrive (pipelined chain). The loop never raises: it returns a status code and
+pass over memory. In relay mode the bytes received (or reduced) are
+forwarded as they become ready (pipelined chains). The loop never raises: it returns a status code and
 leaves progress in `state`, and `_transport.py` turns codes into exceptions.
 
 Waiting blocks in poll(2) with the operation's deadline, and it also watches
@@ -71,6 +71,15 @@ cdef enum:
 OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
 MISMATCH, WAKE, POLL_ERROR = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR
 
+# Relay modes: the send side may only send what has arrived (chain broadcast)
+# or what has been reduced (chain reduce: send_buf is then the reduce destination).
+cdef enum:
+    RELAY_NONE = 0
+    RELAY_RECEIVED = 1
+    RELAY_REDUCED = 2
+
+FORWARD_NONE, FORWARD_RECEIVED, FORWARD_REDUCED = RELAY_NONE, RELAY_RECEIVED, RELAY_REDUCED
+
 # state[] slots: progress survives a return, so a caller may resume a step.
 cdef enum:
     S_SENT = 0      # header + payload bytes sent
@@ -102,7 +111,7 @@ cdef struct Step:
     int dtype
     int op
     Py_ssize_t item
-    bint relay               # forward received payload bytes to send_fd as they arrive
+    int relay                # RELAY_*: forward payload to send_fd as it arrives / is reduced
     Py_ssize_t chunk
     int wake_fd
     double deadline
@@ -227,10 +236,12 @@ cdef int _run(Step* s) noexcept nogil:
             else:
                 p = pos - s.send_hdr_len
             avail = s.send_len
-            if s.relay:
+            if s.relay == RELAY_RECEIVED:
                 avail = st[S_RECVD] - s.recv_hdr_len
                 if avail < 0:
                     avail = 0
+            elif s.relay == RELAY_REDUCED:
+                avail = st[S_REDUCED]
             want = avail - p
             if want > s.chunk:
                 want = s.chunk
@@ -298,7 +309,7 @@ def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py
          int recv_fd, unsigned char[::1] recv_hdr, const unsigned char[::1] expect_hdr,
          Py_ssize_t recv_ptr, Py_ssize_t recv_len, long long[::1] state, *,
          Py_ssize_t reduce_ptr=0, Py_ssize_t init_ptr=0, Py_ssize_t ring_len=0,
-         int dtype=0, int op=0, bint relay=False, Py_ssize_t chunk=262144,
+         int dtype=0, int op=0, int relay=RELAY_NONE, Py_ssize_t chunk=262144,
          int wake_fd=-1, double deadline=0.0, double spin_s=0.0):
     """Run one full-duplex step; returns a status code, progress in `state`.
 

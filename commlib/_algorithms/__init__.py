@@ -14,10 +14,12 @@ import os
 # At or below these payload sizes the latency-bound algorithm wins.
 ALL_REDUCE_SMALL_BYTES = 64 << 10
 BROADCAST_SMALL_BYTES = 64 << 10
+REDUCE_SMALL_BYTES = 64 << 10
 
 CHOICES = {
     "all_reduce": ("doubling", "ring"),
     "broadcast": ("tree", "chain"),
+    "reduce": ("tree", "chain"),
 }
 
 
@@ -32,4 +34,6 @@ def choose(kind, nbytes, size):
         return "doubling" if nbytes <= ALL_REDUCE_SMALL_BYTES or nbytes < 64 * size else "ring"
     if kind == "broadcast":
         return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
+    if kind == "reduce":
+        return "tree" if nbytes <= REDUCE_SMALL_BYTES or size <= 2 else "chain"
     raise ValueError(f"no algorithm choice for {kind!r}")
