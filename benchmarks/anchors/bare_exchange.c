@@ -72,7 +72,9 @@ static double exchange(int fd, const char *sbuf, char *rbuf, size_t size, size_t
         int r = poll(&q, 1, 30000);
         if (r < 0) { if (errno == EINTR) continue; die("poll"); }
         if (r == 0) { fprintf(stderr, "exchange timed out\n"); exit(3); }
-        if (q.revents & (POLLERR | POLLHUP | POLLNVAL)) { fprintf(stderr, "socket error\n"); exit(2); }
+        /* POLLHUP alone is fine: the peer may be done and gone with our last bytes still queued */
+        if (q.revents & (POLLERR | POLLNVAL)) { fprintf(stderr, "socket error\n"); exit(2); }
+        if ((q.revents & POLLHUP) && !(q.revents & POLLIN) && got < size) { fprintf(stderr, "peer closed\n"); exit(2); }
         if ((q.revents & POLLIN) && got < size) {
             size_t want = size - got < chunk ? size - got : chunk;
             ssize_t k = read(fd, rbuf + got, want);
