@@ -9,8 +9,6 @@ import sys
 import threading
 import time
 
-from commlib._rendezvous import Coordinator
-
 from . import spawn
 
 TIMEOUT_EXIT = 124
@@ -197,6 +195,12 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
     setup(ranks, coordinator_address, secret) fills in each rank's argv and env.
     Must run in the main thread (it handles SIGINT, SIGTERM, SIGHUP and SIGCHLD).
     """
+    try:  # here, not at the top: --help and usage errors must not depend on commlib being built
+        from commlib._rendezvous import Coordinator
+    except ImportError as e:
+        say(f"cannot import commlib ({e}); install it with `pip install .`, "
+            "or build it in place with `python setup.py build_ext --inplace`")
+        return 1
     secret = secrets.token_bytes(32)
     try:
         coordinator = Coordinator(len(ranks), secret, host=coordinator_host, log=lambda line: say(f"coordinator: {line}"))
