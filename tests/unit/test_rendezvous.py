@@ -286,6 +286,7 @@ def test_pending_handshakes_are_bounded(logs, monkeypatch):
     wait_for(lambda: any("too many pending handshakes" in line for line in logs))
     for s in silent:
         s.close()
+    wait_for(lambda: sum("dropped connection" in line for line in logs) >= 3)
     out, errors = run_ranks(c.address, [0])  # slots free again once the strangers are gone
     assert not errors
     c.close()
