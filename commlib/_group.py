@@ -68,6 +68,8 @@ class Op:
         self.hdr = encode(KIND_COLL, COLL[coll], dtype, redop, 0, g.gid, root, shape, g.seq, 0, count, 0)
         self.what = f"{coll} #{g.seq}"
         self.deadline = time.monotonic() + g.timeout
+        if g.ep is not None:
+            g.ep.last = self.what
 
     def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None):
         """Send to dst while receiving from src (group ranks; None: no such side).
@@ -85,6 +87,7 @@ class Op:
             rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what)
         state = g.state
         state[:] = 0
+        ep.current = (self.what, g._wr(src if src is not None else dst))
         if reduce_dst:
             recv_ptr = g.ring_ptr
         rc = _io.step(sfd, self.hdr if dst is not None else None, send_ptr, send_len,
@@ -95,8 +98,10 @@ class Op:
         if rc:
             exc = ep.status_error(rc, state, self.what, g._wr(dst), send_len, g._wr(src), recv_len,
                                   self.hdr, g.rhdr)
+            ep.current = None
             ep.spread(exc)
             raise exc
+        ep.current = None
 
     @staticmethod
     def copy(dst, src, nbytes):
@@ -191,14 +196,17 @@ class Group:
         state = self.state
         state[:] = 0
         ep = self.ep
+        ep.current = (what, self.world[peer])
         rc = _io.step(send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, None, recv_ptr, recv_len, state,
                       chunk=max(self.chunk, 1 << 20), wake_fd=ep.wake_r, deadline=deadline, spin_s=self.spin_s)
         if rc:
             w = self.world[peer]
             exc = ep.status_error(rc, state, what, w if send_fd >= 0 else None, nbytes,
                                   w if recv_fd >= 0 else None, recv_len, b"", b"")
+            ep.current = None
             ep.spread(exc)
             raise exc
+        ep.current = None
 
     def send_bytes(self, ptr, nbytes, dtype, count, dst, tag, flags=0, what="send"):
         """Send one framed message of nbytes at address ptr to group rank dst."""
@@ -310,8 +318,11 @@ class Group:
             poller.register(ep.wake_r, select.POLLIN)
             left = deadline - time.monotonic() if block else 0
             if block and left <= 0:
-                raise ep.fail(_timeout(ep.rank, what, self.timeout, src, self.world))
+                exc = _timeout(ep.rank, what, self.timeout, src, self.world)
+                raise ep.fail(type(exc)(str(exc) + ep.stall_report(), rank=exc.rank, op=what))
+            ep.current = (what, None if src == ANY_SOURCE else self.world[src])
             events = poller.poll(max(0, int(left * 1000)) + (1 if block else 0))
+            ep.current = None
             if not events and not block:
                 return None
             try:

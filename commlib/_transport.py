@@ -21,6 +21,7 @@ import hmac
 import logging
 import os
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -39,6 +40,7 @@ CHANNEL_NAMES = ("collective", "point-to-point")
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_PENDING_HANDSHAKES = 64
+NOTICE_GRACE_S = 0.25  # how long a closed connection waits for the job's failure notice
 
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
 _CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
@@ -105,6 +107,9 @@ class Endpoint:
         self.failure_remote = False  # the failure came from another rank's notice
         self.notify = None  # callable(dict): message to the coordinator (set by init)
         self._spread = False
+        self.current = None  # (what, peer) while blocked in a step: answers stall queries
+        self.last = None  # the last operation this rank entered
+        self._statuses = {}  # replies to our stall query: rank -> text
         self.exits = {}  # world rank -> "exited with code 3" (from the coordinator)
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
@@ -202,6 +207,7 @@ class Endpoint:
         sock = self._in.get(key)
         if sock is not None:
             return sock.fileno()
+        self.current = (what, src)
         with self._cond:
             while key not in self._in:
                 self.raise_if_failed()
@@ -209,8 +215,9 @@ class Endpoint:
                 if left <= 0:
                     raise self.fail(CommTimeout(
                         f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
-                        f"({CHANNEL_NAMES[channel]} channel)", rank=src))
+                        f"({CHANNEL_NAMES[channel]} channel)" + self.stall_report(), rank=src))
                 self._cond.wait(min(left, 0.05))
+            self.current = None
             return self._in[key].fileno()
 
     def incoming_fds(self, group, channel):
@@ -234,7 +241,8 @@ class Endpoint:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self.fail(CommTimeout(f"rank {self.rank}: {what} could not connect to rank {dst} at "
-                                            f"{address if not local else 'its unix socket'}: {last}", rank=dst))
+                                            f"{address if not local else 'its unix socket'}: {last}"
+                                            + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -257,9 +265,7 @@ class Endpoint:
             except (ConnectionError, OSError) as exc:
                 sock.close()
                 last = exc
-                if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
-                    # Closed mid-handshake: the acceptor refused us, or the peer died.
-                    self._peer_gone(dst, what)
+                self._peer_gone(dst, what)  # refused or cut off by a peer known to be gone
                 time.sleep(0.01)
         sock.settimeout(None)
         sock.setblocking(False)
@@ -295,11 +301,11 @@ class Endpoint:
             log.warning("commlib rank %d: could not report the failure to the job: %s", self.rank, err)
 
     def on_notice(self, msg):
-        """Coordinator push (listener thread): peer exits, aborts, a lost coordinator."""
+        """Coordinator push (listener thread): peer exits, aborts, stall queries."""
         kind, peer = msg.get("kind"), msg.get("rank")
-        if kind == "died":
+        if kind in ("died", "lost"):
             self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
-            if msg.get("code") != 0 and not self._closed:
+            if (kind == "lost" or msg.get("code") != 0) and not self._closed:
                 self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer),
                           remote=True)
         elif kind == "left":
@@ -310,9 +316,43 @@ class Endpoint:
             if msg.get("error") not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
                 text = f"rank {self.rank}: rank {msg.get('from', peer)} failed: {text}"
             self.fail(cls(text, rank=msg.get("from", peer)), remote=True)
+        elif kind == "status_query" and self.notify is not None:
+            self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank, "state": self.describe()})
+        elif kind == "status":
+            with self._cond:
+                self._statuses[msg.get("from", peer)] = msg.get("state", "?")
+                self._cond.notify_all()
         elif kind == "coordinator_lost" and not self._closed:
             self.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
                       remote=True)
+
+    def describe(self):
+        """What this rank is doing, for another rank's stall report."""
+        current = self.current
+        if current is not None:
+            what, peer = current
+            return f"in {what}" + (f", waiting on rank {peer}" if peer is not None else "")
+        return f"not in a commlib call (last: {self.last or 'none'})"
+
+    def stall_report(self, wait_s=1.0):
+        """Ask every other rank what it is doing; lines for a CommTimeout message."""
+        if self.notify is None or self.table is None:
+            return ""
+        others = [r for r in range(len(self.table)) if r != self.rank]
+        with self._cond:
+            self._statuses.clear()
+        try:
+            self.notify({"kind": "status_query", "to": "all"})
+        except (OSError, CommError):
+            return "\n  stall report: the coordinator is unreachable"
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            while len(self._statuses) < len(others) and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            got = dict(self._statuses)
+        lines = [f"    rank {r}: {got.get(r, self.exits.get(r) and 'gone: ' + self.exits[r] or 'no answer (stopped, or holding the GIL?)')}"
+                 for r in others]
+        return "\n  stall report:\n" + "\n".join(lines)
 
     def raise_if_failed(self):
         if self.failure is not None:
@@ -327,12 +367,21 @@ class Endpoint:
             return type(f)(str(f), rank=f.rank, op=what)
         if rc == _io.TIMEOUT:
             if recv_peer is not None and recvd < recv_len + HEADER_NBYTES:
-                return self.fail(CommTimeout(
-                    f"rank {me}: {what} waited {self.timeout:g} s for rank {recv_peer} "
-                    f"({max(0, recvd - HEADER_NBYTES)} of {recv_len} bytes)", rank=recv_peer, op=what))
-            return self.fail(CommTimeout(
-                f"rank {me}: {what} waited {self.timeout:g} s sending to rank {send_peer} "
-                f"({max(0, sent - HEADER_NBYTES)} of {send_len} bytes)", rank=send_peer, op=what))
+                text = (f"rank {me}: {what} waited {self.timeout:g} s for rank {recv_peer} "
+                        f"({max(0, recvd - HEADER_NBYTES)} of {recv_len} bytes)")
+                peer = recv_peer
+            else:
+                text = (f"rank {me}: {what} waited {self.timeout:g} s sending to rank {send_peer} "
+                        f"({max(0, sent - HEADER_NBYTES)} of {send_len} bytes)")
+                peer = send_peer
+            return self.fail(CommTimeout(text + self.stall_report(), rank=peer, op=what))
+        if rc in (_io.EOF, _io.SEND_ERROR, _io.RECV_ERROR) and self.failure is None:
+            # A peer that closes first often did so because the job is failing:
+            # its notice is in flight; report that cause rather than the symptom.
+            select.select([self.wake_r], [], [], NOTICE_GRACE_S)
+        if self.failure is not None and self.failure_remote:
+            f = self.failure
+            return type(f)(str(f), rank=f.rank, op=what)
         if rc == _io.EOF:
             why = self.exits.get(recv_peer, "connection closed")
             return self.fail(PeerLost(f"rank {me}: {what} lost rank {recv_peer} ({why})", rank=recv_peer, op=what))

@@ -1,0 +1,261 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Element-wise reduction and strided pack/unpack kernels.
+
+Inner tier (cimported by _io.pyx through _kernels.pxd): reduce_raw,
+itemsize_of, pack_raw, unpack_raw -- raw pointers, no GIL, cannot fail.
+The loops are C in _kernels_impl.h (compiled for the baseline ISA and for
+AVX2+FMA+F16C and AVX-512, chosen at import from CPUID).
+
+Outer tier (Python): reduce_into, pack, unpack -- check arguments with the
+GIL held, then make one nogil call.
+"""
+from cpython.buffer cimport (
+    PyObject_GetBuffer, PyBuffer_Release, PyBuffer_IsContiguous,
+    PyBUF_STRIDES, PyBUF_WRITABLE, PyBUF_ND,
+)
+
+import numpy as np
+
+from commlib import _dtypes
+
+
+cdef extern from "_kernels_impl.h":
+    int CL_N_DTYPES, CL_N_OPS
+    int cl_reduce(void* dst, const void* src, Py_ssize_t count, int dtype, int op) nogil
+    Py_ssize_t cl_itemsize_of(int dtype) nogil
+    int cl_cpu_level() nogil
+    int cl_set_level(int level) nogil
+    void cl_copy_nd(const char* src, char* dst, int ndim, const Py_ssize_t* shape,
+                    const Py_ssize_t* strides, Py_ssize_t isz, int dir) nogil
+
+
+# ---------------------------------------------------------------- inner tier
+
+cdef int reduce_raw(void* dst, const void* src, Py_ssize_t count, int dtype, int op) noexcept nogil:
+    return cl_reduce(dst, src, count, dtype, op)
+
+
+cdef Py_ssize_t itemsize_of(int dtype) noexcept nogil:
+    return cl_itemsize_of(dtype)
+
+
+cdef void pack_raw(const char* src, char* dst, int ndim, const Py_ssize_t* shape,
+                   const Py_ssize_t* strides, Py_ssize_t itemsize) noexcept nogil:
+    cl_copy_nd(src, dst, ndim, shape, strides, itemsize, 0)
+
+
+cdef void unpack_raw(const char* src, char* dst, int ndim, const Py_ssize_t* shape,
+                     const Py_ssize_t* strides, Py_ssize_t itemsize) noexcept nogil:
+    cl_copy_nd(src, dst, ndim, shape, strides, itemsize, 1)
+
+
+# The C header keeps its own copy of the codes; make sure they agree.
+assert <int>CL_N_DTYPES == <int>N_DTYPES and <int>CL_N_OPS == <int>N_OPS
+assert (DT_FLOAT16, DT_BFLOAT16, DT_COMPLEX128, OP_BXOR) == (9, 10, 14, 8)
+assert tuple(_dtypes.DTYPE_NAMES) == (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+    "uint64", "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+
+_level = cl_set_level(99)
+SIMD_NAMES = ("baseline", "AVX2+FMA+F16C", "AVX-512")
+
+
+def simd_level():
+    """Loop set in use: 0 baseline, 1 AVX2+FMA+F16C, 2 AVX-512 (see SIMD_NAMES)."""
+    return _level
+
+
+def _set_simd_level(int level):
+    """Testing hook: use the best loop set <= level that the CPU runs.
+    Returns the level now in use. Not thread-safe against running reductions."""
+    global _level
+    _level = cl_set_level(level)
+    return _level
+
+
+def _cpu_simd_level():
+    return cl_cpu_level()
+
+
+# ---------------------------------------------------------------- outer tier
+
+cdef object _BF16 = _dtypes.BFLOAT16
+cdef object _ndarray = np.ndarray
+cdef dict _DT_CODE = {}  # numpy dtype -> code, filled on first use of each dtype
+cdef dict _OP_CODE = {name: i for i, name in enumerate(_dtypes.OP_NAMES)}
+cdef bytes _LEGAL = bytes([_dtypes.legal(d, o) for d in range(N_DTYPES) for o in range(N_OPS)])
+# alignment the C loops need (numpy's dtype.alignment on x86-64)
+cdef Py_ssize_t[15] _ALIGN = [1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 4, 8]
+
+
+cdef object _bufview(a):
+    # numpy cannot export a buffer of ml_dtypes' bfloat16: view its bits instead.
+    if _BF16 is not None and a.dtype == _BF16:
+        return a.view(np.uint16)
+    return a
+
+
+cdef void _extent(const Py_buffer* b, char** lo, char** hi) noexcept nogil:
+    """Byte range [lo, hi) touched by a non-empty strided buffer."""
+    cdef char* l = <char*>b.buf
+    cdef char* h = <char*>b.buf
+    cdef int k
+    for k in range(b.ndim):
+        if b.strides[k] < 0:
+            l += (b.shape[k] - 1) * b.strides[k]
+        else:
+            h += (b.shape[k] - 1) * b.strides[k]
+    lo[0] = l
+    hi[0] = h + b.itemsize
+
+
+cdef bint _same_layout(const Py_buffer* a, const Py_buffer* b) noexcept nogil:
+    cdef int k
+    if a.buf != b.buf:
+        return False
+    for k in range(a.ndim):
+        if a.strides[k] != b.strides[k] and a.shape[k] > 1:
+            return False
+    return True
+
+
+def reduce_into(dst, src, op):
+    """dst = op(dst, src) element-wise, in place; returns dst.
+
+    dst: a writable array (anything np.asarray turns into a writable array
+    without copying); src: anything np.asarray accepts, same dtype and shape.
+    op: name or ReduceOp. Illegal (op, dtype) pairs raise ValueError, dtype
+    mismatches TypeError, shape mismatches ValueError.
+    Aligned operands that are both C- or both F-contiguous and do not
+    partially overlap go straight to the C loop; anything else is first
+    copied into aligned contiguous scratch (and dst copied back).
+    """
+    d = dst if type(dst) is _ndarray else np.asarray(dst)
+    s = src if type(src) is _ndarray else np.asarray(src)
+    ddt = d.dtype
+    if ddt is not s.dtype and ddt != s.dtype:
+        raise TypeError(f"reduce_into: dtype mismatch: dst is {ddt}, src is {s.dtype}")
+    if d.shape != s.shape:
+        raise ValueError(f"reduce_into: shape mismatch: dst {d.shape}, src {s.shape}")
+    code_obj = _DT_CODE.get(ddt)
+    if code_obj is None:
+        code_obj = _DT_CODE[ddt] = _dtypes.dtype_code(ddt)  # TypeError if unsupported
+    cdef int dt = code_obj
+    op_obj = _OP_CODE.get(op) if type(op) is str else None
+    cdef int opc = _dtypes.op_code(op) if op_obj is None else op_obj
+    if not _LEGAL[dt * N_OPS + opc]:
+        _dtypes.check_op(dt, opc)  # raises ValueError naming both
+    if not d.flags.writeable:
+        raise ValueError("reduce_into: dst is read-only")
+    if d.size == 0:
+        return dst
+
+    cdef Py_buffer bd, bs
+    cdef int rc = -2
+    cdef char* dlo
+    cdef char* dhi
+    cdef char* slo
+    cdef char* shi
+    cdef bint fast
+    dv = d.view(np.uint16) if dt == DT_BFLOAT16 else d
+    sv = s.view(np.uint16) if dt == DT_BFLOAT16 else s
+    PyObject_GetBuffer(dv, &bd, PyBUF_STRIDES | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(sv, &bs, PyBUF_STRIDES)
+        try:
+            fast = ((<Py_ssize_t>bd.buf) % _ALIGN[dt] == 0 and (<Py_ssize_t>bs.buf) % _ALIGN[dt] == 0
+                    and ((PyBuffer_IsContiguous(&bd, b'C') and PyBuffer_IsContiguous(&bs, b'C'))
+                         or (PyBuffer_IsContiguous(&bd, b'F') and PyBuffer_IsContiguous(&bs, b'F'))))
+            if fast:
+                _extent(&bd, &dlo, &dhi)
+                _extent(&bs, &slo, &shi)
+                # partial overlap: numpy semantics need src read before dst is written
+                if dlo < shi and slo < dhi and not _same_layout(&bd, &bs):
+                    fast = False
+            if fast:
+                with nogil:
+                    rc = cl_reduce(bd.buf, bs.buf, bd.len // bd.itemsize, dt, opc)
+        finally:
+            PyBuffer_Release(&bs)
+    finally:
+        PyBuffer_Release(&bd)
+    if rc == -2:
+        _reduce_slow(d, s, dt, opc)
+    elif rc != 0:  # pragma: no cover - the legality check ran first
+        raise ValueError(f"reduce_into: op code {opc} is not defined for dtype code {dt}")
+    return dst
+
+
+cdef _reduce_slow(d, s, int dt, int opc):
+    # One aligned C-contiguous copy of each operand that needs it (src always
+    # copied, which also takes care of overlap); dst is copied back at the end.
+    s = np.array(s, order="C", copy=True)
+    dc = d if (d.flags.c_contiguous and d.flags.aligned) else np.array(d, order="C", copy=True)
+    _reduce_contig(_bufview(dc), _bufview(s), d.size, dt, opc)
+    if dc is not d:
+        np.copyto(d, dc)
+
+
+cdef _reduce_contig(d, s, Py_ssize_t count, int dt, int opc):
+    cdef Py_buffer bd, bs
+    cdef int rc
+    PyObject_GetBuffer(d, &bd, PyBUF_STRIDES | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(s, &bs, PyBUF_STRIDES)
+        try:
+            with nogil:
+                rc = cl_reduce(bd.buf, bs.buf, count, dt, opc)
+        finally:
+            PyBuffer_Release(&bs)
+    finally:
+        PyBuffer_Release(&bd)
+    if rc != 0:  # pragma: no cover - the legality check ran first
+        raise ValueError(f"reduce_into: op code {opc} is not defined for dtype code {dt}")
+
+
+def pack(src, dst):
+    """Copy array src (any strides) into the writable contiguous buffer dst
+    (exactly src.nbytes bytes) in C order; returns dst."""
+    a = np.asarray(src)
+    cdef Py_buffer ba, bd
+    try:
+        PyObject_GetBuffer(dst, &bd, PyBUF_ND | PyBUF_WRITABLE)
+    except (BufferError, ValueError) as e:
+        raise ValueError(f"pack: dst must be a writable contiguous buffer ({e})") from None
+    try:
+        if bd.len != a.nbytes:
+            raise ValueError(f"pack: dst has {bd.len} bytes, src needs {a.nbytes}")
+        PyObject_GetBuffer(_bufview(a), &ba, PyBUF_STRIDES)
+        try:
+            with nogil:
+                pack_raw(<const char*>ba.buf, <char*>bd.buf, ba.ndim, ba.shape, ba.strides, ba.itemsize)
+        finally:
+            PyBuffer_Release(&ba)
+    finally:
+        PyBuffer_Release(&bd)
+    return dst
+
+
+def unpack(src, dst):
+    """Copy the contiguous buffer src (exactly dst.nbytes bytes, C order) into
+    the writable array dst (any strides); returns dst."""
+    a = np.asarray(dst)
+    if not a.flags.writeable:
+        raise ValueError("unpack: dst is read-only")
+    cdef Py_buffer ba, bs
+    try:
+        PyObject_GetBuffer(src, &bs, PyBUF_ND)
+    except (BufferError, ValueError) as e:
+        raise ValueError(f"unpack: src must be a contiguous buffer ({e})") from None
+    try:
+        if bs.len != a.nbytes:
+            raise ValueError(f"unpack: src has {bs.len} bytes, dst needs {a.nbytes}")
+        PyObject_GetBuffer(_bufview(a), &ba, PyBUF_STRIDES | PyBUF_WRITABLE)
+        try:
+            with nogil:
+                unpack_raw(<const char*>bs.buf, <char*>ba.buf, ba.ndim, ba.shape, ba.strides, ba.itemsize)
+        finally:
+            PyBuffer_Release(&ba)
+    finally:
+        PyBuffer_Release(&bs)
+    return dst
