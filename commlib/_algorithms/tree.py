@@ -81,6 +81,10 @@ def reduce_chain(op, src, acc, nbytes, root):
     """Pipelined chain reduce: v = size-1 starts, each rank adds its part and passes it on."""
     n = op.size
     v = (op.rank - root) % n
+    if n == 1:
+        if src != acc:
+            op.copy(acc, src, nbytes)
+        return
     if v == n - 1:
         op.exchange(_real(v - 1, root, n), src, nbytes, None, 0, 0)
         return

@@ -1,0 +1,199 @@
+"""Algorithm schedules on an in-memory fake transport: threads as ranks, no sockets.
+
+The fake implements the one primitive the algorithms use, Op.exchange, with
+unbounded FIFO queues per (src, dst) pair, so these tests check the
+schedules themselves (which block goes where, in which order) for many
+group sizes in milliseconds.
+"""
+import ctypes
+import queue
+import threading
+
+import numpy as np
+import pytest
+
+from commlib import _kernels
+from commlib._algorithms import choose, doubling, pairwise, ring, tree
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _view(addr, nbytes, dtype=np.uint8):
+    if nbytes == 0:
+        return np.empty(0, dtype)
+    return np.ctypeslib.as_array((ctypes.c_char * nbytes).from_address(addr)).view(np.uint8).view(dtype)
+
+
+class FakeOp:
+    def __init__(self, rank, size, boxes, dtype, op="sum"):
+        self.rank, self.size, self.boxes, self.dtype, self.redop = rank, size, boxes, np.dtype(dtype), op
+
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None):
+        if dst is not None and relay is None:
+            self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
+        if src is not None:
+            data = self.boxes[src, self.rank].get(timeout=10)
+            assert len(data) == recv_len, (self.rank, src, len(data), recv_len)
+            if reduce_dst:
+                if init:
+                    ctypes.memmove(reduce_dst, init, recv_len)
+                dst_arr = _view(reduce_dst, recv_len, self.dtype)
+                _kernels.reduce_into(dst_arr, np.frombuffer(data, self.dtype), self.redop)
+            else:
+                _view(recv_ptr, recv_len)[:] = np.frombuffer(data, np.uint8)
+        if dst is not None and relay is not None:  # forward once everything arrived
+            self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
+
+    @staticmethod
+    def copy(dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+
+def run_ranks(size, body, dtype=np.float64, op="sum"):
+    boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+    results, errors = [None] * size, []
+
+    def main(r):
+        try:
+            results[r] = body(FakeOp(r, size, boxes, dtype, op))
+        except BaseException as exc:  # reported below
+            errors.append((r, exc))
+
+    threads = [threading.Thread(target=main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    for (a, b), q in boxes.items():
+        assert q.empty(), f"message from {a} to {b} never received"
+    return results
+
+
+def inputs(size, count, dtype=np.float64):
+    return [((np.arange(count) * 7 + r * 13) % 11).astype(dtype) for r in range(size)]
+
+
+SIZES = [1, 2, 3, 4, 5, 7, 8]
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("count", [0, 1, 3, 10, 37])
+def test_ring_all_reduce_in_and_out_of_place(size, count):
+    xs = inputs(size, count)
+
+    def body(op):
+        src = xs[op.rank].copy()
+        out = np.empty_like(src)
+        ring.all_reduce(op, src.ctypes.data, out.ctypes.data, count, 8)
+        inplace = xs[op.rank].copy()
+        return out, src, inplace
+
+    if size == 1:
+        return
+    res = run_ranks(size, body)
+    for out, src, _ in res:
+        np.testing.assert_array_equal(out, sum(xs))
+    for r, (_, src, _) in enumerate(res):
+        np.testing.assert_array_equal(src, xs[r])  # input untouched out of place
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("count", [0, 1, 5, 16])
+def test_doubling_all_reduce_every_size(size, count):
+    xs = inputs(size, count)
+
+    def body(op):
+        buf = xs[op.rank].copy()
+        snap = np.empty(max(buf.nbytes, 1), np.uint8)
+        doubling.all_reduce(op, buf.ctypes.data, buf.nbytes, snap.ctypes.data)
+        return buf
+
+    for out in run_ranks(size, body):
+        np.testing.assert_array_equal(out, sum(xs))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_barrier_schedule_pairs_up(size):
+    run_ranks(size, lambda op: doubling.barrier(op))
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("root", [0, 1, 6])
+@pytest.mark.parametrize("algo", [tree.broadcast_tree, tree.broadcast_chain])
+def test_broadcast_every_root(size, root, algo):
+    root %= size
+    xs = inputs(size, 9)
+
+    def body(op):
+        buf = xs[op.rank].copy()
+        algo(op, buf.ctypes.data, buf.nbytes, root)
+        return buf
+
+    for out in run_ranks(size, body):
+        np.testing.assert_array_equal(out, xs[root])
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("root", [0, 2, 5])
+@pytest.mark.parametrize("algo", [tree.reduce_tree, tree.reduce_chain])
+def test_reduce_every_root(size, root, algo):
+    root %= size
+    xs = inputs(size, 6)
+
+    def body(op):
+        src = xs[op.rank].copy()
+        acc = np.full_like(src, np.nan)
+        algo(op, src.ctypes.data, acc.ctypes.data, src.nbytes, root)
+        np.testing.assert_array_equal(src, xs[op.rank])
+        return acc
+
+    res = run_ranks(size, body)
+    np.testing.assert_array_equal(res[root], sum(xs))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_gather_scatter_all_to_all_ppermute(size):
+    xs = inputs(size, 4)
+    root = size - 1
+
+    def body(op):
+        r = op.rank
+        out = np.empty(4 * size) if r == root else None
+        tree.gather_linear(op, xs[r].ctypes.data, out.ctypes.data if out is not None else 0, 32, root)
+        full = np.concatenate(xs) if r == root else None
+        mine = np.empty(4)
+        tree.scatter_linear(op, full.ctypes.data if full is not None else 0, mine.ctypes.data, 32, root)
+        send = [np.full(2, 100 * r + j, np.float64) for j in range(size)]
+        recv = [np.empty(2) for _ in range(size)]
+        pairwise.all_to_all(op, [b.ctypes.data for b in send], [b.ctypes.data for b in recv], 16)
+        shifted = np.zeros(3)
+        x = np.full(3, float(r))
+        pairwise.ppermute(op, (r + 1) % size, (r - 1) % size, x.ctypes.data, shifted.ctypes.data, 24)
+        return out, mine, recv, shifted
+
+    res = run_ranks(size, body)
+    np.testing.assert_array_equal(res[root][0], np.concatenate(xs))
+    for r, (_, mine, recv, shifted) in enumerate(res):
+        np.testing.assert_array_equal(mine, xs[r])
+        for j in range(size):
+            np.testing.assert_array_equal(recv[j], np.full(2, 100 * j + r))
+        np.testing.assert_array_equal(shifted, np.full(3, float((r - 1) % size)))
+
+
+def test_ring_blocks_cover_the_buffer():
+    for count in range(0, 30):
+        for size in range(1, 9):
+            offsets, lengths = ring.blocks(count, size)
+            assert sum(lengths) == count and max(lengths) - min(lengths) <= 1
+            assert all(offsets[i] + lengths[i] == (offsets[i + 1] if i + 1 < size else count) for i in range(size))
+
+
+def test_choose_thresholds_and_override(monkeypatch):
+    assert choose("all_reduce", 8, 4) == "doubling"
+    assert choose("all_reduce", 64 << 20, 4) == "ring"
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")
+    assert choose("all_reduce", 8, 4) == "ring"
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        choose("all_reduce", 8, 4)
