@@ -1,0 +1,27 @@
+"""Type stub for the compiled commlib._kernels extension."""
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commlib._dtypes import ReduceOp
+
+SIMD_NAMES: tuple[str, str, str]
+
+def simd_level() -> int:
+    """Loop set in use: 0 baseline, 1 AVX2+FMA+F16C, 2 AVX-512."""
+    ...
+
+def _set_simd_level(level: int) -> int: ...
+def _cpu_simd_level() -> int: ...
+def reduce_into(dst: Any, src: ArrayLike, op: str | ReduceOp) -> Any:
+    """dst = op(dst, src) element-wise in place; returns dst."""
+    ...
+
+def pack(src: ArrayLike, dst: Any) -> Any:
+    """Copy src (any strides) into the writable contiguous buffer dst (C order); returns dst."""
+    ...
+
+def unpack(src: Any, dst: np.ndarray) -> np.ndarray:
+    """Copy the contiguous buffer src (C order) into the writable array dst (any strides); returns dst."""
+    ...
