@@ -124,7 +124,9 @@ def _install_excepthook(client, rank):
 
 
 def _g(group):
-    return group if group is not None else init()
+    if group is not None:
+        return group
+    return _world if _world is not None else init()
 
 
 # ----------------------------------------------------------------- arrays

@@ -86,7 +86,7 @@ class Op:
         if src is not None:
             rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what)
         state = g.state
-        state[:] = 0
+        state.fill(0)
         ep.current = (self.what, g._wr(src if src is not None else dst))
         if reduce_dst:
             recv_ptr = g.ring_ptr
@@ -194,7 +194,7 @@ class Group:
     # ------------------------------------------------------- point-to-point
     def _step(self, send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, recv_ptr, recv_len, deadline, what, peer):
         state = self.state
-        state[:] = 0
+        state.fill(0)
         ep = self.ep
         ep.current = (what, self.world[peer])
         rc = _io.step(send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, None, recv_ptr, recv_len, state,

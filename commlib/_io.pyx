@@ -183,9 +183,10 @@ cdef int _run(Step* s) noexcept nogil:
                 p = 0
             else:
                 p = pos - s.recv_hdr_len
-            # The payload may follow the header in the same read only after the
-            # header has been checked, so a mismatched message never lands.
-            if checked or pos >= s.recv_hdr_len:
+            # The payload may share a read with an unchecked header only when it
+            # lands in scratch (reduce mode: it is reduced after the check);
+            # otherwise a mismatched message must never reach the destination.
+            if checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL:
                 want = s.recv_len - p
                 if want > s.chunk:
                     want = s.chunk

@@ -293,7 +293,7 @@ def send_obj(obj, dst, tag=0, *, group=None):
     g = _g(group)
     dst, tag = g.check_rank(dst, "dst"), _tag(tag, False)
     frame = Frame(obj)
-    if g.ep is None:  # the singleton group: the message waits in our own queue
+    if g._size == 1:  # as `send` does: a message to self on a size-1 group waits in our own queue
         h = decode(encode(KIND_P2P, 0, DT_BYTES, 0, FLAG_OBJECT, g.gid, 0, 0, 0, tag, frame.nbytes, frame.nbytes))
         g._queue.append((h, frame.assemble()))
         return
@@ -494,3 +494,14 @@ def scatter_obj(objs, root=0, *, group=None):
             raise ValueError(f"{got.message} (reported by the root, rank {root})")
         raise CommError(f"scatter_obj: root {root} could not pickle an object: {got.message}")
     return loads(got)
+
+
+# Program order with the non-blocking requests: like every blocking function
+# of _api, an object call issued while requests are pending runs behind them.
+try:
+    from ._progress import ordered as _ordered
+except ImportError:  # pragma: no cover - a tree without the progress thread
+    _ordered = None
+if _ordered is not None:
+    send_obj, recv_obj, broadcast_obj, all_gather_obj, gather_obj, scatter_obj = (
+        _ordered(f) for f in (send_obj, recv_obj, broadcast_obj, all_gather_obj, gather_obj, scatter_obj))

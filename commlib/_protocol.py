@@ -106,9 +106,18 @@ def encode(kind, coll, dtype, op, flags, group, root, shape, seq, tag, count, nb
                         group, root, shape, seq, tag, count, nbytes)
 
 
+_SHAPE_HASHES = {}
+
+
 def shape_hash(shape):
     """A 32-bit fingerprint of a shape, so ranks can agree on shapes cheaply."""
-    return zlib.crc32(repr(tuple(int(d) for d in shape)).encode())
+    key = tuple(int(d) for d in shape)
+    h = _SHAPE_HASHES.get(key)
+    if h is None:
+        if len(_SHAPE_HASHES) > 4096:  # bounded: programs with ever-new shapes
+            _SHAPE_HASHES.clear()
+        h = _SHAPE_HASHES[key] = zlib.crc32(repr(key).encode())
+    return h
 
 
 def decode(data):

@@ -23,9 +23,14 @@ CHOICES = {
 }
 
 
+_forced = {}  # kind -> COMMLIB_ALGO_<KIND> value, read once per process
+
+
 def choose(kind, nbytes, size):
     """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks."""
-    forced = os.environ.get(f"COMMLIB_ALGO_{kind.upper()}")
+    forced = _forced.get(kind)
+    if forced is None:
+        forced = _forced[kind] = os.environ.get(f"COMMLIB_ALGO_{kind.upper()}", "")
     if forced:
         if forced not in CHOICES[kind]:
             raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from commlib import _kernels
-from commlib._algorithms import choose, doubling, pairwise, ring, tree
+from commlib._algorithms import doubling, pairwise, ring, tree
+from commlib import _algorithms
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,10 +191,12 @@ def test_ring_blocks_cover_the_buffer():
 
 
 def test_choose_thresholds_and_override(monkeypatch):
-    assert choose("all_reduce", 8, 4) == "doubling"
-    assert choose("all_reduce", 64 << 20, 4) == "ring"
+    assert _algorithms.choose("all_reduce", 8, 4) == "doubling"
+    assert _algorithms.choose("all_reduce", 64 << 20, 4) == "ring"
     monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "ring")
-    assert choose("all_reduce", 8, 4) == "ring"
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    assert _algorithms.choose("all_reduce", 8, 4) == "ring"
     monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "bogus")
+    monkeypatch.setattr("commlib._algorithms._forced", {})
     with pytest.raises(ValueError, match="bogus"):
-        choose("all_reduce", 8, 4)
+        _algorithms.choose("all_reduce", 8, 4)
