@@ -312,6 +312,10 @@ class Coordinator:
             try:
                 conn.push(data)
             except OSError as e:  # the reader thread notices and cleans up
+                with self._lock:
+                    still_there = self._ranks.get(conn.rank) is conn
+                if not still_there:
+                    continue  # it left while we were sending: nothing to report
                 self._log(f"could not reach rank {conn.rank}: {e}")
                 try:
                     conn.sock.shutdown(socket.SHUT_RDWR)
