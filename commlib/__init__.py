@@ -19,6 +19,7 @@ from ._api import (
 from ._dtypes import ReduceOp
 from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
 from ._group import ANY_SOURCE, ANY_TAG, Group, Status
+from ._objects import all_gather_obj, broadcast_obj, gather_obj, recv_obj, scatter_obj, send_obj
 from ._progress import Request
 
 __version__ = "0.1.0"
@@ -29,4 +30,5 @@ __all__ = [
     "all_to_all", "barrier", "broadcast", "finalize", "gather", "iall_gather", "iall_reduce", "ibroadcast",
     "init", "iprobe", "ireduce_scatter", "irecv", "is_available", "isend", "ppermute", "probe", "recv",
     "recv_into", "recv_like", "reduce", "reduce_scatter", "scatter", "send", "sendrecv",
+    "all_gather_obj", "broadcast_obj", "gather_obj", "recv_obj", "scatter_obj", "send_obj",
 ]

@@ -350,6 +350,14 @@ class Group:
 
     def probe(self, src, tag, block):
         """Status of the next matching message, leaving it queued (None: nothing, when not blocking)."""
+        if self.ep is None:  # size-1 group: only messages sent to self can be waiting
+            i = self._find(src, tag)
+            if i is None:
+                if block:
+                    raise CommError("probe on a group of size 1 with no message sent to self: it would wait forever")
+                return None
+            h = self._queue[i][0]
+            return Status(h.root, h.tag, h.nbytes, h.count, h.dtype)
         self.ep.raise_if_failed()
         deadline = time.monotonic() + self.timeout
         i = self._find(src, tag)
