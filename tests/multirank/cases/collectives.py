@@ -1,0 +1,161 @@
+"""all_gather, reduce_scatter, broadcast and barrier.
+
+usage: collectives.py SEED MODE
+  MODE full   - everything
+  MODE bcast  - broadcast only (for jobs run with COMMLIB_ALGO_BROADCAST forced)
+"""
+import array
+import time
+
+import numpy as np
+
+import commlib as cl
+from _common import DTYPES, OPS, Checker, dname, expected_reduce, gen, kind_for, legal
+
+c = Checker("collectives")
+mode = c.args[0] if c.args else "full"
+n, me = c.size, c.rank
+I32, F32, U8 = np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.uint8)
+
+
+def inputs(label, dt, shape, kind="any"):
+    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(n)]
+
+
+def all_gather_checks():
+    for dt in DTYPES:
+        xs = [v.reshape(()) for v in inputs(("ag0d", dname(dt)), dt, (1,))]
+        c.equal(cl.all_gather(xs[me]), np.stack(xs), f"all_gather 0-d {dname(dt)}")
+        for size in (0, 1, 13, 1021):
+            xs = inputs(("ag", dname(dt), size), dt, (size,))
+            c.equal(cl.all_gather(xs[me]), np.concatenate(xs), f"all_gather {dname(dt)} size={size}")
+    for dt, size in ((U8, 65537), (F32, 300001), (np.dtype(np.complex128), 40000)):
+        xs = inputs(("agbig", dname(dt), size), dt, (size,))
+        c.equal(cl.all_gather(xs[me]), np.concatenate(xs), f"all_gather large {dname(dt)} size={size}")
+    for shape in ((3, 4, 5), (0, 3), (2, 0), (1, 1, 1, 7)):
+        xs = inputs(("agnd", shape), np.dtype(np.int16), shape)
+        c.equal(cl.all_gather(xs[me]), np.concatenate(xs), f"all_gather shape {shape}")
+    xs = inputs(("agT",), np.dtype(np.float64), (5, 8))
+    c.equal(cl.all_gather(xs[me].T), np.concatenate([x.T for x in xs]), "all_gather transposed")
+    c.equal(cl.all_gather(xs[me][::2, 1::3]), np.concatenate([x[::2, 1::3] for x in xs]), "all_gather strided")
+    # Buffer-protocol inputs.
+    got = cl.all_gather(bytearray([me, 7, 255]))
+    c.equal(got, np.array([[r, 7, 255] for r in range(n)], np.uint8).reshape(-1), "all_gather bytearray")
+    got = cl.all_gather(array.array("d", [me + 0.5, -1.0]))
+    c.equal(got, np.array([[r + 0.5, -1.0] for r in range(n)]).reshape(-1), "all_gather array.array")
+    got = cl.all_gather(memoryview(np.arange(4, dtype=np.int64) * (me + 1)))
+    c.equal(got, np.concatenate([np.arange(4, dtype=np.int64) * (r + 1) for r in range(n)]), "all_gather memoryview")
+
+
+def reduce_scatter_checks():
+    def one(dt, op, shape_rest, k, label, strided=False):
+        shape = (n * k,) + shape_rest
+        xs = inputs(("rs", dname(dt), op, shape, strided), dt, shape, kind_for(op))
+        x = xs[me]
+        if strided:
+            big = np.zeros((2 * shape[0],) + shape_rest, dt)
+            big[::2] = x
+            x = big[::2]
+        if not legal(op, dt):
+            c.raises(ValueError, label + " (illegal pair)", cl.reduce_scatter, x, op)
+            return
+        c.equal(cl.reduce_scatter(x, op), expected_reduce(xs, op)[me * k:(me + 1) * k], label,
+                record=False)  # blocks differ by rank
+
+    for dt in (I32, F32, np.dtype(bool), np.dtype(np.uint64)):
+        for op in OPS:
+            for k in (0, 1, 3, 1021):
+                if n == 1 and op in ("land", "lor") and dt.kind != "b":
+                    continue  # logical.py covers land/lor on a single rank
+                one(dt, op, (), k, f"reduce_scatter {op} {dname(dt)} k={k}")
+    for dt in DTYPES:
+        one(dt, "sum", (), 5, f"reduce_scatter sum {dname(dt)} k=5")
+        one(dt, "max", (3, 2), 2, f"reduce_scatter max {dname(dt)} 3-D", strided=True)
+    one(F32, "sum", (), 300001, "reduce_scatter large float32")
+    one(np.dtype(np.int64), "bxor", (7,), 9000, "reduce_scatter large int64 2-D bxor")
+    one(np.dtype(np.complex64), "prod", (2, 2), 3, "reduce_scatter prod complex64 3-D")
+    # Not divisible by the group size: ValueError on every rank, nothing sent.
+    if n > 1:
+        c.raises(ValueError, "reduce_scatter not divisible", cl.reduce_scatter, np.ones(n * 3 + 1, np.float32))
+        c.raises(ValueError, "reduce_scatter not divisible 2-D", cl.reduce_scatter, np.ones((n + 1, 4), np.int8))
+    c.raises(ValueError, "reduce_scatter 0-d", cl.reduce_scatter, np.float64(1.0))
+    c.equal(cl.reduce_scatter(np.full(n, me, np.int64)), np.array([n * (n - 1) // 2], np.int64),
+            "reduce_scatter after the errors", record=False)
+
+
+def broadcast_checks(large_only=False):
+    shapes = [] if large_only else [(13,), (), (0,), (3, 4, 2)]
+    for root in range(n):
+        for dt in ([] if large_only else DTYPES):
+            for shape in shapes:
+                label = f"broadcast root={root} {dname(dt)} shape={shape}"
+                src = gen(c.rng("bc", root, dname(dt), shape), dt, shape)
+                if me == root:
+                    x = src.copy()
+                    res = cl.broadcast(x, root)
+                    c.ok(res is x, label, "root did not get x back")
+                    c.equal(x, src, label + " root unchanged")
+                else:
+                    x = np.zeros(shape, dt)
+                    res = cl.broadcast(x, root)
+                    c.ok(res is x, label, "a writable x was not returned")
+                    c.equal(x, src, label)
+        src = gen(c.rng("bcro", root), np.dtype(np.int64), (9,))
+        # Read-only x on non-roots: a new array comes back, x is untouched.
+        if not large_only:
+            x = src.copy() if me == root else np.full(9, -5, np.int64)
+            if me != root:
+                x.setflags(write=False)
+            res = cl.broadcast(x, root)
+            if me != root:
+                c.ok(res is not x, f"broadcast read-only root={root}", "returned the read-only x")
+                c.ok(np.all(x == -5), f"broadcast read-only root={root} untouched", "wrote into read-only x")
+            c.equal(res, src, f"broadcast read-only root={root}")
+            # Non-contiguous x: written through the view, gaps untouched.
+            big = np.full((6, 9), -7, np.int64)
+            view = big[::2, ::2]
+            if me == root:
+                view[...] = src[:5]
+            res = cl.broadcast(view, root)
+            c.ok(res is view, f"broadcast strided root={root}", "did not return the strided x")
+            c.equal(view, np.tile(src[:5], (3, 1)), f"broadcast strided root={root}")
+            mask = np.ones(big.shape, bool)
+            mask[::2, ::2] = False
+            c.ok(np.all(big[mask] == -7), f"broadcast strided root={root} gaps", "wrote between the strides")
+            # bytearray: writable buffer, filled in place.
+            ba = bytearray(b"root%d" % root) if me == root else bytearray(5)
+            res = cl.broadcast(ba, root)
+            c.ok(res is ba and bytes(ba) == b"root%d" % root, f"broadcast bytearray root={root}", f"got {bytes(ba)!r}")
+        # Large: beyond a chunk, odd byte counts.
+        for dt, size in ((np.dtype(np.float64), 3 << 17), (U8, 1000003)):
+            src = gen(c.rng("bcbig", root, dname(dt)), dt, (size,))
+            x = src.copy() if me == root else np.empty(size, dt)
+            c.equal(cl.broadcast(x, root), src, f"broadcast large root={root} {dname(dt)} size={size}")
+
+
+def barrier_checks():
+    for order in ("rank", "reversed"):
+        k = me if order == "rank" else n - 1 - me
+        time.sleep(0.2 * k)
+        entered = time.time()
+        cl.barrier()
+        left = time.time()
+        t = cl.all_gather(np.array([entered, left]))
+        t = t.reshape(n, 2)
+        c.ok(t[:, 1].min() >= t[:, 0].max(), f"barrier ({order} entry order)",
+             f"a rank left at {t[:, 1].min():.4f} before the last entered at {t[:, 0].max():.4f}")
+    for i in range(20):
+        cl.barrier()
+    c.ok(True, "20 back-to-back barriers")
+
+
+if mode == "full":
+    all_gather_checks()
+    reduce_scatter_checks()
+    broadcast_checks()
+    barrier_checks()
+elif mode == "bcast":
+    broadcast_checks()
+else:
+    raise SystemExit(f"unknown mode {mode!r}")
+c.finish()
