@@ -9,6 +9,7 @@ import atexit
 import os
 import sys
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -19,6 +20,7 @@ from ._dtypes import check_op, dtype_code, dtype_of, op_code
 from ._errors import CommError, MismatchError
 from ._group import ANY_SOURCE, ANY_TAG, Group, Status, check_message
 from ._progress import nonblocking, ordered
+from ._transport import CH_COLL
 from ._protocol import KIND_P2P, decode, encode, shape_hash
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -81,6 +83,8 @@ def init(strict=False, timeout=None):
         client.start_listener(ep.on_notice)
         _client = client
         _world = Group(ep, 0, list(range(env.size)), env.rank, timeout)
+        if env.size > 1:  # the ring neighbour is needed by every large collective: connect now
+            ep.outgoing(0, CH_COLL, (env.rank + 1) % env.size, time.monotonic() + timeout, "init")
         _world._coordinator = coordinator
         _install_excepthook(client, env.rank)
         atexit.register(finalize)
