@@ -16,6 +16,18 @@ SCENARIOS = {
     "large": ["float32", "float64"],
 }
 CASES = [(s, n) for n in (2, 3) for s in SCENARIOS] + [(s, 4) for s in ("collective", "root", "dtype")]
+KNOWN_BUGS = {
+    "root": "bug: broadcast with different roots is not detected (n=2: every rank returns its own x, no error)",
+    "shape": "bug: the all_gather shape mismatch message shows identical sides: (int16, 12) but (int16, 12)",
+    ("collective", 3): "bug: all_reduce vs broadcast at n>2 deadlocks until CommTimeout instead of MismatchError",
+    ("collective", 4): "bug: all_reduce vs broadcast at n>2 deadlocks until CommTimeout instead of MismatchError",
+}
+
+
+def _case(scenario, n):
+    reason = KNOWN_BUGS.get(scenario) or KNOWN_BUGS.get((scenario, n))
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(scenario, n, marks=marks, id=f"{scenario}-n{n}")
 DETECT_S = 5.0  # "within a few seconds"
 
 
@@ -26,7 +38,7 @@ def test_bad_inputs_raise_on_every_rank_and_group_survives(n, assert_ranks_ok, r
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("scenario,n", CASES, ids=[f"{s}-n{n}" for s, n in CASES])
+@pytest.mark.parametrize("scenario,n", [_case(s, n) for s, n in CASES])
 def test_mismatch_raises_on_every_rank(scenario, n, rank_lines, run):
     # A short group timeout: a mismatch that is not detected shows up as CommTimeout (wrong class) quickly.
     rc, out, err = run(n, "mismatch.py", scenario, env={"COMMLIB_TIMEOUT": "10"}, timeout=50)
