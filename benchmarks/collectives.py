@@ -201,7 +201,7 @@ def bare_sizes(args) -> list[int]:
 def run_bare(bare_bin: str, args, timeout: float) -> tuple[int, list[dict], str]:
     recs, errs, rc = [], [], 0
     for size in bare_sizes(args):
-        reps = 9 if size <= 64 * MiB else 5
+        reps = 15 if size <= 64 * MiB else 5
         try:
             p = subprocess.run([bare_bin, "--size", str(size), "--repeats", str(reps)], capture_output=True,
                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -306,6 +306,29 @@ def print_ratios(med: dict, ns, impls, ops, out) -> None:
                 cells.append(f" {c['us'] / v['us']:>9.2f}" if v else f" {'-':>9}")
             out(f"  latency at {fmt_size(s)}, commlib time / anchor time (<1: commlib faster):")
             out("  " + f"{'':>10}" + "".join(cells))
+
+
+def print_summary(med: dict, ns, impls, ops, out) -> None:
+    """One compact table per (op, n): busbw of every impl by size, time in us at the smallest size."""
+    for n in ns:
+        for op in ops:
+            present = [i for i in impls if any(k[:3] == (i, op, n) for k in med)]
+            if not present:
+                continue
+            sizes = sorted({k[3] for k in med if k[1] == op and k[2] == n and k[0] in present})
+            out(f"\n# summary {op} n={n}: busbw GB/s (first row: time in us)")
+            out("# " + f"{'size':>10}" + "".join(f" {i:>9}" for i in present))
+            for j, s in enumerate(sizes):
+                cells = []
+                for i in present:
+                    v = med.get((i, op, n, s))
+                    if v is None:
+                        cells.append(f" {'-':>9}")
+                    elif j == 0:
+                        cells.append(f" {v['us']:>7.1f}us")
+                    else:
+                        cells.append(f" {v['busbw']:>9.3f}")
+                out("  " + f"{fmt_size(s):>10}" + "".join(cells))
 
 
 def target_checks(med: dict, ns, out) -> list[dict]:
@@ -421,6 +444,23 @@ def versions() -> dict:
     return v
 
 
+def print_report(records, runs, ns, impls, args, out):
+    med = aggregate(records)
+    for r in records:
+        if "skipped" in r and r.get("repeat") == 0:
+            out(f"# skipped: {r['impl']} {r['op']} n={r['n']}: {r['skipped']}")
+    print_tables(med, ns, impls, list(args.ops) + ["exchange"], out)
+    print_summary(med, ns, impls, list(args.ops) + ["exchange"], out)
+    print_ratios(med, ns, impls, args.ops, out)
+    checks = target_checks(med, ns, out)
+    failed = [r for r in runs if r["rc"] != 0]
+    if failed:
+        out("\n# runs that failed or timed out (their points are missing above):")
+        for r in failed:
+            out(f"#   {r['impl']} n={r['n']} repeat {r['repeat'] + 1}: rc={r['rc']}")
+    return med, checks
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -437,6 +477,8 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=480, help="seconds for one sweep (one impl, one n)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--tag", default="", help="added to the result file names")
+    p.add_argument("--from-json", metavar="PATH",
+                   help="run nothing: print the report (and plots, unless --no-plot) of a saved results JSON")
     args = p.parse_args()
 
     if os.path.exists(ENV_PY) and os.path.realpath(sys.prefix) != os.path.realpath(ENV):
@@ -461,6 +503,20 @@ def main() -> int:
     def log(line):
         print(line, file=sys.stderr, flush=True)
         report.write("# " + line + "\n")
+
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        records, runs = saved["records"], saved["runs"]
+        ns = sorted({r["n"] for r in records if r.get("op") != "exchange"})
+        seen = {r["impl"] for r in records}
+        impls = [i for i in ALL_IMPLS if i in seen]
+        args.ops = [o for o in OPS if any(r["op"] == o for r in records)]
+        print_report(records, runs, ns, impls, args, out)
+        if not args.no_plot:
+            for x in plot(aggregate(records), ns, impls, args.ops, out):
+                out(f"wrote {os.path.relpath(x, REPO)}")
+        return 0
 
     bare_bin = compile_bare(log) if "bare" in impls else None
     runs, records = [], []
@@ -491,21 +547,11 @@ def main() -> int:
                 if rc != 0 and err:
                     log("    " + err.strip().replace("\n", "\n    ")[-1200:])
                 runs.append({"impl": impl, "n": n if impl != "bare" else 2, "repeat": rep, "rc": rc,
-                             "seconds": round(dt, 1), "points": got, "loadavg1": load, "stderr_tail": err[-2000:] if rc else ""})
+                             "seconds": round(dt, 1), "points": got, "loadavg1": load,
+                             "stderr_tail": err[-2000:] if rc else ""})
     log(f"total {time.monotonic() - t_start:.0f} s")
 
-    med = aggregate(records)
-    for r in records:
-        if "skipped" in r and r.get("repeat") == 0:
-            out(f"# skipped: {r['impl']} {r['op']} n={r['n']}: {r['skipped']}")
-    print_tables(med, ns, impls, list(args.ops) + ["exchange"], out)
-    print_ratios(med, ns, impls, args.ops, out)
-    checks = target_checks(med, ns, out)
-    failed = [r for r in runs if r["rc"] != 0]
-    if failed:
-        out("\n# runs that failed or timed out (their points are missing above):")
-        for r in failed:
-            out(f"#   {r['impl']} n={r['n']} repeat {r['repeat'] + 1}: rc={r['rc']}")
+    med, checks = print_report(records, runs, ns, impls, args, out)
     pngs = [] if args.no_plot else plot(med, ns, impls, args.ops, out)
     json_path = os.path.join(RESULTS, f"{stamp}.json")
     with open(json_path, "w") as f:

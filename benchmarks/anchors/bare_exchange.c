@@ -8,6 +8,12 @@
  *   gcc -O2 -o bare_exchange bare_exchange.c
  *   ./bare_exchange [--size BYTES] [--chunk BYTES] [--repeats N]
  *   (defaults: 64 MiB, 256 KiB, 9)
+ *
+ * Diagnostic knobs, all off by default (the default is the reference the
+ * orchestrator uses): --bufsize B sets SO_SNDBUF/SO_RCVBUF, --two-sockets uses
+ * one socketpair per direction, --recv-ring B receives into a reused B-byte
+ * window (cache-resident, as a ring all_reduce's reduce-scatter scratch is)
+ * instead of the cold 64 MiB buffer.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,31 +68,46 @@ static void read_all(int fd, void *buf, size_t len) {
 }
 
 /* Send sbuf and receive into rbuf at the same time; returns seconds. */
-static double exchange(int fd, const char *sbuf, char *rbuf, size_t size, size_t chunk) {
+static size_t ring = 0; /* --recv-ring: receive into a reused window of this many bytes (cache-resident) */
+
+static double exchange(int sfd, int rfd, const char *sbuf, char *rbuf, size_t size, size_t chunk) {
     size_t sent = 0, got = 0;
     double t0 = now();
     while (sent < size || got < size) {
-        struct pollfd q = {fd, 0, 0};
-        if (sent < size) q.events |= POLLOUT;
-        if (got < size) q.events |= POLLIN;
-        int r = poll(&q, 1, 30000);
+        struct pollfd q[2] = {{rfd, 0, 0}, {sfd, 0, 0}};
+        if (got < size) q[0].events = POLLIN;
+        if (sent < size) q[1].events = POLLOUT;
+        int r = poll(q, 2, 30000);
         if (r < 0) { if (errno == EINTR) continue; die("poll"); }
         if (r == 0) { fprintf(stderr, "exchange timed out\n"); exit(3); }
+        short rev = q[0].revents | q[1].revents;
         /* POLLHUP alone is fine: the peer may be done and gone with our last bytes still queued */
-        if (q.revents & (POLLERR | POLLNVAL)) { fprintf(stderr, "socket error\n"); exit(2); }
-        if ((q.revents & POLLHUP) && !(q.revents & POLLIN) && got < size) { fprintf(stderr, "peer closed\n"); exit(2); }
-        if ((q.revents & POLLIN) && got < size) {
-            size_t want = size - got < chunk ? size - got : chunk;
-            ssize_t k = read(fd, rbuf + got, want);
-            if (k > 0) got += (size_t)k;
-            else if (k == 0) { fprintf(stderr, "peer closed\n"); exit(2); }
-            else if (errno != EAGAIN && errno != EINTR) die("read");
-        }
-        if ((q.revents & POLLOUT) && sent < size) {
-            size_t want = size - sent < chunk ? size - sent : chunk;
-            ssize_t k = write(fd, sbuf + sent, want);
-            if (k > 0) sent += (size_t)k;
-            else if (k < 0 && errno != EAGAIN && errno != EINTR) die("write");
+        if (rev & (POLLERR | POLLNVAL)) { fprintf(stderr, "socket error\n"); exit(2); }
+        if ((q[0].revents & POLLHUP) && !(q[0].revents & POLLIN) && got < size) { fprintf(stderr, "peer closed\n"); exit(2); }
+        /* alternate one chunk each way until both would block, then poll again */
+        int rd = (q[0].revents & POLLIN) != 0, wr = (q[1].revents & POLLOUT) != 0;
+        while ((rd && got < size) || (wr && sent < size)) {
+            if (rd && got < size) {
+                size_t want = size - got < chunk ? size - got : chunk;
+                char *dst = rbuf + got;
+                if (ring) {
+                    size_t off = got % ring;
+                    if (want > ring - off) want = ring - off;
+                    dst = rbuf + off;
+                }
+                ssize_t k = read(rfd, dst, want);
+                if (k > 0) got += (size_t)k;
+                else if (k == 0) { fprintf(stderr, "peer closed\n"); exit(2); }
+                else if (errno == EAGAIN) rd = 0;
+                else if (errno != EINTR) die("read");
+            }
+            if (wr && sent < size) {
+                size_t want = size - sent < chunk ? size - sent : chunk;
+                ssize_t k = write(sfd, sbuf + sent, want);
+                if (k > 0) sent += (size_t)k;
+                else if (errno == EAGAIN) wr = 0;
+                else if (errno != EINTR) die("write");
+            }
         }
     }
     return now() - t0;
@@ -99,22 +120,41 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     size_t size = (size_t)64 << 20, chunk = (size_t)256 << 10;
-    int repeats = 9;
+    int repeats = 9, bufsize = 0, two = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: %s [--size BYTES] [--chunk BYTES] [--repeats N]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--bufsize") && i + 1 < argc) bufsize = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--recv-ring") && i + 1 < argc) ring = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--two-sockets")) two = 1;
+        else { fprintf(stderr, "usage: %s [--size BYTES] [--chunk BYTES] [--repeats N] [--bufsize BYTES] [--recv-ring BYTES] [--two-sockets]\n", argv[0]); return 2; }
     }
     if (repeats < 1 || repeats > 1000 || chunk == 0 || size == 0) { fprintf(stderr, "bad arguments\n"); return 2; }
 
-    int sv[2];
+    /* sv: control + (default) both directions; with --two-sockets, tv carries child->parent data */
+    int sv[2], tv[2] = {-1, -1};
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) die("socketpair");
+    if (two && socketpair(AF_UNIX, SOCK_STREAM, 0, tv) < 0) die("socketpair");
+    if (bufsize > 0)
+        for (int i = 0; i < 4; i++) {
+            int s_ = i < 2 ? sv[i] : tv[i - 2];
+            if (s_ < 0) continue;
+            setsockopt(s_, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
+            setsockopt(s_, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
+        }
     pid_t pid = fork();
     if (pid < 0) die("fork");
     int child = pid == 0;
     int fd = sv[child ? 1 : 0];
     close(sv[child ? 0 : 1]);
+    int fd2 = fd;
+    if (two) {
+        fd2 = tv[child ? 1 : 0];
+        close(tv[child ? 0 : 1]);
+    }
+    /* parent sends on fd and receives on fd2; the child the other way round */
+    int sfd = child ? fd2 : fd, rfd = child ? fd : fd2;
 
     char *sbuf = malloc(size), *rbuf = malloc(size);
     if (!sbuf || !rbuf) die("malloc");
@@ -127,9 +167,12 @@ int main(int argc, char **argv) {
         /* line both sides up: a 1-byte round trip */
         if (child) { read_all(fd, &token, 1); write_all(fd, &token, 1); }
         else { write_all(fd, &token, 1); read_all(fd, &token, 1); }
-        if (rep == 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        t[rep] = exchange(fd, sbuf, rbuf, size, chunk);
-        if (rbuf[0] != (child ? 1 : 2) || rbuf[size - 1] != (child ? 1 : 2)) { fprintf(stderr, "bad data\n"); return 4; }
+        if (rep == 0) {
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+            fcntl(fd2, F_SETFL, fcntl(fd2, F_GETFL) | O_NONBLOCK);
+        }
+        t[rep] = exchange(sfd, rfd, sbuf, rbuf, size, chunk);
+        if (rbuf[0] != (child ? 1 : 2) || (!ring && rbuf[size - 1] != (child ? 1 : 2))) { fprintf(stderr, "bad data\n"); return 4; }
     }
     if (child) {
         write_all(fd, t, sizeof(double) * ((size_t)repeats + 1));
