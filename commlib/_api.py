@@ -21,7 +21,7 @@ from ._errors import CommError, MismatchError
 from ._group import ANY_SOURCE, ANY_TAG, Group, Status, check_message
 from ._progress import nonblocking, ordered
 from ._transport import CH_COLL
-from ._protocol import KIND_P2P, decode, encode, shape_hash
+from ._protocol import KIND_P2P, decode, encode
 
 DEFAULT_TIMEOUT_S = 300.0
 EAGER_BYTES = 64 << 10
@@ -155,6 +155,17 @@ def _writable(x, what):
     return a
 
 
+_LOGICAL = (op_code("land"), op_code("lor"))
+
+
+def _identity(out, a, opc):
+    """A reduction over one rank: a itself, except that land/lor still give 0/1."""
+    if opc in _LOGICAL:
+        np.not_equal(a, 0, out=out, casting="unsafe")
+    elif out.ctypes.data != a.ctypes.data:
+        np.copyto(out, a)
+
+
 def _addr(a):
     return a.ctypes.data
 
@@ -175,10 +186,9 @@ def all_reduce(x, op="sum", *, out=None, group=None):
                              f"x has {a.shape} and {a.dtype}")
         res = target if target.flags.c_contiguous else np.empty(a.shape, a.dtype)
     if g._size == 1:
-        if not np.shares_memory(res, a) or res.ctypes.data != a.ctypes.data:
-            np.copyto(res, a)
+        _identity(res, a, opc)
     else:
-        o = g.op("all_reduce", code, opc, a.size, 0, shape_hash(a.shape))
+        o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
         if choose("all_reduce", a.nbytes, g._size) == "ring":
             ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
         else:
@@ -216,7 +226,7 @@ def all_gather(x, *, group=None):
     flat = out.reshape(-1)
     flat[g._rank * a.size:(g._rank + 1) * a.size] = a.reshape(-1)
     if n > 1:
-        o = g.op("all_gather", code, 0, a.size, 0, shape_hash(a.shape))
+        o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
         ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
     return out
 
@@ -233,10 +243,10 @@ def reduce_scatter(x, op="sum", *, group=None):
                          f"got shape {a.shape}")
     out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
     if n == 1:
-        np.copyto(out, a)
+        _identity(out, a, opc)
         return out
     count = out.size
-    o = g.op("reduce_scatter", code, opc, a.size, 0, shape_hash(a.shape))
+    o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)
     tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]
     dst_of = [0] * n
     for s in range(n - 1):
@@ -260,7 +270,7 @@ def broadcast(x, root=0, *, group=None):
         buf = a
     else:
         buf = np.empty(a.shape, a.dtype)
-    o = g.op("broadcast", code, 0, a.size, root, shape_hash(a.shape))
+    o = g.op("broadcast", code, 0, a.size, root, dims=a.shape)
     algo = tree.broadcast_tree if choose("broadcast", a.nbytes, g._size) == "tree" else tree.broadcast_chain
     algo(o, _addr(buf), a.nbytes, root)
     if is_root or buf is a:
@@ -280,8 +290,10 @@ def reduce(x, op="sum", root=0, *, group=None):
     check_op(code, opc)
     is_root = g._rank == root
     if g._size == 1:
-        return a.copy()
-    o = g.op("reduce", code, opc, a.size, root, shape_hash(a.shape))
+        out = np.empty(a.shape, a.dtype)
+        _identity(out, a, opc)
+        return out
+    o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
     chain = choose("reduce", a.nbytes, g._size) == "chain"
     leaf = not chain and (g._rank - root) % g._size % 2 == 1
     acc = None if leaf or (chain and (g._rank - root) % g._size == g._size - 1) else np.empty(a.shape, a.dtype)
@@ -302,7 +314,7 @@ def gather(x, root=0, *, group=None):
     if n == 1:
         out.reshape(-1)[:] = a.reshape(-1)
         return out
-    o = g.op("gather", code, 0, a.size, root, shape_hash(a.shape))
+    o = g.op("gather", code, 0, a.size, root, dims=a.shape)
     tree.gather_linear(o, _addr(a), _addr(out) if out is not None else 0, a.nbytes, root)
     return out
 
@@ -328,7 +340,7 @@ def scatter(x, root=0, *, group=None):
     code, ndim = int(header[0]), int(header[1])
     shape = tuple(int(d) for d in header[2:2 + ndim])
     out = np.empty(shape, dtype_of(code))
-    o = g.op("scatter", code, 0, out.size * n, root, shape_hash(shape))
+    o = g.op("scatter", code, 0, out.size * n, root, dims=shape)
     tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
     return out
 
@@ -363,7 +375,7 @@ def all_to_all(x, split_axis=0, concat_axis=0, *, group=None):
     if n == 1:
         recv[0][...] = send[0]
     else:
-        o = g.op("all_to_all", code, 0, a.size, 0, shape_hash(a.shape + (split_axis, concat_axis)))
+        o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
         pairwise.all_to_all(o, [_addr(b) for b in send], [_addr(b) for b in recv], send[0].nbytes)
     return np.concatenate(recv, axis=concat_axis)
 
@@ -398,7 +410,8 @@ def ppermute(x, perm, *, group=None):
         if dst == 0:
             np.copyto(out, a)
         return out
-    o = g.op("ppermute", code, 0, a.size, 0, shape_hash(a.shape) ^ zlib.crc32(repr(sorted(pairs)).encode()))
+    o = g.op("ppermute", code, 0, a.size, 0,
+             shape=zlib.crc32(repr(sorted(pairs)).encode()), dims=a.shape)
     pairwise.ppermute(o, dst, src, _addr(a), _addr(out), a.nbytes)
     return out
 

@@ -22,12 +22,13 @@ import numpy as np
 from . import _io
 from ._dtypes import DT_BYTES, dtype_name
 from ._errors import CommError, MismatchError
-from ._protocol import COLL, FLAG_OBJECT, HEADER_NBYTES, KIND_COLL, KIND_P2P, decode, encode
+from ._protocol import COLL, FLAG_OBJECT, HEADER_NBYTES, KIND_COLL, KIND_P2P, decode, encode, shape_hash
 from ._transport import CH_COLL, CH_P2P, new_state
 
 ANY_SOURCE = -1
 ANY_TAG = -1
 DEFAULT_CHUNK_BYTES = 256 << 10
+PEER_CHECK_S = 1.0  # a collective step stuck this long asks its peer which collective it is in
 
 
 def _env_int(name, default):
@@ -58,25 +59,29 @@ _RELAY = {None: _io.FORWARD_NONE, "received": _io.FORWARD_RECEIVED, "reduced": _
 class Op:
     """One collective in flight: its header, deadline and step primitive."""
 
-    __slots__ = ("group", "rank", "size", "hdr", "what", "deadline", "dtype", "redop")
+    __slots__ = ("group", "rank", "size", "hdr", "what", "deadline", "dtype", "redop", "dims")
 
-    def __init__(self, group, coll, dtype, redop, count, root, shape):
+    def __init__(self, group, coll, dtype, redop, count, root, shape, dims):
         g = group
         g.seq += 1
         self.group, self.rank, self.size = g, g._rank, g._size
-        self.dtype, self.redop = dtype, redop
+        self.dtype, self.redop, self.dims = dtype, redop, dims
+        if dims is not None:
+            shape ^= shape_hash(dims)
         self.hdr = encode(KIND_COLL, COLL[coll], dtype, redop, 0, g.gid, root, shape, g.seq, 0, count, 0)
         self.what = f"{coll} #{g.seq}"
         self.deadline = time.monotonic() + g.timeout
         if g.ep is not None:
             g.ep.last = self.what
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None):
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
+                 swap=False):
         """Send to dst while receiving from src (group ranks; None: no such side).
 
         reduce_dst: reduce what arrives into this address (init: copy from here first).
         relay: "received" sends bytes only once they arrived (send_ptr == recv_ptr);
         "reduced" sends them once reduced (send_ptr == reduce_dst).
+        swap: reduce as op(received, mine) rather than op(mine, received).
         """
         g = self.group
         ep = g.ep
@@ -87,17 +92,29 @@ class Op:
             rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what)
         state = g.state
         state.fill(0)
-        ep.current = (self.what, g._wr(src if src is not None else dst))
+        ep.current = (self.what, g._wr(src if src is not None else dst), self.hdr)
         if reduce_dst:
             recv_ptr = g.ring_ptr
-        rc = _io.step(sfd, self.hdr if dst is not None else None, send_ptr, send_len,
-                      rfd, g.rhdr if src is not None else None, self.hdr if src is not None else None,
-                      recv_ptr, recv_len, state, reduce_ptr=reduce_dst, init_ptr=init, ring_len=g.ring_len,
-                      dtype=self.dtype, op=self.redop, relay=_RELAY[relay], chunk=g.chunk, wake_fd=ep.wake_r,
-                      deadline=self.deadline, spin_s=g.spin_s)
+        while True:
+            rc = _io.step(sfd, self.hdr if dst is not None else None, send_ptr, send_len,
+                          rfd, g.rhdr if src is not None else None, self.hdr if src is not None else None,
+                          recv_ptr, recv_len, state, reduce_ptr=reduce_dst, init_ptr=init, ring_len=g.ring_len,
+                          dtype=self.dtype, op=self.redop, relay=_RELAY[relay], chunk=g.chunk,
+                          wake_fd=ep.wake_r, deadline=self.deadline, spin_s=g.spin_s, swap=swap,
+                          check_s=PEER_CHECK_S)
+            if rc != _io.SLOW:
+                break
+            # Stuck: two ranks in different collectives can each wait to receive
+            # from the other, so no header ever reaches a receiver. Ask the peer.
+            waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
+            exc = ep.check_peer(g._wr(waiting_on), self.hdr, self.dims)
+            if exc is not None:
+                ep.current = None
+                ep.spread(exc)
+                raise exc
         if rc:
             exc = ep.status_error(rc, state, self.what, g._wr(dst), send_len, g._wr(src), recv_len,
-                                  self.hdr, g.rhdr)
+                                  self.hdr, g.rhdr, self.dims)
             ep.current = None
             ep.spread(exc)
             raise exc
@@ -181,10 +198,11 @@ class Group:
             self._scratch = np.empty(max(nbytes, 4096), dtype=np.uint8)
         return self._scratch.ctypes.data
 
-    def op(self, coll, dtype, redop, count, root=0, shape=0):
+    def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
+        """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""
         if self.ep is not None:
             self.ep.raise_if_failed()
-        return Op(self, coll, dtype, redop, count, root, shape)
+        return Op(self, coll, dtype, redop, count, root, shape, dims)
 
     def check_rank(self, r, what):
         if not isinstance(r, (int, np.integer)) or not 0 <= r < self._size:
@@ -196,7 +214,7 @@ class Group:
         state = self.state
         state.fill(0)
         ep = self.ep
-        ep.current = (what, self.world[peer])
+        ep.current = (what, self.world[peer], None)
         rc = _io.step(send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, None, recv_ptr, recv_len, state,
                       chunk=max(self.chunk, 1 << 20), wake_fd=ep.wake_r, deadline=deadline, spin_s=self.spin_s)
         if rc:
@@ -320,7 +338,7 @@ class Group:
             if block and left <= 0:
                 exc = _timeout(ep.rank, what, self.timeout, src, self.world)
                 raise ep.fail(type(exc)(str(exc) + ep.stall_report(), rank=exc.rank, op=what))
-            ep.current = (what, None if src == ANY_SOURCE else self.world[src])
+            ep.current = (what, None if src == ANY_SOURCE else self.world[src], None)
             events = poller.poll(max(0, int(left * 1000)) + (1 if block else 0))
             ep.current = None
             if not events and not block:

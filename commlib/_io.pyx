@@ -67,9 +67,10 @@ cdef enum:
     ST_MISMATCH = 5     # received header differs from the expected one (left in recv_hdr)
     ST_WAKE = 6         # the wake descriptor became readable: the job is failing
     ST_POLL_ERROR = 7
+    ST_SLOW = 8         # no progress for check_s seconds: the caller may look at the peer, then resume
 
 OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
-MISMATCH, WAKE, POLL_ERROR = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR
+MISMATCH, WAKE, POLL_ERROR, SLOW = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW
 
 # Relay modes: the send side may only send what has arrived (chain broadcast)
 # or what has been reduced (chain reduce: send_buf is then the reduce destination).
@@ -110,12 +111,14 @@ cdef struct Step:
     Py_ssize_t ring_len      # scratch ring size in bytes (multiple of 16)
     int dtype
     int op
+    bint swap                # reduce as dst = op(received, dst): the lower rank's data first
     Py_ssize_t item
     int relay                # RELAY_*: forward payload to send_fd as it arrives / is reduced
     Py_ssize_t chunk
     int wake_fd
     double deadline
     double spin_s
+    double check_s           # > 0: return ST_SLOW after this long without progress
     long long* state
 
 
@@ -133,7 +136,11 @@ cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
         n = end - q
         if s.init_src != NULL:
             memcpy(s.reduce_dst + q, s.init_src + q, n)
-        if reduce_raw(s.reduce_dst + q, s.recv_buf + off, n // s.item, s.dtype, s.op) != 0:
+        if s.swap:  # op(received, mine): both partners of an exchange then compute the same bits
+            if reduce_raw(s.recv_buf + off, s.reduce_dst + q, n // s.item, s.dtype, s.op) != 0:
+                return -1
+            memcpy(s.reduce_dst + q, s.recv_buf + off, n)
+        elif reduce_raw(s.reduce_dst + q, s.recv_buf + off, n // s.item, s.dtype, s.op) != 0:
             return -1
         q = end
     s.state[S_REDUCED] = q
@@ -151,7 +158,7 @@ cdef int _run(Step* s) noexcept nogil:
     cdef ssize_t n
     cdef Py_ssize_t pos, avail, want, p, q, room, off
     cdef bint progress, want_out, want_in
-    cdef double now, spin_until = 0.0
+    cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
 
     if s.send_fd < 0:
@@ -164,8 +171,9 @@ cdef int _run(Step* s) noexcept nogil:
     msg.msg_controllen = 0
     msg.msg_flags = 0
     msg.msg_iov = iov
-    if s.spin_s > 0:
-        spin_until = _now() + s.spin_s
+    if s.spin_s > 0 or s.check_s > 0:
+        last_progress = _now()
+        spin_until = last_progress + s.spin_s
 
     while st[S_SENT] < send_total or st[S_RECVD] < recv_total or (
             s.reduce_dst != NULL and st[S_REDUCED] < s.recv_len):
@@ -262,8 +270,9 @@ cdef int _run(Step* s) noexcept nogil:
                     st[S_ERRNO] = errno
                     return ST_SEND_ERROR
         if progress:
-            if s.spin_s > 0:
-                spin_until = _now() + s.spin_s
+            if s.spin_s > 0 or s.check_s > 0:
+                last_progress = _now()
+                spin_until = last_progress + s.spin_s
             continue
         if not want_in and not want_out:
             # Relay waiting for bytes that are still to arrive, with the
@@ -274,6 +283,12 @@ cdef int _run(Step* s) noexcept nogil:
             continue
         if now >= s.deadline:
             return ST_TIMEOUT
+        wait_until = s.deadline
+        if s.check_s > 0:
+            if now - last_progress >= s.check_s:
+                return ST_SLOW
+            if last_progress + s.check_s < wait_until:
+                wait_until = last_progress + s.check_s
         nfds = 0
         if want_out:
             fds[nfds].fd = s.send_fd
@@ -290,7 +305,7 @@ cdef int _run(Step* s) noexcept nogil:
             fds[nfds].fd = s.wake_fd
             fds[nfds].events = POLLIN
             nfds += 1
-        timeout_ms = <int>((s.deadline - now) * 1000.0) + 1
+        timeout_ms = <int>((wait_until - now) * 1000.0) + 1
         rc = poll(fds, nfds, timeout_ms)
         if rc < 0:
             if errno == EINTR:
@@ -311,7 +326,7 @@ def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py
          Py_ssize_t recv_ptr, Py_ssize_t recv_len, long long[::1] state, *,
          Py_ssize_t reduce_ptr=0, Py_ssize_t init_ptr=0, Py_ssize_t ring_len=0,
          int dtype=0, int op=0, int relay=RELAY_NONE, Py_ssize_t chunk=262144,
-         int wake_fd=-1, double deadline=0.0, double spin_s=0.0):
+         int wake_fd=-1, double deadline=0.0, double spin_s=0.0, bint swap=False, double check_s=0.0):
     """Run one full-duplex step; returns a status code, progress in `state`.
 
     Pointers are raw addresses the caller keeps alive. A fd < 0 disables that
@@ -352,6 +367,8 @@ def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py
     s.wake_fd = wake_fd
     s.deadline = deadline
     s.spin_s = spin_s
+    s.swap = swap
+    s.check_s = check_s
     s.state = &state[0]
     with nogil:
         rc = _run(&s)

@@ -168,6 +168,7 @@ class Frame:
             out[end:o] = 0
             out[o:o + b.nbytes] = b
             end = o + b.nbytes
+        out[end:] = 0  # trailing alignment padding: zero, as on the wire
         return out
 
     def wire(self):

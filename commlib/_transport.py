@@ -207,7 +207,7 @@ class Endpoint:
         sock = self._in.get(key)
         if sock is not None:
             return sock.fileno()
-        self.current = (what, src)
+        self.current = (what, src, None)
         with self._cond:
             while key not in self._in:
                 self.raise_if_failed()
@@ -317,10 +317,13 @@ class Endpoint:
                 text = f"rank {self.rank}: rank {msg.get('from', peer)} failed: {text}"
             self.fail(cls(text, rank=msg.get("from", peer)), remote=True)
         elif kind == "status_query" and self.notify is not None:
-            self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank, "state": self.describe()})
+            current = self.current
+            hdr = current[2].hex() if current is not None and current[2] is not None else None
+            self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank, "state": self.describe(),
+                         "hdr": hdr})
         elif kind == "status":
             with self._cond:
-                self._statuses[msg.get("from", peer)] = msg.get("state", "?")
+                self._statuses[msg.get("from", peer)] = msg
                 self._cond.notify_all()
         elif kind == "coordinator_lost" and not self._closed:
             self.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
@@ -330,35 +333,67 @@ class Endpoint:
         """What this rank is doing, for another rank's stall report."""
         current = self.current
         if current is not None:
-            what, peer = current
+            what, peer, _ = current
             return f"in {what}" + (f", waiting on rank {peer}" if peer is not None else "")
         return f"not in a commlib call (last: {self.last or 'none'})"
+
+    def _ask(self, ranks, wait_s):
+        """Status replies ({rank: message}) of `ranks` to a query over the coordinator."""
+        with self._cond:
+            self._statuses.clear()
+        self.notify({"kind": "status_query", "to": ranks})
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            while len(self._statuses) < len(ranks) and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            return dict(self._statuses)
 
     def stall_report(self, wait_s=1.0):
         """Ask every other rank what it is doing; lines for a CommTimeout message."""
         if self.notify is None or self.table is None:
             return ""
         others = [r for r in range(len(self.table)) if r != self.rank]
-        with self._cond:
-            self._statuses.clear()
         try:
-            self.notify({"kind": "status_query", "to": "all"})
+            got = self._ask(others, wait_s)
         except (OSError, CommError):
             return "\n  stall report: the coordinator is unreachable"
-        deadline = time.monotonic() + wait_s
-        with self._cond:
-            while len(self._statuses) < len(others) and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
-            got = dict(self._statuses)
-        lines = [f"    rank {r}: {got.get(r, self.exits.get(r) and 'gone: ' + self.exits[r] or 'no answer (stopped, or holding the GIL?)')}"
-                 for r in others]
-        return "\n  stall report:\n" + "\n".join(lines)
+
+        def line(r):
+            if r in got:
+                return got[r].get("state", "?")
+            return f"gone: {self.exits[r]}" if r in self.exits else "no answer (stopped, or holding the GIL?)"
+
+        return "\n  stall report:\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
+
+    def check_peer(self, peer, hdr, dims, wait_s=0.5):
+        """MismatchError if `peer` is blocked in a different collective of this group, else None."""
+        if self.notify is None or peer is None:
+            return None
+        try:
+            got = self._ask([peer], wait_s).get(peer)
+        except (OSError, CommError):
+            return None
+        if not got or not got.get("hdr"):
+            return None  # between operations, or busy outside commlib: nothing to conclude
+        try:
+            theirs, mine = decode(bytes.fromhex(got["hdr"])), decode(hdr)
+        except (ValueError, ProtocolError):
+            return None
+        if theirs.group != mine.group or theirs.encode() == hdr:
+            return None
+        return self.fail(MismatchError(self._mismatch_text(mine, peer, theirs, dims), rank=peer))
+
+    def _mismatch_text(self, mine, peer, theirs, dims):
+        if all(getattr(mine, f) == getattr(theirs, f) for f in mine.__slots__ if f != "shape"):
+            return (f"rank {self.rank} called {mine.describe()} with shape {tuple(dims) if dims else '?'} "
+                    f"but rank {peer} called it with a different shape")
+        return f"rank {self.rank} called {mine.describe()} but rank {peer} called {theirs.describe()}"
 
     def raise_if_failed(self):
         if self.failure is not None:
             raise type(self.failure)(str(self.failure), rank=self.failure.rank, op=self.failure.op)
 
-    def status_error(self, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect, got):
+    def status_error(self, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect, got, dims=None):
         """Turn an _io status into the exception to raise (and mark the process failed)."""
         sent, recvd, _, err = (int(v) for v in state)
         me = self.rank
@@ -399,9 +434,8 @@ class Endpoint:
             except ProtocolError as exc:
                 return self.fail(CommError(f"rank {me}: {what}: garbage from rank {recv_peer}: {exc}",
                                            rank=recv_peer, op=what))
-            return self.fail(MismatchError(
-                f"rank {me} called {mine.describe()} but rank {recv_peer} called {theirs.describe()}",
-                rank=recv_peer, op=what))
+            return self.fail(MismatchError(self._mismatch_text(mine, recv_peer, theirs, dims),
+                                           rank=recv_peer, op=what))
         return self.fail(CommError(f"rank {me}: {what}: poll failed: {os.strerror(err)}", op=what))
 
     def close(self):

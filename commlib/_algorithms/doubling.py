@@ -3,9 +3,9 @@
 All-reduce: in round k rank r swaps its whole (partially reduced) buffer
 with rank r XOR 2^k and reduces what it receives, so after log2(size)
 rounds every rank holds the full reduction. Both partners of a round
-compute op(a, b) and op(b, a), which are the same bits for every op we
-support (IEEE addition and multiplication are commutative), so ranks agree
-exactly. When size is not a power of two, the `extra` ranks above the
+compute op(lower rank's data, higher rank's data) (`swap` on the higher
+one), so they agree to the bit even where op(a, b) and op(b, a) differ,
+as they do in which NaN payload or sign survives. When size is not a power of two, the `extra` ranks above the
 largest power of two p first hand their data to rank r-p, sit out the
 rounds, and get the result back at the end (2 extra steps for them only).
 
@@ -36,7 +36,7 @@ def all_reduce(op, buf, nbytes, snapshot):
     while mask < p:
         partner = r ^ mask
         op.copy(snapshot, buf, nbytes)
-        op.exchange(partner, snapshot, nbytes, partner, 0, nbytes, reduce_dst=buf)
+        op.exchange(partner, snapshot, nbytes, partner, 0, nbytes, reduce_dst=buf, swap=partner < r)
         mask <<= 1
     if r < extra:
         op.exchange(r + p, buf, nbytes, None, 0, 0)

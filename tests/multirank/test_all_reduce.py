@@ -31,19 +31,13 @@ def test_tiny_chunks(algo, n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "all_reduce.py", "tiny", env=env), n, f"all_reduce with 64-byte chunks ({algo})")
 
 
-LAND_LOR_SIZE_1 = pytest.mark.xfail(strict=True, reason="bug: on a size-1 group all_reduce/reduce_scatter with "
-                                    "land/lor return x unchanged instead of 0/1 in x's dtype")
-
-
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("n", [pytest.param(1, marks=LAND_LOR_SIZE_1), 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_logical_ops_give_0_1(n, assert_ranks_ok, run):
     """land/lor return 0/1 in the input's dtype at every group size (also 1)."""
     assert_ranks_ok(run(n, "logical.py"), n, "land/lor")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: recursive doubling computes op(a, b) on one rank and op(b, a) on its "
-                                      "partner; with NaNs of different signs these differ in the sign bit")
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("n", NS[1:])
 def test_nan_sign_bits_identical_on_every_rank(n, assert_ranks_ok, run):

@@ -29,7 +29,8 @@ class FakeOp:
     def __init__(self, rank, size, boxes, dtype, op="sum"):
         self.rank, self.size, self.boxes, self.dtype, self.redop = rank, size, boxes, np.dtype(dtype), op
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None):
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
+                 swap=False):
         if dst is not None and relay is None:
             self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
         if src is not None:
@@ -39,7 +40,12 @@ class FakeOp:
                 if init:
                     ctypes.memmove(reduce_dst, init, recv_len)
                 dst_arr = _view(reduce_dst, recv_len, self.dtype)
-                _kernels.reduce_into(dst_arr, np.frombuffer(data, self.dtype), self.redop)
+                got = np.frombuffer(data, self.dtype).copy()
+                if swap:  # op(received, mine)
+                    _kernels.reduce_into(got, dst_arr, self.redop)
+                    dst_arr[...] = got
+                else:
+                    _kernels.reduce_into(dst_arr, got, self.redop)
             else:
                 _view(recv_ptr, recv_len)[:] = np.frombuffer(data, np.uint8)
         if dst is not None and relay is not None:  # forward once everything arrived
@@ -200,3 +206,18 @@ def test_choose_thresholds_and_override(monkeypatch):
     monkeypatch.setattr("commlib._algorithms._forced", {})
     with pytest.raises(ValueError, match="bogus"):
         _algorithms.choose("all_reduce", 8, 4)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
+def test_doubling_gives_identical_nan_bits_on_every_rank(size):
+    """op(a, b) and op(b, a) differ in which NaN survives; partners must agree anyway."""
+    xs = [np.full(3, np.nan if r % 2 else -np.nan) for r in range(size)]
+
+    def body(op):
+        buf = xs[op.rank].copy()
+        snap = np.empty(buf.nbytes, np.uint8)
+        doubling.all_reduce(op, buf.ctypes.data, buf.nbytes, snap.ctypes.data)
+        return buf.view(np.uint64).copy()
+
+    res = run_ranks(size, body)
+    assert all(np.array_equal(res[0], b) for b in res)

@@ -1,0 +1,35 @@
+"""Fixtures of the fault suite; the helpers live in faultlib.py (importable as `faultlib`)."""
+import pytest
+
+from faultlib import FIGURES, Job
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    """Factory for Jobs; at teardown nothing the test started may survive."""
+    started = []
+
+    def make(body, n, **kwargs):
+        sub = tmp_path / f"job{len(started)}"
+        sub.mkdir()
+        job = Job(sub, body, n, **kwargs)
+        started.append(job)
+        return job
+
+    yield make
+    for job in started:
+        if job.proc is not None:
+            if job.proc.poll() is None or job.leftovers():
+                job.kill_all()
+            job._finish()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FIGURES:
+        return
+    terminalreporter.section("fault-suite figures")
+    for name, values in FIGURES.items():
+        for v in values:
+            terminalreporter.write_line(f"{name}: {v}")
+
+
