@@ -5,7 +5,6 @@ The stopped rank cannot answer the stall query, so every report names it as
 and (after --grace) SIGKILLs the stopped rank: nothing may be left behind.
 """
 import re
-import signal
 import time
 
 import pytest
