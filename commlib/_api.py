@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from . import _kernels
+from . import _io, _kernels
 from ._algorithms import choose, doubling, pairwise, ring, tree
 from ._dtypes import check_op, dtype_code, dtype_of, op_code
 from ._errors import CommError, MismatchError
@@ -162,12 +162,11 @@ def _identity(out, a, opc):
     """A reduction over one rank: a itself, except that land/lor still give 0/1."""
     if opc in _LOGICAL:
         np.not_equal(a, 0, out=out, casting="unsafe")
-    elif out.ctypes.data != a.ctypes.data:
+    elif out is not a and _addr(out) != _addr(a):
         np.copyto(out, a)
 
 
-def _addr(a):
-    return a.ctypes.data
+_addr = _io.address
 
 
 # ------------------------------------------------------------ collectives
@@ -192,7 +191,7 @@ def all_reduce(x, op="sum", *, out=None, group=None):
         if choose("all_reduce", a.nbytes, g._size) == "ring":
             ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
         else:
-            if res.ctypes.data != a.ctypes.data:
+            if res is not a and _addr(res) != _addr(a):
                 np.copyto(res, a)
             doubling.all_reduce(o, _addr(res), a.nbytes, g.scratch(a.nbytes))
     if res is not target:

@@ -11,7 +11,6 @@ headers in arrival order; messages it does not want yet are buffered in an
 unexpected-message queue, so messages from one sender with one tag are
 received in the order sent, and ANY_SOURCE / ANY_TAG match the oldest.
 """
-import ctypes
 import os
 import select
 import time
@@ -120,9 +119,7 @@ class Op:
             raise exc
         ep.current = None
 
-    @staticmethod
-    def copy(dst, src, nbytes):
-        ctypes.memmove(dst, src, nbytes)
+    copy = staticmethod(_io.copy)
 
 
 class Group:
@@ -190,13 +187,15 @@ class Group:
     def ring_ptr(self):
         if self._ring is None:
             self._ring = np.empty(self.ring_len, dtype=np.uint8)
-        return self._ring.ctypes.data
+            self._ring_addr = self._ring.ctypes.data
+        return self._ring_addr
 
     def scratch(self, nbytes):
         """Address of a reusable scratch buffer of at least nbytes."""
         if self._scratch is None or self._scratch.nbytes < nbytes:
             self._scratch = np.empty(max(nbytes, 4096), dtype=np.uint8)
-        return self._scratch.ctypes.data
+            self._scratch_addr = self._scratch.ctypes.data
+        return self._scratch_addr
 
     def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
         """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""

@@ -15,7 +15,7 @@ peer died or aborted), so a rank blocked on a healthy peer still learns at
 once. Optional spinning (`spin_us`) trades CPU for latency when ranks do not
 outnumber cores; the caller decides.
 """
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memmove
 from libc.errno cimport errno, EINTR
 
 cdef extern from *:
@@ -373,3 +373,26 @@ def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py
     with nogil:
         rc = _run(&s)
     return rc
+
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS
+
+
+def address(obj):
+    """Address of the first byte of a contiguous buffer (numpy array, bytearray, ...).
+
+    The caller keeps `obj` alive while the address is in use. A fraction of
+    the cost of `ndarray.ctypes.data`, which matters on the small-message path.
+    """
+    cdef Py_buffer view
+    PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS)
+    cdef Py_ssize_t addr = <Py_ssize_t>view.buf
+    PyBuffer_Release(&view)
+    return addr
+
+
+def copy(Py_ssize_t dst, Py_ssize_t src, Py_ssize_t nbytes):
+    """memmove between two raw addresses the caller keeps alive."""
+    if nbytes > 0:
+        with nogil:
+            memmove(<void*>dst, <const void*>src, nbytes)

@@ -282,9 +282,13 @@ def _recv_frame(move, what, peer):
                             f"its frame of {nbytes} bytes", rank=peer)
     frame[8 * (2 + k):soff] = 0
     move(frame[soff:soff + slen])
+    end = soff + slen
     for o, n in zip(offs, lens):
+        frame[end:o] = 0  # alignment padding is zero here as on the sender
         if n:
             move(frame[o:o + n])
+        end = o + n
+    frame[end:] = 0
     return frame
 
 

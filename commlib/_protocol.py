@@ -111,6 +111,10 @@ _SHAPE_HASHES = {}
 
 def shape_hash(shape):
     """A 32-bit fingerprint of a shape, so ranks can agree on shapes cheaply."""
+    if type(shape) is tuple:  # numpy shapes are tuples of ints: the common, fast case
+        h = _SHAPE_HASHES.get(shape)
+        if h is not None:
+            return h
     key = tuple(int(d) for d in shape)
     h = _SHAPE_HASHES.get(key)
     if h is None:
