@@ -28,6 +28,7 @@ EAGER_BYTES = 64 << 10
 
 _world = None
 _client = None
+_finalized = False
 _lock = threading.Lock()
 
 
@@ -49,6 +50,8 @@ def init(strict=False, timeout=None):
     with _lock:
         if _world is not None:
             return _world
+        if _finalized:
+            raise CommError("commlib.finalize() was called on this rank; the job cannot be joined again")
         from . import _rendezvous
         from ._transport import Endpoint
 
@@ -93,10 +96,12 @@ def init(strict=False, timeout=None):
 
 def finalize():
     """Close this rank's connections; also run at exit. Safe to call twice."""
-    global _world, _client
+    global _world, _client, _finalized
     with _lock:
         world, client = _world, _client
         _world = _client = None
+        if world is not None and world.ep is not None:
+            _finalized = True
     if world is None or world.ep is None:
         return
     world.ep._closed = True

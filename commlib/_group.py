@@ -88,7 +88,8 @@ class Op:
         if dst is not None:
             sfd = ep.outgoing(g.gid, CH_COLL, g.world[dst], self.deadline, self.what)
         if src is not None:
-            rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what)
+            rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what, self.hdr, self.dims,
+                              PEER_CHECK_S)
         state = g.state
         state.fill(0)
         ep.current = (self.what, g._wr(src if src is not None else dst), self.hdr)

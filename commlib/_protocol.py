@@ -38,7 +38,7 @@ Plan: a `struct.Struct`, little-endian, no implicit padding:
 import struct
 import zlib
 
-from ._dtypes import DT_BYTES, DTYPE_NAMES, dtype_name, op_name
+from ._dtypes import DT_BYTES, DTYPE_NAMES, OP_NAMES, dtype_name, op_name
 from ._errors import CommError
 
 MAGIC = b"CMLB"
@@ -140,6 +140,8 @@ def decode(data):
         raise ProtocolError(f"unknown collective id {coll}")
     if dtype >= len(DTYPE_NAMES) and dtype != DT_BYTES:
         raise ProtocolError(f"unknown dtype code {dtype}")
+    if op >= len(OP_NAMES):
+        raise ProtocolError(f"unknown reduction op code {op}")
     if nbytes > MAX_FRAME_NBYTES:
         raise ProtocolError(f"declared payload of {nbytes} bytes exceeds the limit of {MAX_FRAME_NBYTES}")
     return Header(kind, coll, dtype, op, flags, group, root, shape, seq, tag, count, nbytes)

@@ -38,9 +38,11 @@ log = logging.getLogger("commlib")
 CH_COLL, CH_P2P = 0, 1
 CHANNEL_NAMES = ("collective", "point-to-point")
 SOCKET_BUFFER_BYTES = 4 << 20
-HANDSHAKE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
+SERVER_HANDSHAKE_S = 3.0  # server side: a silent client is dropped after this (slow-loris bound)
 MAX_PENDING_HANDSHAKES = 64
-NOTICE_GRACE_S = 0.25  # how long a closed connection waits for the job's failure notice
+NOTICE_GRACE_S = 0.6  # how long a closed connection waits for the job's failure notice
+LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
 _CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
@@ -102,6 +104,10 @@ class Endpoint:
         self.secret = secret
         self.timeout = timeout
         self.host_id = host_identity()
+        transport = os.environ.get("COMMLIB_TRANSPORT", "auto")
+        if transport not in ("auto", "tcp"):
+            raise CommError(f"COMMLIB_TRANSPORT={transport!r}: expected 'auto' (Unix sockets within a host) or 'tcp'")
+        self.force_tcp = transport == "tcp"
         self.table = None  # world rank -> registration dict
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
@@ -110,6 +116,7 @@ class Endpoint:
         self.current = None  # (what, peer) while blocked in a step: answers stall queries
         self.last = None  # the last operation this rank entered
         self._statuses = {}  # replies to our stall query: rank -> text
+        self._refused = 0  # connections refused (logged 1..10, then at powers of two)
         self.exits = {}  # world rank -> "exited with code 3" (from the coordinator)
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
@@ -168,7 +175,7 @@ class Endpoint:
 
     def _handshake_server(self, sock, addr):
         try:
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            sock.settimeout(SERVER_HANDSHAKE_S)
             nonce = secrets.token_bytes(32)
             sock.sendall(_SERVER_HELLO.pack(_DATA_MAGIC, nonce))
             magic, rank, group, channel, cnonce, mac = _CLIENT_HELLO.unpack(_recv_exact(sock, _CLIENT_HELLO.size))
@@ -194,31 +201,47 @@ class Endpoint:
                 pass  # the reader drains and rescans; one pending byte is enough
             sock = None
         except (OSError, ValueError, struct.error, AuthError) as exc:
-            log.warning("commlib rank %d: refused a connection from %s: %s", self.rank,
-                        addr or "unix socket", exc)
+            self._refused += 1
+            if self._refused <= 10 or self._refused & (self._refused - 1) == 0:  # 1..10, then powers of 2
+                log.warning("commlib rank %d: refused a connection from %s: %s (%d refused so far)", self.rank,
+                            addr or "unix socket", exc, self._refused)
         finally:
             if sock is not None:
                 sock.close()
             self._pending.release()
 
-    def incoming(self, group, channel, src, deadline, what):
-        """fd of the authenticated connection from world rank `src`, waiting for it to arrive."""
+    def incoming(self, group, channel, src, deadline, what, hdr=None, dims=None, check_s=0.0):
+        """fd of the authenticated connection from world rank `src`, waiting for it to arrive.
+
+        With `hdr` (a collective's header) and check_s > 0, a wait longer than
+        check_s asks src which collective it is in, as a stuck step does.
+        """
         key = (group, channel, src)
         sock = self._in.get(key)
         if sock is not None:
             return sock.fileno()
-        self.current = (what, src, None)
-        with self._cond:
-            while key not in self._in:
-                self.raise_if_failed()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self.fail(CommTimeout(
-                        f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
-                        f"({CHANNEL_NAMES[channel]} channel)" + self.stall_report(), rank=src))
-                self._cond.wait(min(left, 0.05))
+        self.current = (what, src, hdr)
+        next_check = time.monotonic() + check_s
+        try:
+            while True:
+                with self._cond:
+                    if key in self._in:
+                        return self._in[key].fileno()
+                    self.raise_if_failed()
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise self.fail(CommTimeout(
+                            f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
+                            f"({CHANNEL_NAMES[channel]} channel)" + self.stall_report(), rank=src))
+                    self._cond.wait(min(deadline - now, 0.05))
+                if hdr is not None and check_s > 0 and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + check_s
+                    exc = self.check_peer(src, hdr, dims)
+                    if exc is not None:
+                        self.spread(exc)
+                        raise exc
+        finally:
             self.current = None
-            return self._in[key].fileno()
 
     def incoming_fds(self, group, channel):
         """{fd: src world rank} of the connections that have arrived for group/channel."""
@@ -233,7 +256,7 @@ class Endpoint:
         if sock is not None:
             return sock.fileno()
         peer = self.table[dst]
-        local = peer["host_id"] == self.host_id and peer.get("unix")
+        local = peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp
         address = "\0" + peer["unix"] if local else tuple(peer["tcp"])
         last = None
         while True:
@@ -303,24 +326,37 @@ class Endpoint:
     def on_notice(self, msg):
         """Coordinator push (listener thread): peer exits, aborts, stall queries."""
         kind, peer = msg.get("kind"), msg.get("rank")
-        if kind in ("died", "lost"):
+        if kind == "died":
             self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
-            if (kind == "lost" or msg.get("code") != 0) and not self._closed:
+            if msg.get("code") != 0 and not self._closed:
                 self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer),
                           remote=True)
+        elif kind == "lost":
+            # The coordinator sees the connection drop before the launcher has
+            # reaped the process: give its "died" notice (with the exit status)
+            # a moment, then fail with what is known.
+            self.exits.setdefault(peer, msg.get("message") or "lost its coordinator connection")
+            timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer,))
+            timer.daemon = True
+            timer.start()
         elif kind == "left":
             self.exits.setdefault(peer, "it called finalize()")
         elif kind == "abort":
             cls = {"MismatchError": MismatchError, "CommTimeout": CommTimeout}.get(msg.get("error"), PeerLost)
-            text = msg.get("message", "")
+            text, origin = msg.get("message", ""), msg.get("from", peer)
             if msg.get("error") not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
-                text = f"rank {self.rank}: rank {msg.get('from', peer)} failed: {text}"
+                text = f"rank {self.rank}: rank {origin} failed: {text}"
+            elif msg.get("error") != "MismatchError":  # the text is rank origin's view: say so
+                text = f"rank {self.rank}: rank {origin} reported: {text}"
             self.fail(cls(text, rank=msg.get("from", peer)), remote=True)
         elif kind == "status_query" and self.notify is not None:
             current = self.current
             hdr = current[2].hex() if current is not None and current[2] is not None else None
-            self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank, "state": self.describe(),
-                         "hdr": hdr})
+            try:
+                self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
+                             "state": self.describe(), "hdr": hdr})
+            except CommError:
+                pass  # the coordinator is gone; the asker learns that from its own connection
         elif kind == "status":
             with self._cond:
                 self._statuses[msg.get("from", peer)] = msg
@@ -328,6 +364,10 @@ class Endpoint:
         elif kind == "coordinator_lost" and not self._closed:
             self.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
                       remote=True)
+
+    def _lost(self, peer):
+        if not self._closed:
+            self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
 
     def describe(self):
         """What this rank is doing, for another rank's stall report."""

@@ -12,6 +12,7 @@ import time
 from . import spawn
 
 TIMEOUT_EXIT = 124
+NOTICE_S = 1.0  # after a rank fails, how long the others may take to notice and exit before SIGTERM
 PARTIAL_LINE_LIMIT = 1 << 16  # longer unterminated output is passed on without waiting for its newline
 
 
@@ -113,6 +114,7 @@ class _Job:
         self.result = 0
         self.stopping = False
         self.kill_at = None
+        self.term_at = None  # after a rank failed: when to stop the others
         self.timeout_at = time.monotonic() + timeout if timeout else None
         self.sel = selectors.DefaultSelector()
         self.fds = {}  # rank number -> its open output fds
@@ -155,6 +157,10 @@ class _Job:
     def on_signal(self, signum):
         if signum == signal.SIGCHLD:
             return
+        if self.term_at is not None:  # a rank already failed: stop the rest now, keeping its code
+            self.term_at = None
+            self.stop(signal.SIGINT, self.result)
+            return
         if self.stopping:  # a second Ctrl-C: no more waiting
             self.kill_at = time.monotonic()
             return
@@ -171,10 +177,17 @@ class _Job:
             if code != 0 and not self.stopping:
                 self.drain(rank)
                 say(f"{rank.describe()} {words}")
-                self.stop(signal.SIGTERM, code)
+                # The others have just been told (notify_died): give them a moment
+                # to raise PeerLost and say so themselves, then stop them.
+                self.stopping, self.result = True, code
+                self.term_at = time.monotonic() + NOTICE_S
 
     def tick(self):
         now = time.monotonic()
+        if self.term_at is not None and now >= self.term_at:
+            self.term_at = None
+            if self.live:
+                self.stop(signal.SIGTERM, self.result)
         if self.timeout_at is not None and now >= self.timeout_at and self.live:
             self.timeout_at = None
             say(f"job timed out after {self.timeout:g} s; dumping stacks and stopping {len(self.live)} rank(s)")
@@ -185,7 +198,7 @@ class _Job:
             self.kill_at = now + 1.0
 
     def next_wakeup(self):
-        deadlines = [d for d in (self.timeout_at, self.kill_at) if d is not None]
+        deadlines = [d for d in (self.timeout_at, self.kill_at, self.term_at) if d is not None]
         return max(0.0, min([time.monotonic() + 0.5] + deadlines) - time.monotonic())
 
 

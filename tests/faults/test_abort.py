@@ -40,16 +40,8 @@ except cl.CommError as e:
     job.assert_no_leftovers()
 
 
-MISMATCH_DEADLOCK = (
-    "bug: at n=4 rank 0's all_reduce blocks in Endpoint.incoming() waiting for rank 1 to *connect* (rank 1 is "
-    "in a broadcast, receiving from rank 0, so it never connects); the 1 s 'ask the peer which collective it is "
-    "in' check of e5fcbd6 only runs inside a step, so every rank waits out the full deadline and raises "
-    "CommTimeout instead of MismatchError"
-)
-
-
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("n", [2, 3, pytest.param(4, marks=pytest.mark.xfail(strict=True, reason=MISMATCH_DEADLOCK))])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_mismatched_collectives_raise_everywhere(jobs, n):
     """Rank 0 all_reduces float32[1024] while the others broadcast int64[8]: MismatchError, both sides named."""
     body = """

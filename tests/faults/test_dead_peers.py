@@ -136,9 +136,6 @@ def test_rank_dies_by_itself(jobs, n, how):
 
 
 @pytest.mark.timeout(60)
-# Not strict: it is a race, and the 'died' notice occasionally arrives first (seen with os._exit(3)).
-@pytest.mark.xfail(strict=False, reason="bug: the coordinator's 'lost' notice (connection closed without goodbye) "
-                   "usually wins the race against commrun's 'died' notice, so PeerLost rarely carries the exit status")
 @pytest.mark.parametrize("how", ["SIGKILL", "os._exit(3)"])
 def test_peer_lost_names_exit_status(jobs, how):
     """Issue 6 item 2: PeerLost names the dead rank *and its exit status* on every survivor."""
