@@ -1,4 +1,5 @@
 """Many ranks on few cores, and the size-1 group."""
+import re
 import pytest
 
 
@@ -25,3 +26,31 @@ def test_size_one_without_launcher(assert_ranks_ok, run_plain):
     result = run_plain("single.py")
     assert_ranks_ok(result, 1, "size-1 group without a launcher")
     assert "init(strict=True) outside a launcher: CommError" in result[1]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("n", [2, 3])
+def test_mixed_over_tcp(n, assert_ranks_ok, run):
+    """The same job with COMMLIB_TRANSPORT=tcp: the TCP path (used between hosts) on one host."""
+    assert_ranks_ok(run(n, "mixed.py", env={"COMMLIB_TRANSPORT": "tcp"}), n, "mixed job over TCP")
+
+
+@pytest.mark.timeout(60)
+def test_bad_transport_setting_is_a_clear_error(run):
+    code, out, err = run(2, "mixed.py", env={"COMMLIB_TRANSPORT": "carrier-pigeon"})
+    assert code != 0
+    assert "COMMLIB_TRANSPORT='carrier-pigeon'" in out + err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_transport_choice_is_real(transport, run):
+    """Same host: Unix sockets unless COMMLIB_TRANSPORT=tcp, which puts the data on TCP."""
+    code, out, err = run(3, "transport_kind.py", env={"COMMLIB_TRANSPORT": transport})
+    assert code == 0, err
+    counts = [int(m) for m in re.findall(r"tcp=(\d+)", out)]
+    assert len(counts) == 3, out
+    if transport == "tcp":
+        assert all(c >= 2 for c in counts), out  # to the right neighbour and from the left one
+    else:
+        assert all(c == 0 for c in counts), out
