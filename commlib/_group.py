@@ -90,20 +90,12 @@ class Op:
         if src is not None:
             rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what, self.hdr, self.dims,
                               PEER_CHECK_S)
-        state = g.state
-        state.fill(0)
+        stepper = g.stepper
+        state = stepper.state
         ep.current = (self.what, g._wr(src if src is not None else dst), self.hdr)
-        if reduce_dst:
-            recv_ptr = g.ring_ptr
-        while True:
-            rc = _io.step(sfd, self.hdr if dst is not None else None, send_ptr, send_len,
-                          rfd, g.rhdr if src is not None else None, self.hdr if src is not None else None,
-                          recv_ptr, recv_len, state, reduce_ptr=reduce_dst, init_ptr=init, ring_len=g.ring_len,
-                          dtype=self.dtype, op=self.redop, relay=_RELAY[relay], chunk=g.chunk,
-                          wake_fd=ep.wake_r, deadline=self.deadline, spin_s=g.spin_s, swap=swap,
-                          check_s=PEER_CHECK_S)
-            if rc != _io.SLOW:
-                break
+        rc = stepper.run(sfd, self.hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
+                         self.dtype, self.redop, _RELAY[relay], swap, self.deadline, False)
+        while rc == _io.SLOW:
             # Stuck: two ranks in different collectives can each wait to receive
             # from the other, so no header ever reaches a receiver. Ask the peer.
             waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
@@ -112,9 +104,11 @@ class Op:
                 ep.current = None
                 ep.spread(exc)
                 raise exc
+            rc = stepper.run(sfd, self.hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
+                             self.dtype, self.redop, _RELAY[relay], swap, self.deadline, True)
         if rc:
             exc = ep.status_error(rc, state, self.what, g._wr(dst), send_len, g._wr(src), recv_len,
-                                  self.hdr, g.rhdr, self.dims)
+                                  self.hdr, stepper.rhdr, self.dims)
             ep.current = None
             ep.spread(exc)
             raise exc
@@ -150,6 +144,7 @@ class Group:
         self.rhdr = bytearray(HEADER_NBYTES)
         self._queue = []  # unexpected point-to-point messages: (Header, uint8 array)
         self._scratch = None
+        self._stepper = None
 
     # ----------------------------------------------------------------- public
     def rank(self):
@@ -183,6 +178,14 @@ class Group:
     # ----------------------------------------------------------------- helpers
     def _wr(self, r):
         return None if r is None else self.world[r]
+
+    @property
+    def stepper(self):
+        """The collective step loop bound to this group's constants (created on first use)."""
+        if self._stepper is None:
+            self._stepper = _io.Stepper(self.state, self.chunk, self.ep.wake_r, self.ring_ptr, self.ring_len,
+                                        self.spin_s, PEER_CHECK_S)
+        return self._stepper
 
     @property
     def ring_ptr(self):

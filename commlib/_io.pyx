@@ -396,3 +396,76 @@ def copy(Py_ssize_t dst, Py_ssize_t src, Py_ssize_t nbytes):
     if nbytes > 0:
         with nogil:
             memmove(<void*>dst, <const void*>src, nbytes)
+
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+
+cdef class Stepper:
+    """step() with the per-group constants bound once: the fast path for small messages.
+
+    Holds the chunk size, wake descriptor, scratch ring, spin and peer-check
+    intervals, the progress state and the received-header buffer, so each
+    call passes only what changes (positional, no buffer acquisition).
+    """
+    cdef public object state        # int64[4] ndarray, as for step()
+    cdef public bytearray rhdr      # the received header (valid after MISMATCH)
+    cdef long long[::1] _state
+    cdef Py_ssize_t chunk, ring_ptr, ring_len
+    cdef int wake_fd
+    cdef double spin_s, check_s
+
+    def __init__(self, state, Py_ssize_t chunk, int wake_fd, Py_ssize_t ring_ptr, Py_ssize_t ring_len,
+                 double spin_s, double check_s):
+        self.state = state
+        self._state = state
+        self.rhdr = bytearray(56)
+        self.chunk, self.wake_fd = chunk, wake_fd
+        self.ring_ptr, self.ring_len = ring_ptr, ring_len
+        self.spin_s, self.check_s = spin_s, check_s
+
+    def run(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
+            int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len,
+            Py_ssize_t reduce_ptr, Py_ssize_t init_ptr, int dtype, int op, int relay, bint swap,
+            double deadline, bint resume):
+        """One collective step: hdr is both the header sent and the one expected.
+
+        reduce_ptr != 0 receives into the bound scratch ring and reduces. With
+        resume the progress in state is kept (after SLOW), else it restarts.
+        """
+        cdef Step s
+        cdef int rc
+        cdef char* h = PyBytes_AS_STRING(hdr)
+        cdef Py_ssize_t hl = PyBytes_GET_SIZE(hdr)
+        if not resume:
+            self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
+        s.send_fd = send_fd
+        s.send_hdr = h
+        s.send_hdr_len = hl if send_fd >= 0 else 0
+        s.send_buf = _ptr(send_ptr)
+        s.send_len = send_len
+        s.recv_fd = recv_fd
+        s.recv_hdr = <char*>self.rhdr
+        s.expect_hdr = h
+        s.recv_hdr_len = hl if recv_fd >= 0 else 0
+        s.recv_buf = _ptr(self.ring_ptr if reduce_ptr else recv_ptr)
+        s.recv_len = recv_len
+        s.reduce_dst = _ptr(reduce_ptr)
+        s.init_src = _ptr(init_ptr)
+        s.ring_len = self.ring_len
+        s.dtype = dtype
+        s.op = op
+        s.swap = swap
+        s.item = itemsize_of(dtype)
+        if reduce_ptr and (s.item == 0 or recv_len % s.item or self.ring_len < self.chunk):
+            raise ValueError("bad reduce arguments")
+        s.relay = relay
+        s.chunk = self.chunk
+        s.wake_fd = self.wake_fd
+        s.deadline = deadline
+        s.spin_s = self.spin_s
+        s.check_s = self.check_s
+        s.state = &self._state[0]
+        with nogil:
+            rc = _run(&s)
+        return rc
