@@ -11,10 +11,13 @@ COMMLIB_ALGO_<KIND>=<name> (e.g. COMMLIB_ALGO_ALL_REDUCE=ring).
 """
 import os
 
-# At or below these payload sizes the latency-bound algorithm wins.
-ALL_REDUCE_SMALL_BYTES = 64 << 10
-BROADCAST_SMALL_BYTES = 64 << 10
-REDUCE_SMALL_BYTES = 64 << 10
+# At or below these payload sizes the latency-bound algorithm wins
+# (benchmarks/crossover.py; 2 cores, so n=4 is oversubscribed, which favours
+# fewer steps: the ring's 2(n-1) steps each cost a wake-up).
+ALL_REDUCE_SMALL_BYTES_PAIR = 32 << 10  # n=2: doubling 17 us vs ring 24 at 32 KiB; ring wins from 64 KiB
+ALL_REDUCE_SMALL_BYTES = 256 << 10  # n>=3: doubling 340 vs ring 349 us at 256 KiB; ring wins from 512 KiB
+BROADCAST_SMALL_BYTES = 8 << 10  # n=4: chain wins from 16 KiB (1.7x at 4 MiB); below, within noise
+REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within noise
 
 CHOICES = {
     "all_reduce": ("doubling", "ring"),
@@ -36,7 +39,8 @@ def choose(kind, nbytes, size):
             raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")
         return forced
     if kind == "all_reduce":
-        return "doubling" if nbytes <= ALL_REDUCE_SMALL_BYTES or nbytes < 64 * size else "ring"
+        small = ALL_REDUCE_SMALL_BYTES_PAIR if size <= 2 else ALL_REDUCE_SMALL_BYTES
+        return "doubling" if nbytes <= small or nbytes < 64 * size else "ring"
     if kind == "broadcast":
         return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
     if kind == "reduce":
