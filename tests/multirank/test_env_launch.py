@@ -1,0 +1,70 @@
+"""init() without commrun: torchrun-style and Slurm-style variables, rank 0 hosting the coordinator."""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+CASE = textwrap.dedent("""
+    import numpy as np, commlib as cl
+    g = cl.init(strict=True)
+    r, n = g.rank(), g.size()
+    y = cl.all_reduce(np.arange(1000.0) + r)
+    assert np.array_equal(y, sum(np.arange(1000.0) + k for k in range(n)))
+    assert np.array_equal(cl.all_gather(np.array([r])), np.arange(n))
+    print(f"rank {r} of {n} ok")
+""")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _clean_env():
+    prefixes = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_",
+                "TORCHELASTIC")
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+
+
+def _run_all(envs, tmp_path):
+    case = tmp_path / "case.py"
+    case.write_text(CASE)
+    procs = [subprocess.Popen([sys.executable, str(case)], env=e, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for e in envs]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            outs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return outs
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torchrun_style_variables(n, tmp_path):
+    port = _free_port()
+    envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_SECRET="ab" * 32, COMMLIB_TIMEOUT="30") for r in range(n)]
+    for r, (code, out, err) in enumerate(_run_all(envs, tmp_path)):
+        assert code == 0, f"rank {r}: {err}"
+        assert f"rank {r} of {n} ok" in out
+
+
+def test_slurm_style_variables(tmp_path):
+    n, port = 2, _free_port()
+    base = dict(_clean_env(), SLURM_NTASKS=str(n), SLURM_NODELIST="localhost", SLURM_JOB_ID="4242",
+                SLURM_STEP_ID="0", SLURM_NNODES="1", SLURM_NODEID="0", SLURM_TASKS_PER_NODE=str(n),
+                COMMLIB_COORDINATOR=f"127.0.0.1:{port}", COMMLIB_TIMEOUT="30")
+    envs = [dict(base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r)) for r in range(n)]
+    for r, (code, out, err) in enumerate(_run_all(envs, tmp_path)):
+        assert code == 0, f"rank {r}: {err}"
+        assert f"rank {r} of {n} ok" in out
