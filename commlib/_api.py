@@ -105,14 +105,19 @@ def finalize():
     if world is None or world.ep is None:
         return
     world.ep._closed = True
+    coordinator = getattr(world, "_coordinator", None)
     if client is not None:
         try:
             client.close()
         except OSError:
             pass
     world.ep.close()
-    coordinator = getattr(world, "_coordinator", None)
     if coordinator is not None:
+        # This rank hosts the job's coordinator (srun/torchrun): ranks still
+        # working need it, so wait for them to leave (bounded by the timeout).
+        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout):
+            print(f"commlib: rank {world._rank}: closing the coordinator while ranks "
+                  f"{coordinator.connected()} are still connected", file=sys.stderr)
         coordinator.close()
 
 

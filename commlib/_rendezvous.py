@@ -164,6 +164,24 @@ class Coordinator:
             self._dead[rank] = msg
         self._notices.put(msg)
 
+    def connected(self):
+        """Ranks whose connection is open (they have not said goodbye or died)."""
+        with self._lock:
+            return sorted(self._ranks)
+
+    def wait_until_alone(self, host_rank, timeout):
+        """Wait until every rank but `host_rank` has disconnected; False on timeout.
+
+        A rank that hosts the coordinator (srun/torchrun) calls this before
+        closing it, so ranks still working are not cut off.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not [r for r in self.connected() if r != host_rank]:
+                return True
+            time.sleep(0.05)
+        return False
+
     def close(self):
         with self._lock:
             if self._closed:

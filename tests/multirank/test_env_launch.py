@@ -68,3 +68,35 @@ def test_slurm_style_variables(tmp_path):
     for r, (code, out, err) in enumerate(_run_all(envs, tmp_path)):
         assert code == 0, f"rank {r}: {err}"
         assert f"rank {r} of {n} ok" in out
+
+
+def test_coordinator_host_waits_for_ranks_still_working(tmp_path):
+    """Rank 0 (hosting the coordinator) finishes first; rank 1 keeps working with rank 2 and must not
+    lose the coordinator: its later operations succeed and it exits 0."""
+    case = tmp_path / "late.py"
+    case.write_text(textwrap.dedent("""
+        import time, numpy as np, commlib as cl
+        g = cl.init(strict=True); r = g.rank()
+        cl.barrier()
+        if r == 0:
+            print("rank 0 done"); raise SystemExit(0)
+        time.sleep(1.0)   # rank 0 has finalized by now
+        peer = 3 - r
+        got = cl.sendrecv(np.full(4, r), dst=peer, src=peer)
+        assert (got == peer).all()
+        print(f"rank {r} ok after rank 0 left")
+    """))
+    n, port = 3, _free_port()
+    envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_SECRET="cd" * 32, COMMLIB_TIMEOUT="30") for r in range(n)]
+    procs = [subprocess.Popen([sys.executable, str(case)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for e in envs]
+    try:
+        results = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for r, (out, err, code) in enumerate(results):
+        assert code == 0, f"rank {r}: {err}"
+    assert "rank 1 ok after rank 0 left" in results[1][0] and "rank 2 ok after rank 0 left" in results[2][0]
