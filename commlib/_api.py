@@ -463,13 +463,7 @@ def recv_into(buf, src, tag=0, *, group=None):
     code = dtype_code(a.dtype)
     dst = a if a.flags.c_contiguous else np.empty(a.shape, a.dtype)
     u8 = dst.reshape(-1).view(np.uint8)
-    if g.ep is None:
-        i = g._find(src, tag)
-        if i is None:
-            raise CommError("recv on a group of size 1 with no message sent to self: it would wait forever")
-        h, payload = g._queue.pop(i)
-    else:
-        h, payload = g.recv_bytes(src, tag, "recv", into=u8)
+    h, payload = g.recv_bytes(src, tag, "recv", into=u8)
     check_message(h, code, a.nbytes, f"recv(tag={tag})", g.ep.rank if g.ep else 0, g.world)
     if payload is not u8:
         u8[:h.nbytes] = payload

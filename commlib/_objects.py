@@ -326,13 +326,7 @@ def recv_obj(src=ANY_SOURCE, tag=ANY_TAG, *, status=False, group=None):
     g = _g(group)
     src, tag = _src(g, src), _tag(tag, True)
     what = f"recv_obj(tag={tag})"
-    if g.ep is None:
-        i = g._find(src, tag)
-        if i is None:
-            raise CommError("recv_obj on a group of size 1 with no object sent to self: it would wait forever")
-        h, payload = g._queue.pop(i)
-    else:
-        h, payload = g.recv_bytes(src, tag, what)
+    h, payload = g.recv_bytes(src, tag, what)
     check_message(h, None, None, what, g.ep.rank if g.ep else 0, g.world, flags=FLAG_OBJECT)
     obj = loads(payload)
     return (obj, Status(h.root, h.tag, h.nbytes, h.count, h.dtype)) if status else obj
