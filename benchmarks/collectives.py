@@ -47,11 +47,9 @@ ANCHORS = os.path.join(HERE, "anchors")
 RESULTS = os.path.join(HERE, "results")
 
 ALL_IMPLS = ("commlib", "mpi-tcp", "mpi-shm", "gloo", "mlx", "bare")
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "pingpong")
-MiB = 1 << 20
-
 sys.path.insert(0, ANCHORS)
 import _sweep  # noqa: E402  (sizes and busbw factors shared with the anchors)
+from _sweep import OPS, MiB  # noqa: E402
 
 
 # --------------------------------------------------------------------------- running

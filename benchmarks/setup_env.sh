@@ -3,9 +3,11 @@
 # anchors commlib is compared against: mpi4py on Debian's Open MPI, torch (CPU
 # build) for gloo, mlx[cpu] for the MLX ring, plus numpy and matplotlib.
 #
-#   bash benchmarks/setup_env.sh              # anchors only (commlib not needed)
-#   bash benchmarks/setup_env.sh --commlib    # anchors + commlib from this repo
+#   bash benchmarks/setup_env.sh              # anchors + commlib from this repo
+#   bash benchmarks/setup_env.sh --commlib    # the same (kept for old instructions)
 #   bash benchmarks/setup_env.sh --commlib-only   # just (re)install commlib
+#
+# The anchors need commlib too: the sweep's rules live in commlib.bench.
 #
 # Idempotent: every step checks before it installs.
 set -euo pipefail
@@ -16,7 +18,7 @@ ENV="$HERE/.env"
 PY="${PYTHON:-python3}"
 
 want_anchors=1
-want_commlib=0
+want_commlib=1
 for arg in "$@"; do
     case "$arg" in
         --commlib) want_commlib=1 ;;

@@ -179,8 +179,8 @@ def run_point(cl, g, op, nbytes_req, args):
     return rec
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m commlib.bench", description=__doc__.split("\n\n")[0])
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The sweep's options; the anchors in benchmarks/anchors/ take the same ones."""
     p.add_argument("--sizes", nargs="+", type=parse_size, default=None,
                    help="message sizes in bytes (K, M, G suffixes allowed); default 8 B and 16 B..256 MiB x4")
     p.add_argument("--max-mib", type=float, default=256, help="largest default size in MiB (default 256)")
@@ -191,6 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations below 16 MiB (at most 2 above)")
     p.add_argument("--check", action="store_true", default=True, help="verify each point's result once (default)")
     p.add_argument("--no-check", dest="check", action="store_false")
+
+
+def sizes_from(args) -> list[int]:
+    return sorted(set(args.sizes)) if args.sizes else default_sizes(args.max_mib)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m commlib.bench", description=__doc__.split("\n\n")[0])
+    add_sweep_arguments(p)
     p.add_argument("--impl", default="commlib", help="name written into the JSON lines")
     return p
 

@@ -25,60 +25,13 @@ import time
 
 import numpy as np
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "pingpong")
-MiB = 1 << 20
-
-
-def default_sizes(max_mib: float = 256) -> list[int]:
-    """8 B, then powers of 4 from 16 B up to max_mib (16 B, 64 B, ..., 1 MiB, 4 MiB, ..., 256 MiB)."""
-    sizes = [8]
-    s = 16
-    while s <= max_mib * MiB:
-        sizes.append(s)
-        s *= 4
-    return sizes
-
-
-def parse_size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    if t and t[-1] in mult:
-        return int(float(t[:-1]) * mult[t[-1]])
-    return int(t)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", nargs="+", type=parse_size, default=None,
-                   help="message sizes in bytes (suffixes K, M, G allowed), default 8 B and 16 B..256 MiB in x4 steps")
-    p.add_argument("--max-mib", type=float, default=256, help="largest default size in MiB (default 256)")
-    p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--budget", type=float, default=0.3,
-                   help="seconds of timed iterations per (op, size) point (default 0.3)")
-    p.add_argument("--min-iters", type=int, default=5, help="timed iterations at least (default 5)")
-    p.add_argument("--max-iters", type=int, default=200, help="timed iterations at most (default 200)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations below 16 MiB (at most 2 above; default 3)")
-    p.add_argument("--check", action="store_true", default=True, help="verify results once per point (default)")
-    p.add_argument("--no-check", dest="check", action="store_false")
-
-
-def sizes_from(args) -> list[int]:
-    return sorted(set(args.sizes)) if args.sizes else default_sizes(args.max_mib)
-
-
-def busbw_factor(op: str, n: int) -> float:
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    return 1.0
-
-
-def element_count(op: str, nbytes: int, n: int) -> int:
-    """float32 elements for the requested size; gathered/scattered arrays are rounded up to a multiple of n."""
-    count = max(1, nbytes // 4)
-    if op in ("all_gather", "reduce_scatter"):
-        count = max(n, -(-count // n) * n)
-    return count
+# The sweep's rules (sizes, options, busbw factors, element counts) live in
+# commlib.bench, so commlib and every anchor measure exactly the same points.
+# commlib is installed in the bench venv (setup_env.sh), as every comparison needs it.
+from commlib.bench import (  # noqa: E402,F401  (re-exported for the anchor scripts)
+    OPS, MiB, add_sweep_arguments as add_arguments, busbw_factor, default_sizes, element_count,
+    parse_size, sizes_from,
+)
 
 
 def emit(record: dict) -> None:
