@@ -463,7 +463,10 @@ def recv_into(buf, src, tag=0, *, group=None):
     code = dtype_code(a.dtype)
     dst = a if a.flags.c_contiguous else np.empty(a.shape, a.dtype)
     u8 = dst.reshape(-1).view(np.uint8)
-    h, payload = g.recv_bytes(src, tag, "recv", into=u8)
+    expect = None
+    if src != ANY_SOURCE and tag != ANY_TAG and g.ep is not None:  # the header a same-shaped send carries
+        expect = encode(KIND_P2P, 0, code, 0, 0, g.gid, src, 0, 0, tag, a.size, a.nbytes)
+    h, payload = g.recv_bytes(src, tag, "recv", into=u8, expect=expect)
     check_message(h, code, a.nbytes, f"recv(tag={tag})", g.ep.rank if g.ep else 0, g.world)
     if payload is not u8:
         u8[:h.nbytes] = payload

@@ -213,16 +213,16 @@ class Group:
         return int(r)
 
     # ------------------------------------------------------- point-to-point
-    def _step(self, send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, recv_ptr, recv_len, deadline, what, peer):
-        state = self.state
-        state.fill(0)
-        ep = self.ep
+    def _step(self, send_fd, hdr, ptr, nbytes, recv_fd, recv_ptr, recv_len, deadline, what, peer):
+        """Point-to-point: send (header +) payload and/or receive raw bytes, raising on failure."""
+        ep, stepper = self.ep, self.stepper
         ep.current = (what, self.world[peer], None)
-        rc = _io.step(send_fd, hdr, ptr, nbytes, recv_fd, recv_hdr, None, recv_ptr, recv_len, state,
-                      chunk=max(self.chunk, 1 << 20), wake_fd=ep.wake_r, deadline=deadline, spin_s=self.spin_s)
+        rc = stepper.raw(send_fd, hdr or b"", ptr, nbytes, recv_fd, recv_ptr, recv_len, deadline, False)
+        while rc == _io.SLOW:  # a receive may wait long for its sender: that is no error
+            rc = stepper.raw(send_fd, hdr or b"", ptr, nbytes, recv_fd, recv_ptr, recv_len, deadline, True)
         if rc:
             w = self.world[peer]
-            exc = ep.status_error(rc, state, what, w if send_fd >= 0 else None, nbytes,
+            exc = ep.status_error(rc, stepper.state, what, w if send_fd >= 0 else None, nbytes,
                                   w if recv_fd >= 0 else None, recv_len, b"", b"")
             ep.current = None
             ep.spread(exc)
@@ -235,7 +235,7 @@ class Group:
         deadline = time.monotonic() + self.timeout
         hdr = encode(KIND_P2P, 0, dtype, 0, flags, self.gid, self._rank, 0, 0, tag, count, nbytes)
         fd = self.ep.outgoing(self.gid, CH_P2P, self.world[dst], deadline, what)
-        self._step(fd, hdr, ptr, nbytes, -1, None, 0, 0, deadline, what, dst)
+        self._step(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, what, dst)
 
     def sendrecv_bytes(self, ptr, nbytes, dtype, count, dst, into, src, tag):
         """Send to dst while receiving the (src, tag) message of the same size into `into`.
@@ -254,7 +254,7 @@ class Group:
             h, payload = self._queue.pop(i)
             check_message(h, dtype, nbytes, what, ep.rank, self.world)
             into[:h.nbytes] = payload
-            self._step(sfd, hdr, ptr, nbytes, -1, None, 0, 0, deadline, what, dst)
+            self._step(sfd, hdr, ptr, nbytes, -1, 0, 0, deadline, what, dst)
             return
         expect = encode(KIND_P2P, 0, dtype, 0, 0, self.gid, src, 0, 0, tag, count, nbytes)
         rfd = ep.incoming(self.gid, CH_P2P, self.world[src], deadline, what)
@@ -270,7 +270,7 @@ class Group:
                                                 f"{dtype_name(dtype)} from rank {self.world[src]}, got {h!r}"))
                 payload = np.empty(h.nbytes, dtype=np.uint8)  # another message came first: queue it
                 if h.nbytes:
-                    self._step(-1, None, 0, 0, rfd, None, payload.ctypes.data, h.nbytes, deadline, what, src)
+                    self._step(-1, None, 0, 0, rfd, _io.address(payload), h.nbytes, deadline, what, src)
                 self._queue.append((h, payload))
                 state[1:] = 0
                 continue
@@ -280,23 +280,26 @@ class Group:
                 raise exc
             return
 
-    def _read_one(self, fd, src, deadline, what, into=None, match=None):
+    def _read_one(self, fd, src, deadline, what, into=None, match=None, header=None):
         """Read one whole message from fd (from group rank src).
 
         If `match(header)` is true and `into` (uint8 array) can hold it, the
         payload lands in `into` and (header, into) is returned without queueing;
-        otherwise it is queued and (header, None) returned.
+        otherwise it is queued and (header, None) returned. `header`: its bytes,
+        when they have been read already.
         """
-        hbuf = bytearray(HEADER_NBYTES)
-        self._step(-1, None, 0, 0, fd, hbuf, 0, 0, deadline, what, src)
-        h = decode(bytes(hbuf))
+        if header is None:
+            hbuf = bytearray(HEADER_NBYTES)
+            self._step(-1, None, 0, 0, fd, _io.address(hbuf), HEADER_NBYTES, deadline, what, src)
+            header = bytes(hbuf)
+        h = decode(header)
         if h.kind != KIND_P2P or h.group != self.gid or h.root != src:
             raise self.ep.fail(CommError(f"rank {self.ep.rank}: {what}: unexpected frame from rank "
                                          f"{self.world[src]} on the point-to-point channel: {h!r}"))
         direct = into is not None and match is not None and match(h) and h.nbytes <= into.nbytes
         payload = into if direct else np.empty(h.nbytes, dtype=np.uint8)
         if h.nbytes:
-            self._step(-1, None, 0, 0, fd, None, payload.ctypes.data, h.nbytes, deadline, what, src)
+            self._step(-1, None, 0, 0, fd, _io.address(payload), h.nbytes, deadline, what, src)
         if direct:
             return h, into
         self._queue.append((h, payload))
@@ -308,7 +311,30 @@ class Group:
                 return i
         return None
 
-    def _pull(self, src, tag, deadline, what, block=True, into=None):
+    def _recv_expected(self, fd, src, expect, into, deadline, what):
+        """One step for header + payload into `into` if the header is `expect`.
+
+        Returns None when it was, else the header that arrived instead (its
+        payload not read yet: a mismatched header stops the step before any
+        payload byte lands).
+        """
+        ep, stepper = self.ep, self.stepper
+        ep.current = (what, self.world[src], None)
+        addr = _io.address(into)
+        rc = stepper.run(-1, expect, 0, 0, fd, addr, into.nbytes, 0, 0, 0, 0, 0, False, deadline, False)
+        while rc == _io.SLOW:
+            rc = stepper.run(-1, expect, 0, 0, fd, addr, into.nbytes, 0, 0, 0, 0, 0, False, deadline, True)
+        ep.current = None
+        if rc == 0:
+            return None
+        if rc == _io.MISMATCH:
+            return bytes(stepper.rhdr)
+        w = self.world[src]
+        exc = ep.status_error(rc, stepper.state, what, None, 0, w, into.nbytes, b"", b"")
+        ep.spread(exc)
+        raise exc
+
+    def _pull(self, src, tag, deadline, what, block=True, into=None, expect=None):
         """Wait for a matching message. Returns (header, payload, in_into)."""
         i = self._find(src, tag)
         if i is not None:
@@ -321,8 +347,14 @@ class Group:
 
         if src != ANY_SOURCE and block:
             fd = ep.incoming(self.gid, CH_P2P, self.world[src], deadline, what)
+            header = None
+            if expect is not None:  # the common case: exactly the message posted, straight into `into`
+                header = self._recv_expected(fd, src, expect, into, deadline, what)
+                if header is None:
+                    return decode(expect), into, True
             while True:
-                h, p = self._read_one(fd, src, deadline, what, into, match)
+                h, p = self._read_one(fd, src, deadline, what, into, match, header)
+                header = None
                 if p is not None:
                     return h, p, True
                 if match(h):
@@ -362,8 +394,12 @@ class Group:
             if not block:
                 return None
 
-    def recv_bytes(self, src, tag, what, into=None):
-        """Receive one message matching (src, tag); (Header, uint8 payload array)."""
+    def recv_bytes(self, src, tag, what, into=None, expect=None):
+        """Receive one message matching (src, tag); (Header, uint8 payload array).
+
+        expect: the exact header the caller hopes for (specific src and tag),
+        which lets it arrive in one step straight into `into`.
+        """
         if self.ep is None:  # size-1 group: only messages sent to self can match
             i = self._find(src, tag)
             if i is None:
@@ -371,7 +407,7 @@ class Group:
             return self._queue.pop(i)
         self.ep.raise_if_failed()
         deadline = time.monotonic() + self.timeout
-        h, payload, _ = self._pull(src, tag, deadline, what, into=into)
+        h, payload, _ = self._pull(src, tag, deadline, what, into=into, expect=expect)
         return h, payload
 
     def probe(self, src, tag, block):

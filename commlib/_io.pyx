@@ -469,3 +469,43 @@ cdef class Stepper:
         with nogil:
             rc = _run(&s)
         return rc
+
+    def raw(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
+            int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume):
+        """Point-to-point step: send hdr (may be empty) + payload, and/or receive recv_len raw bytes.
+
+        The receive side has no header of its own and checks nothing: the
+        caller parses what arrives.
+        """
+        cdef Step s
+        cdef int rc
+        if not resume:
+            self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
+        s.send_fd = send_fd
+        s.send_hdr = PyBytes_AS_STRING(hdr)
+        s.send_hdr_len = PyBytes_GET_SIZE(hdr) if send_fd >= 0 else 0
+        s.send_buf = _ptr(send_ptr)
+        s.send_len = send_len
+        s.recv_fd = recv_fd
+        s.recv_hdr = NULL
+        s.expect_hdr = NULL
+        s.recv_hdr_len = 0
+        s.recv_buf = _ptr(recv_ptr)
+        s.recv_len = recv_len
+        s.reduce_dst = NULL
+        s.init_src = NULL
+        s.ring_len = self.ring_len
+        s.dtype = 0
+        s.op = 0
+        s.swap = False
+        s.item = 1
+        s.relay = RELAY_NONE
+        s.chunk = self.chunk
+        s.wake_fd = self.wake_fd
+        s.deadline = deadline
+        s.spin_s = self.spin_s
+        s.check_s = self.check_s
+        s.state = &self._state[0]
+        with nogil:
+            rc = _run(&s)
+        return rc

@@ -318,7 +318,7 @@ def _send_pieces(g, pieces, nbytes, dst, tag, what):
     hdr = encode(KIND_P2P, 0, DT_BYTES, 0, FLAG_OBJECT, g.gid, g._rank, 0, 0, tag, nbytes, nbytes)
     fd = ep.outgoing(g.gid, CH_P2P, g.world[dst], deadline, what)
     for i, p in enumerate(pieces):
-        g._step(fd, hdr if i == 0 else None, _addr(p), p.nbytes, -1, None, 0, 0, deadline, what, dst)
+        g._step(fd, hdr if i == 0 else None, _addr(p), p.nbytes, -1, 0, 0, deadline, what, dst)
 
 
 def recv_obj(src=ANY_SOURCE, tag=ANY_TAG, *, status=False, group=None):
