@@ -166,6 +166,19 @@ def _writable(x, what):
 
 
 _LOGICAL = (op_code("land"), op_code("lor"))
+_LEGAL = {}  # (op as given, dtype code) -> op code, for pairs already checked
+
+
+def _reduction(op, code):
+    """Op code for `op` on dtype `code`; ValueError naming both if it does not apply."""
+    try:
+        return _LEGAL[op, code]
+    except (KeyError, TypeError):  # TypeError: an unhashable op, reported by op_code
+        opc = op_code(op)
+        check_op(code, opc)
+        if len(_LEGAL) < 256:
+            _LEGAL[op, code] = opc
+        return opc
 
 
 def _identity(out, a, opc):
@@ -184,10 +197,11 @@ def all_reduce(x, op="sum", *, out=None, group=None):
     """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
     g = _g(group)
     a, code = _array(x)
-    opc = op_code(op)
-    check_op(code, opc)
+    opc = _reduction(op, code)
     if out is None:
         res = target = np.empty(a.shape, a.dtype)
+    elif out is a and a.flags.writeable:  # in place on a contiguous array: already checked
+        res = target = a
     else:
         target = _writable(out, "out")
         if target.shape != a.shape or target.dtype != a.dtype:
@@ -244,8 +258,7 @@ def reduce_scatter(x, op="sum", *, group=None):
     """Reduce x over ranks; rank r gets block r of the result along axis 0."""
     g = _g(group)
     a, code = _array(x)
-    opc = op_code(op)
-    check_op(code, opc)
+    opc = _reduction(op, code)
     n, r = g._size, g._rank
     if a.ndim == 0 or a.shape[0] % n:
         raise ValueError(f"reduce_scatter: x.shape[0] must be divisible by the group size {n}, "
@@ -295,8 +308,7 @@ def reduce(x, op="sum", root=0, *, group=None):
     g = _g(group)
     root = g.check_rank(root, "root")
     a, code = _array(x)
-    opc = op_code(op)
-    check_op(code, opc)
+    opc = _reduction(op, code)
     is_root = g._rank == root
     if g._size == 1:
         out = np.empty(a.shape, a.dtype)

@@ -58,20 +58,27 @@ _RELAY = {None: _io.FORWARD_NONE, "received": _io.FORWARD_RECEIVED, "reduced": _
 class Op:
     """One collective in flight: its header, deadline and step primitive."""
 
-    __slots__ = ("group", "rank", "size", "hdr", "what", "deadline", "dtype", "redop", "dims")
+    __slots__ = ("group", "rank", "size", "hdr", "coll", "seq", "deadline", "dtype", "redop", "dims")
 
     def __init__(self, group, coll, dtype, redop, count, root, shape, dims):
         g = group
         g.seq += 1
         self.group, self.rank, self.size = g, g._rank, g._size
+        self.coll, self.seq = coll, g.seq
         self.dtype, self.redop, self.dims = dtype, redop, dims
         if dims is not None:
             shape ^= shape_hash(dims)
         self.hdr = encode(KIND_COLL, COLL[coll], dtype, redop, 0, g.gid, root, shape, g.seq, 0, count, 0)
-        self.what = f"{coll} #{g.seq}"
         self.deadline = time.monotonic() + g.timeout
         if g.ep is not None:
-            g.ep.last = self.what
+            g.ep.last = self  # formatted only if a stall report asks
+
+    @property
+    def what(self):
+        """`all_reduce #17`: how errors and stall reports name this operation."""
+        return f"{self.coll} #{self.seq}"
+
+    __str__ = what.fget
 
     def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
                  swap=False):
@@ -86,13 +93,17 @@ class Op:
         ep = g.ep
         sfd = rfd = -1
         if dst is not None:
-            sfd = ep.outgoing(g.gid, CH_COLL, g.world[dst], self.deadline, self.what)
+            sfd = ep.fds.get((g.gid, CH_COLL, g.world[dst], 1))
+            if sfd is None:
+                sfd = ep.outgoing(g.gid, CH_COLL, g.world[dst], self.deadline, self.what)
         if src is not None:
-            rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what, self.hdr, self.dims,
-                              PEER_CHECK_S)
+            rfd = ep.fds.get((g.gid, CH_COLL, g.world[src], 0))
+            if rfd is None:
+                rfd = ep.incoming(g.gid, CH_COLL, g.world[src], self.deadline, self.what, self.hdr, self.dims,
+                                  PEER_CHECK_S)
         stepper = g.stepper
         state = stepper.state
-        ep.current = (self.what, g._wr(src if src is not None else dst), self.hdr)
+        ep.current = (self, g._wr(src if src is not None else dst), self.hdr)
         rc = stepper.run(sfd, self.hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
                          self.dtype, self.redop, _RELAY[relay], swap, self.deadline, False)
         while rc == _io.SLOW:

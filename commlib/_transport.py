@@ -120,6 +120,7 @@ class Endpoint:
         self.exits = {}  # world rank -> "exited with code 3" (from the coordinator)
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
+        self.fds = {}  # (group, channel, peer, 1 outgoing | 0 incoming) -> fd: the hot-path lookup
         self._cond = threading.Condition()
         self._closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
@@ -219,14 +220,16 @@ class Endpoint:
         key = (group, channel, src)
         sock = self._in.get(key)
         if sock is not None:
-            return sock.fileno()
+            self.fds[key + (0,)] = fd = sock.fileno()
+            return fd
         self.current = (what, src, hdr)
         next_check = time.monotonic() + check_s
         try:
             while True:
                 with self._cond:
                     if key in self._in:
-                        return self._in[key].fileno()
+                        self.fds[key + (0,)] = fd = self._in[key].fileno()
+                        return fd
                     self.raise_if_failed()
                     now = time.monotonic()
                     if now >= deadline:
@@ -294,7 +297,8 @@ class Endpoint:
         sock.setblocking(False)
         _tune(sock, not local)
         self._out[key] = sock
-        return sock.fileno()
+        self.fds[key + (1,)] = fd = sock.fileno()
+        return fd
 
     def _peer_gone(self, peer, what):
         if peer in self.exits:
@@ -484,6 +488,7 @@ class Endpoint:
             socks = list(self._out.values()) + list(self._in.values())
             self._out.clear()
             self._in.clear()
+            self.fds.clear()
         for s in socks + [x for x in (self._tcp, self._unix) if x is not None]:
             try:
                 s.close()
