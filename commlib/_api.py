@@ -5,6 +5,7 @@ same ValueError/TypeError on every rank that makes it. Arrays are accepted
 in any form np.asarray takes without copying; non-contiguous input is
 packed once. Algorithms work on flat contiguous buffers by address.
 """
+import contextlib
 import atexit
 import os
 import sys
@@ -107,10 +108,8 @@ def finalize():
     world.ep._closed = True
     coordinator = getattr(world, "_coordinator", None)
     if client is not None:
-        try:
+        with contextlib.suppress(OSError):
             client.close()
-        except OSError:
-            pass
     world.ep.close()
     if coordinator is not None:
         # This rank hosts the job's coordinator (srun/torchrun): ranks still

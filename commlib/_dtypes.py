@@ -55,10 +55,9 @@ _COMPLEX = {"complex64", "complex128"}
 def dtype_code(dtype):
     """Wire code of a numpy dtype; TypeError for an unsupported one."""
     dt = np.dtype(dtype)
-    try:
-        return _CODE_OF[dt]
-    except KeyError:
-        pass
+    code = _CODE_OF.get(dt)
+    if code is not None:
+        return code
     if dt.kind in "biufc" and dt.newbyteorder("=") in _CODE_OF and not dt.isnative:
         raise TypeError(f"byte-swapped dtype {dt.str} is not supported; convert with .astype({dt.newbyteorder('=')})")
     hint = " (install ml_dtypes for bfloat16)" if "bfloat16" in str(dt) else ""

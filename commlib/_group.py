@@ -11,6 +11,7 @@ headers in arrival order; messages it does not want yet are buffered in an
 unexpected-message queue, so messages from one sender with one tag are
 received in the order sent, and ANY_SOURCE / ANY_TAG match the oldest.
 """
+import contextlib
 import os
 import select
 import time
@@ -389,10 +390,8 @@ class Group:
             ep.current = None
             if not events and not block:
                 return None
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.read(ep.arrival_r, 4096)
-            except BlockingIOError:
-                pass
             for fd, _ in events:
                 if fd in fds:
                     h, p = self._read_one(fd, fds[fd], deadline, what, into, match)

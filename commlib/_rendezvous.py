@@ -27,6 +27,7 @@ Messages pushed by the coordinator to ranks (``kind``):
   ``error``   {"message"} a refusal (rank out of range, duplicate); the connection closes
   anything a rank sent with "to", plus "from": the sender's rank
 """
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -190,10 +191,8 @@ class Coordinator:
             conns = list(self._ranks.values())
         self._notices.put(None)
         for s in [self._listener] + [c.sock for c in conns]:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     # -- threads
@@ -271,7 +270,7 @@ class Coordinator:
 
     def _read_loop(self, conn):
         said_bye = False
-        why = "closed its coordinator connection"
+        why = "closed its coordinator connection"  # EOF or reset: the plain way a rank goes away
         try:
             while not self._closed:
                 msg = _recv_message(conn.sock)
@@ -279,8 +278,8 @@ class Coordinator:
                     said_bye = True
                     break
                 self._handle(conn, msg)
-        except (EOFError, ConnectionError):
-            pass
+        except (EOFError, ConnectionError) as e:
+            why = "closed its coordinator connection" if isinstance(e, EOFError) else f"reset its connection ({e})"
         except (OSError, ValueError) as e:
             why = f"dropped: {e}"
             if not self._closed:
@@ -335,10 +334,8 @@ class Coordinator:
                 if not still_there:
                     continue  # it left while we were sending: nothing to report
                 self._log(f"could not reach rank {conn.rank}: {e}")
-                try:
+                with contextlib.suppress(OSError):
                     conn.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 # ---------------------------------------------------------------- client
@@ -482,7 +479,8 @@ class Client:
         if self._closing:
             return
         self._closing = True
-        try:
+        # Best effort: a coordinator that is already gone needs no goodbye.
+        with contextlib.suppress(OSError, CommError):
             self.send({"kind": "bye"})
             self._sock.shutdown(socket.SHUT_WR)
             # Wait for the coordinator to hang up, so the goodbye is read before a reset.
@@ -492,9 +490,7 @@ class Client:
             else:
                 self._sock.settimeout(1.0)
                 while self._sock.recv(65536):
-                    pass
-        except (OSError, CommError):
-            pass
+                    continue
         self._sock.close()
 
 

@@ -16,6 +16,7 @@ rank blocked in a collective (GIL released) still lets its peers connect.
 Failure is process-wide and sticky: `fail()` records the first error and
 makes the wake pipe readable, which interrupts every blocked `_io.step`.
 """
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -90,10 +91,8 @@ def _tune(sock, tcp):
     if tcp:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
-        except OSError:
-            pass
 
 
 class Endpoint:
@@ -196,10 +195,9 @@ class Endpoint:
                     raise AuthError(f"duplicate connection for {key}")
                 self._in[key] = sock
                 self._cond.notify_all()
-            try:
+            # the reader drains and rescans; one pending byte is enough
+            with contextlib.suppress(BlockingIOError):
                 os.write(self._arrival_w, b"\0")
-            except BlockingIOError:
-                pass  # the reader drains and rescans; one pending byte is enough
             sock = None
         except (OSError, ValueError, struct.error, AuthError) as exc:
             self._refused += 1
@@ -310,10 +308,8 @@ class Endpoint:
         if self.failure is None:
             self.failure = exc
             self.failure_remote = remote
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"!")
-            except OSError:
-                pass
         return exc
 
     def spread(self, exc):
@@ -356,11 +352,10 @@ class Endpoint:
         elif kind == "status_query" and self.notify is not None:
             current = self.current
             hdr = current[2].hex() if current is not None and current[2] is not None else None
-            try:
+            # If the coordinator is gone the asker learns that from its own connection.
+            with contextlib.suppress(CommError):
                 self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
                              "state": self.describe(), "hdr": hdr})
-            except CommError:
-                pass  # the coordinator is gone; the asker learns that from its own connection
         elif kind == "status":
             with self._cond:
                 self._statuses[msg.get("from", peer)] = msg
@@ -490,15 +485,11 @@ class Endpoint:
             self._in.clear()
             self.fds.clear()
         for s in socks + [x for x in (self._tcp, self._unix) if x is not None]:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass
         for fd in (self.wake_r, self._wake_w, self.arrival_r, self._arrival_w):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def new_state():

@@ -127,7 +127,7 @@ def _prepare(cl, g, op, count):
                 cl.send(buf, 0, tag=7)
         else:
             def run():
-                pass
+                return None  # ranks other than 0 and 1 only join the barriers
         return run, (lambda: _mismatch(buf, 1)) if r < 2 else None
     raise ValueError(op)
 

@@ -1,4 +1,5 @@
 """Hosts the coordinator, tags output, stops everything on the first failure, picks the exit code."""
+import contextlib
 import os
 import secrets
 import select
@@ -88,20 +89,18 @@ def _stdin_for_rank0():
 
 
 def _relay(src, dst):
+    # A closed end (the rank exited, or our stdin closed) ends the relay.
     try:
-        while data := os.read(src, 65536):
-            os.write(dst, data)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            while data := os.read(src, 65536):
+                os.write(dst, data)
     finally:
         os.close(dst)
 
 
 def _signal_group(rank, sig):
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(rank.proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Job:
@@ -146,10 +145,8 @@ class _Job:
         self.stopping, self.result = True, result
         for rank in self.live:
             if sig == signal.SIGABRT:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(rank.proc.pid, sig)  # the rank itself dumps its stacks
-                except ProcessLookupError:
-                    pass
             else:
                 _signal_group(rank, sig)
         self.kill_at = time.monotonic() + self.grace
@@ -249,11 +246,9 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
                 if key.data is not None:
                     job.read(key.fd, key.data[1])
                     continue
-                try:
+                with contextlib.suppress(BlockingIOError):  # drained already: nothing to do
                     for signum in os.read(wake_r, 512):
                         job.on_signal(signum)
-                except BlockingIOError:
-                    pass
             job.reap()
             job.tick()
             if not job.live:
