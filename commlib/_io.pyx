@@ -434,11 +434,9 @@ cdef class Stepper:
         resume the progress in state is kept (after SLOW), else it restarts.
         """
         cdef Step s
-        cdef int rc
         cdef char* h = PyBytes_AS_STRING(hdr)
         cdef Py_ssize_t hl = PyBytes_GET_SIZE(hdr)
-        if not resume:
-            self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
+        self._restart(resume)
         s.send_fd = send_fd
         s.send_hdr = h
         s.send_hdr_len = hl if send_fd >= 0 else 0
@@ -452,7 +450,6 @@ cdef class Stepper:
         s.recv_len = recv_len
         s.reduce_dst = _ptr(reduce_ptr)
         s.init_src = _ptr(init_ptr)
-        s.ring_len = self.ring_len
         s.dtype = dtype
         s.op = op
         s.swap = swap
@@ -460,6 +457,12 @@ cdef class Stepper:
         if reduce_ptr and (s.item == 0 or recv_len % s.item or self.ring_len < self.chunk):
             raise ValueError("bad reduce arguments")
         s.relay = relay
+        return self._go(&s, deadline)
+
+    cdef int _go(self, Step* s, double deadline) except? -1:
+        """Fill in the group's constants and run the step with the GIL released."""
+        cdef int rc
+        s.ring_len = self.ring_len
         s.chunk = self.chunk
         s.wake_fd = self.wake_fd
         s.deadline = deadline
@@ -467,8 +470,12 @@ cdef class Stepper:
         s.check_s = self.check_s
         s.state = &self._state[0]
         with nogil:
-            rc = _run(&s)
+            rc = _run(s)
         return rc
+
+    cdef inline void _restart(self, bint resume):
+        if not resume:
+            self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
 
     def raw(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
             int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume):
@@ -478,9 +485,7 @@ cdef class Stepper:
         caller parses what arrives.
         """
         cdef Step s
-        cdef int rc
-        if not resume:
-            self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
+        self._restart(resume)
         s.send_fd = send_fd
         s.send_hdr = PyBytes_AS_STRING(hdr)
         s.send_hdr_len = PyBytes_GET_SIZE(hdr) if send_fd >= 0 else 0
@@ -494,18 +499,9 @@ cdef class Stepper:
         s.recv_len = recv_len
         s.reduce_dst = NULL
         s.init_src = NULL
-        s.ring_len = self.ring_len
         s.dtype = 0
         s.op = 0
         s.swap = False
         s.item = 1
         s.relay = RELAY_NONE
-        s.chunk = self.chunk
-        s.wake_fd = self.wake_fd
-        s.deadline = deadline
-        s.spin_s = self.spin_s
-        s.check_s = self.check_s
-        s.state = &self._state[0]
-        with nogil:
-            rc = _run(&s)
-        return rc
+        return self._go(&s, deadline)
