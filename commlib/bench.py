@@ -17,8 +17,9 @@ round trip / 2). Rank 0 prints one JSON line per point:
 GB/s are 1e9 B/s; busbw uses nccl-tests' factors (all_reduce 2(n-1)/n,
 all_gather and reduce_scatter (n-1)/n with nbytes the gathered array / the
 reduce_scatter input, broadcast and ping-pong 1). The anchors in the
-repository's ``benchmarks/anchors/`` run exactly this sweep for Open MPI,
-gloo and MLX; ``benchmarks/collectives.py`` runs them all and compares.
+repository's ``benchmarks/anchors/`` run this same code (``run_sweep`` with
+their own ``Backend``) for Open MPI, gloo and MLX;
+``benchmarks/collectives.py`` runs them all and compares.
 Every point checks its result once (``--no-check`` skips that).
 """
 from __future__ import annotations
@@ -132,35 +133,63 @@ def _prepare(cl, g, op, count):
     raise ValueError(op)
 
 
-def _gather_f64(cl, values):
-    return np.asarray(cl.all_gather(np.ascontiguousarray(values, dtype=np.float64))).reshape(-1, len(values))
+def emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
 
 
-def run_point(cl, g, op, nbytes_req, args):
-    n = g.size()
+class Backend:
+    """What a sweep needs from a library; commlib and every anchor provide one.
+
+    ``prepare`` allocates buffers and returns a zero-argument callable that
+    performs the operation once, synchronously (its result must be complete
+    when it returns), plus a check callable run once after the first warm-up
+    iteration (None if fine, else a message), or None for no check.
+    """
+
+    impl = "?"
+    rank = 0
+    size = 1
+    ops: tuple = OPS
+    skip_reasons: dict = {}
+
+    def barrier(self) -> None:
+        raise NotImplementedError
+
+    def gather_f64(self, values: np.ndarray) -> np.ndarray:
+        """all_gather of a small float64 vector: shape (size, len(values)) on every rank."""
+        raise NotImplementedError
+
+    def prepare(self, op: str, count: int):
+        raise NotImplementedError
+
+
+def run_point(backend: Backend, op: str, nbytes_req: int, args) -> dict:
+    """Time one (op, size) point; the JSON record (rank 0's is the one to print)."""
+    n = backend.size
     count = element_count(op, nbytes_req, n)
     nbytes = count * 4
-    run, check = _prepare(cl, g, op, count)
+    run, check = backend.prepare(op, count)
     warm = args.warmup if nbytes < 16 * MiB else min(2, args.warmup)
     last, problem = 0.0, None
     for i in range(max(1, warm)):
-        cl.barrier()
+        backend.barrier()
         t0 = time.perf_counter()
         run()
         last = time.perf_counter() - t0
         if i == 0 and args.check and check is not None:
             problem = check()
     # every rank derives the iteration count from the same gathered numbers
-    agreed = _gather_f64(cl, np.array([last, 1.0 if problem else 0.0]))
+    agreed = backend.gather_f64(np.array([last, 1.0 if problem else 0.0]))
     t_est, bad = float(agreed[:, 0].max()), bool(agreed[:, 1].max())
     iters = int(min(args.max_iters, max(args.min_iters, args.budget / max(t_est, 1e-6))))
     times = np.empty(iters, dtype=np.float64)
     for i in range(iters):
-        cl.barrier()
+        backend.barrier()
         t0 = time.perf_counter()
         run()
         times[i] = time.perf_counter() - t0
-    allt = _gather_f64(cl, times)
+    allt = backend.gather_f64(times)  # (n, iters)
     del run, check
     gc.collect()
     if op == "pingpong":
@@ -170,13 +199,53 @@ def run_point(cl, g, op, nbytes_req, args):
     sec = float(np.median(per_iter))
     algbw = nbytes / sec / 1e9
     rec = {
-        "impl": args.impl, "op": op, "n": n, "nbytes": nbytes, "us": round(sec * 1e6, 3),
+        "impl": backend.impl, "op": op, "n": n, "nbytes": nbytes, "us": round(sec * 1e6, 3),
         "algbw": round(algbw, 6), "busbw": round(algbw * busbw_factor(op, n), 6),
         "iters": iters, "min_us": round(float(per_iter.min()) * 1e6, 3), "stat": stat,
     }
     if bad:
         rec["check_failed"] = problem or "on another rank"
     return rec
+
+
+def run_sweep(backend: Backend, args) -> int:
+    """Every requested (op, size) point; rank 0 emits one JSON line each. Exit status."""
+    failed = 0
+    for op in args.ops:
+        reason = None
+        if op not in backend.ops:
+            reason = backend.skip_reasons.get(op, f"{backend.impl} has no {op}")
+        elif op == "pingpong" and backend.size < 2:
+            reason = "ping-pong needs 2 ranks"
+        if reason is not None:
+            if backend.rank == 0:
+                emit({"impl": backend.impl, "op": op, "n": backend.size, "skipped": reason})
+            continue
+        for nbytes in sizes_from(args):
+            rec = run_point(backend, op, nbytes, args)
+            if backend.rank == 0:
+                emit(rec)
+                failed += "check_failed" in rec
+    backend.barrier()
+    if failed and backend.rank == 0:
+        print(f"{backend.impl}: {failed} point(s) returned wrong results", file=sys.stderr)
+    return 1 if failed else 0
+
+
+class _CommlibBackend(Backend):
+    def __init__(self, cl, impl):
+        self.cl, self.g, self.impl = cl, cl.init(), impl
+        self.rank, self.size = self.g.rank(), self.g.size()
+
+    def barrier(self):
+        self.cl.barrier()
+
+    def gather_f64(self, values):
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        return np.asarray(self.cl.all_gather(values)).reshape(-1, len(values))
+
+    def prepare(self, op, count):
+        return _prepare(self.cl, self.g, op, count)
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -208,25 +277,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import commlib as cl
 
-    g = cl.init()
-    n, rank = g.size(), g.rank()
-    sizes = sorted(set(args.sizes)) if args.sizes else default_sizes(args.max_mib)
-    failed = 0
-    for op in args.ops:
-        if op == "pingpong" and n < 2:
-            if rank == 0:
-                print(json.dumps({"impl": args.impl, "op": op, "n": n, "skipped": "ping-pong needs 2 ranks"}),
-                      flush=True)
-            continue
-        for nbytes in sizes:
-            rec = run_point(cl, g, op, nbytes, args)
-            if rank == 0:
-                print(json.dumps(rec), flush=True)
-                failed += "check_failed" in rec
-    cl.barrier()
-    if failed and rank == 0:
-        print(f"commlib.bench: {failed} point(s) returned wrong results", file=sys.stderr)
-    return 1 if failed else 0
+    return run_sweep(_CommlibBackend(cl, args.impl), args)
 
 
 if __name__ == "__main__":
