@@ -153,7 +153,6 @@ class Group:
         self.ring_len = 4 * self.chunk
         self._ring = None
         self.state = new_state()
-        self.rhdr = bytearray(HEADER_NBYTES)
         self._queue = []  # unexpected point-to-point messages: (Header, uint8 array)
         self._scratch = None
         self._stepper = None
@@ -270,21 +269,28 @@ class Group:
             return
         expect = encode(KIND_P2P, 0, dtype, 0, 0, self.gid, src, 0, 0, tag, count, nbytes)
         rfd = ep.incoming(self.gid, CH_P2P, self.world[src], deadline, what)
-        state = new_state()  # our own: _read_one below reuses self.state
+        stepper = self.stepper
+        state, addr, resume = stepper.state, _io.address(into), False
         while True:
-            rc = _io.step(sfd, hdr, ptr, nbytes, rfd, self.rhdr, expect, into.ctypes.data, nbytes, state,
-                          chunk=self.chunk, wake_fd=ep.wake_r, deadline=deadline, spin_s=self.spin_s)
+            rc = stepper.raw(sfd, hdr, ptr, nbytes, rfd, addr, nbytes, deadline, resume, expect)
+            resume = True
+            if rc == _io.SLOW:  # waiting for the partner is no error
+                continue
             if rc == _io.MISMATCH:
-                h = decode(bytes(self.rhdr))
+                h = decode(bytes(stepper.rhdr))
                 if h.root == src and h.tag == tag or h.group != self.gid or h.kind != KIND_P2P:
                     check_message(h, dtype, nbytes, what, ep.rank, self.world)
                     raise ep.fail(MismatchError(f"rank {ep.rank}: {what} expected {nbytes} bytes of "
                                                 f"{dtype_name(dtype)} from rank {self.world[src]}, got {h!r}"))
-                payload = np.empty(h.nbytes, dtype=np.uint8)  # another message came first: queue it
+                # Another message came first: queue it (reading it reuses the stepper's
+                # state), then resume the exchange with what was already sent.
+                sent = int(state[0])
+                payload = np.empty(h.nbytes, dtype=np.uint8)
                 if h.nbytes:
                     self._step(-1, None, 0, 0, rfd, _io.address(payload), h.nbytes, deadline, what, src)
                 self._queue.append((h, payload))
-                state[1:] = 0
+                state[:] = 0
+                state[0] = sent
                 continue
             if rc:
                 exc = ep.status_error(rc, state, what, self.world[dst], nbytes, self.world[src], nbytes, b"", b"")

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The data path: one step of an algorithm, full duplex, on raw descriptors.
 
-`step()` sends (header + payload) on one non-blocking socket while it
+A step (`Stepper.run` for collectives, `Stepper.raw` for point-to-point) sends (header + payload) on one non-blocking socket while it
 receives (header + payload) on another, with the GIL released throughout.
 Received bytes can be reduced into a destination as they arrive, through a
 small scratch ring that stays in cache, so a reduce-scatter step costs one
@@ -321,60 +321,6 @@ cdef inline char* _ptr(Py_ssize_t address) noexcept nogil:
     return <char*>address
 
 
-def step(int send_fd, const unsigned char[::1] send_hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
-         int recv_fd, unsigned char[::1] recv_hdr, const unsigned char[::1] expect_hdr,
-         Py_ssize_t recv_ptr, Py_ssize_t recv_len, long long[::1] state, *,
-         Py_ssize_t reduce_ptr=0, Py_ssize_t init_ptr=0, Py_ssize_t ring_len=0,
-         int dtype=0, int op=0, int relay=RELAY_NONE, Py_ssize_t chunk=262144,
-         int wake_fd=-1, double deadline=0.0, double spin_s=0.0, bint swap=False, double check_s=0.0):
-    """Run one full-duplex step; returns a status code, progress in `state`.
-
-    Pointers are raw addresses the caller keeps alive. A fd < 0 disables that
-    side. `state` (int64[4]: sent, received, reduced, errno) starts at zeros
-    and may be passed again to resume after the caller handled a status.
-    """
-    cdef Step s
-    if state.shape[0] < 4:
-        raise ValueError("state must hold 4 int64")
-    if chunk <= 0:
-        raise ValueError("chunk must be positive")
-    s.send_fd = send_fd
-    s.send_hdr = <const char*>&send_hdr[0] if send_hdr is not None and send_hdr.shape[0] else NULL
-    s.send_hdr_len = send_hdr.shape[0] if send_hdr is not None else 0
-    s.send_buf = _ptr(send_ptr)
-    s.send_len = send_len
-    s.recv_fd = recv_fd
-    s.recv_hdr = <char*>&recv_hdr[0] if recv_hdr is not None and recv_hdr.shape[0] else NULL
-    s.recv_hdr_len = recv_hdr.shape[0] if recv_hdr is not None else 0
-    s.expect_hdr = NULL
-    if expect_hdr is not None:
-        if expect_hdr.shape[0] != s.recv_hdr_len:
-            raise ValueError("expect_hdr and recv_hdr differ in length")
-        s.expect_hdr = <const char*>&expect_hdr[0]
-    s.recv_buf = _ptr(recv_ptr)
-    s.recv_len = recv_len
-    s.reduce_dst = _ptr(reduce_ptr)
-    s.init_src = _ptr(init_ptr)
-    s.ring_len = ring_len
-    s.dtype = dtype
-    s.op = op
-    s.item = itemsize_of(dtype)
-    if reduce_ptr:
-        if s.item == 0 or ring_len <= 0 or ring_len % 16 or recv_len % s.item:
-            raise ValueError("bad reduce arguments")
-    s.relay = relay
-    s.chunk = chunk
-    s.wake_fd = wake_fd
-    s.deadline = deadline
-    s.spin_s = spin_s
-    s.swap = swap
-    s.check_s = check_s
-    s.state = &state[0]
-    with nogil:
-        rc = _run(&s)
-    return rc
-
-
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS
 
 
@@ -478,11 +424,13 @@ cdef class Stepper:
             self._state[0] = self._state[1] = self._state[2] = self._state[3] = 0
 
     def raw(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
-            int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume):
-        """Point-to-point step: send hdr (may be empty) + payload, and/or receive recv_len raw bytes.
+            int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume,
+            bytes expect=None):
+        """Point-to-point step: send hdr (may be empty) + payload, and/or receive recv_len bytes.
 
-        The receive side has no header of its own and checks nothing: the
-        caller parses what arrives.
+        Without `expect` the receive side reads raw bytes and checks nothing
+        (the caller parses them). With it, a header of that length comes
+        first and must equal it (else MISMATCH, header in rhdr, no payload read).
         """
         cdef Step s
         self._restart(resume)
@@ -495,6 +443,12 @@ cdef class Stepper:
         s.recv_hdr = NULL
         s.expect_hdr = NULL
         s.recv_hdr_len = 0
+        if expect is not None and recv_fd >= 0:
+            if PyBytes_GET_SIZE(expect) != len(self.rhdr):
+                raise ValueError("expect must be one header long")
+            s.recv_hdr = <char*>self.rhdr
+            s.expect_hdr = PyBytes_AS_STRING(expect)
+            s.recv_hdr_len = PyBytes_GET_SIZE(expect)
         s.recv_buf = _ptr(recv_ptr)
         s.recv_len = recv_len
         s.reduce_dst = NULL

@@ -14,7 +14,7 @@ acceptor proves the secret back. A dedicated acceptor thread does this, so a
 rank blocked in a collective (GIL released) still lets its peers connect.
 
 Failure is process-wide and sticky: `fail()` records the first error and
-makes the wake pipe readable, which interrupts every blocked `_io.step`.
+makes the wake pipe readable, which interrupts every blocked step (`_io.pyx`).
 """
 import contextlib
 import hashlib

@@ -3,7 +3,7 @@
 The flat buffer of `count` elements is cut into `size` blocks of near-equal
 length. In the reduce-scatter, at step s rank r sends block (r-s-1) to its
 right neighbour and receives block (r-s-2) from its left neighbour, reducing
-it into its own copy as the bytes arrive (`_io.step` does this through a
+it into its own copy as the bytes arrive (the step loop in `_io.pyx` does this through a
 small scratch ring, so received data is touched once, in cache). After size-1
 steps rank r owns the fully reduced block r. Every block is reduced along the
 ring in one fixed order and then copied verbatim, so all ranks finish with

@@ -9,7 +9,7 @@ fewest possible, each carrying the whole payload. Binomial reduce is the
 same tree walked the other way, reducing children's data on the way up.
 
 Chains: v receives from v-1 (broadcast) or v+1 (reduce) and forwards to the
-next rank *while* receiving: `_io.step` sends each byte as soon as it has
+next rank *while* receiving: the step loop (`_io.pyx`) sends each byte as soon as it has
 arrived (relay="received") or has been reduced into this rank's partial
 result (relay="reduced"). The payload streams along the chain, so a large
 broadcast or reduce costs about one transfer plus size-1 chunks instead of

@@ -161,6 +161,18 @@ def shifts():
             got = cl.sendrecv(x, dst, src, tag=k)
             want = gen(c.rng("shift", src, k, dname(dt)), dt, (count,))
             c.equal(got, want, f"sendrecv shift {k} {dname(dt)} count={count}", record=False)
+    # A smaller message with another tag is already in the stream when a large
+    # sendrecv starts: it is queued mid-exchange, the exchange resumes, and a
+    # later recv finds it.
+    if n > 1:
+        dst, src = (me + 1) % n, (me - 1) % n
+        cl.send(np.full(5, me, np.int32), dst, tag=50)
+        x = gen(c.rng("overtaken", me), np.dtype(np.float64), (MiB,))
+        got = cl.sendrecv(x, dst, src, tag=51)
+        c.equal(got, gen(c.rng("overtaken", src), np.dtype(np.float64), (MiB,)),
+                "large sendrecv behind another tag's message", record=False)
+        c.equal(cl.recv((5,), np.int32, src, tag=50), np.full(5, src, np.int32),
+                "the message queued during sendrecv", record=False)
     # 2-D non-contiguous, each rank exchanging with its mirror.
     x = gen(c.rng("mirror", me), np.dtype(np.complex128), (40, 30))
     peer = n - 1 - me
