@@ -8,8 +8,8 @@ from setuptools import Extension, setup
 CFLAGS = ["-O3", "-fno-strict-aliasing"]
 
 extensions = [
-    Extension(name, [f"commlib/{name.split('.')[-1]}.pyx"], extra_compile_args=CFLAGS)
-    for name in ("commlib._kernels", "commlib._io")
+    Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=CFLAGS)
+    for name in ("commlib._kernels", "commlib._transport._io")
 ]
 
 setup(

@@ -1,6 +1,6 @@
 """Algorithm choice: the only place that holds size thresholds.
 
-Each algorithm is a plain function over an `Op` (see `_group.Op`): it calls
+Each algorithm is a plain function over an `Op` (see `_engine.group.Op`): it calls
 `op.exchange(dst, send_ptr, send_len, src, recv_ptr, recv_len, ...)`, one
 full-duplex step, and nothing else, so a schedule is easy to read and runs
 unchanged on any transport.

@@ -62,3 +62,16 @@ def all_reduce(op, src, out, count, item):
     dst_of = [out + o * item for o in offsets]
     reduce_scatter(op, src, dst_of, offsets, lengths, item)
     all_gather(op, out, offsets, lengths, item)
+
+
+def reduce_scatter_destinations(rank, size, out, tmps):
+    """dst_of for a reduce-scatter into `out` (block `rank`) using two scratch blocks `tmps`.
+
+    At step s the block received is reduced into scratch, alternating between
+    the two (a block reduced at step s is sent at step s+1 while the next one
+    arrives); the last step's block, this rank's own, lands in `out`.
+    """
+    dst_of = [0] * size
+    for s in range(size - 1):
+        dst_of[(rank - s - 2) % size] = out if s == size - 2 else tmps[s % 2]
+    return dst_of

@@ -118,3 +118,16 @@ def scatter_linear(op, src, out, nbytes, root):
             op.copy(out, src + j * nbytes, nbytes)
         else:
             op.exchange(j, src + j * nbytes, nbytes, None, 0, 0)
+
+
+def reduce_needs_accumulator(rank, root, size, chain):
+    """Whether this rank needs a partial-result buffer in reduce_tree / reduce_chain.
+
+    A binomial-tree leaf (odd relative rank) sends its own data straight up,
+    as does the chain's first rank (relative rank size-1); every other rank
+    accumulates its children's data.
+    """
+    v = (rank - root) % size
+    if chain:
+        return v != size - 1
+    return v % 2 == 0

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import commlib as cl
-from commlib import _protocol as P
+from commlib import _wire as P
 from faultlib import record_figure
 
 H = P.HEADER_NBYTES

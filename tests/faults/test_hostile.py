@@ -21,7 +21,8 @@ import time
 import pytest
 
 import commlib as cl
-from commlib import _protocol, _rendezvous, _transport
+from commlib import _rendezvous, _wire as _protocol
+from commlib._transport import sockets as _transport
 from faultlib import listening_sockets, record_figure
 
 MIB = 1 << 20

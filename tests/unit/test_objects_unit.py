@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import commlib
-from commlib import _objects as ob
+from commlib._api import objects as ob
 from commlib._errors import CommError, MismatchError
-from commlib._group import ANY_SOURCE, ANY_TAG, Group
+from commlib._engine import ANY_SOURCE, ANY_TAG, Engine, Group
 
 pytestmark = pytest.mark.timeout(60)
 BIG = ob.OOB_MIN_BYTES
@@ -206,7 +206,7 @@ def test_piece_protocol_refuses_an_inconsistent_announcement():
 # ------------------------------------------------------------- size-1 groups
 @pytest.fixture
 def solo():
-    return Group(None, 0, [0], 0, 5.0)
+    return Group(None, Engine(None), 0, [0], 0, 5.0)
 
 
 def test_singleton_point_to_point(solo):
@@ -266,7 +266,7 @@ def test_init_outside_a_launcher_gives_a_working_singleton():
     """commlib.init() with no launcher environment: every object function works on the size-1 world."""
     code = textwrap.dedent("""
         import numpy as np, commlib
-        from commlib._objects import *
+        from commlib._api.objects import *
         g = commlib.init()
         assert g.size() == 1 and g.rank() == 0
         a = np.arange(100000.0)

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from commlib import _protocol as P
+from commlib import _wire as P
 from commlib._dtypes import DT_BYTES
 
 pytestmark = pytest.mark.timeout(60)

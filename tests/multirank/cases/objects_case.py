@@ -19,7 +19,7 @@ import zlib
 import numpy as np
 
 import commlib as cl
-from commlib._objects import (OOB_MIN_BYTES, all_gather_obj, broadcast_obj, gather_obj, recv_obj, scatter_obj,
+from commlib._api.objects import (OOB_MIN_BYTES, all_gather_obj, broadcast_obj, gather_obj, recv_obj, scatter_obj,
                               send_obj)
 
 try:

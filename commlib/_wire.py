@@ -1,4 +1,4 @@
-"""The wire protocol: one fixed binary header in front of every message.
+"""The wire layer: one fixed binary header in front of every message.
 
 What: the only module that knows the header layout. It turns a message
 description into 56 bytes and 56 bytes back into a `Header`, and a `Decoder`
@@ -25,7 +25,9 @@ Plan: a `struct.Struct`, little-endian, no implicit padding:
     coll    B   which collective (COLL_NAMES index); 0 for point-to-point
     dtype   B   wire dtype code (_dtypes), DT_BYTES for raw bytes / pickles
     op      B   reduction op code, 0 when the collective has none
-    flags   B   FLAG_OBJECT: the payload is a pickle (object variants)
+    flags   B   FLAG_OBJECT: the payload is a pickle (object variants);
+                FLAG_SYNC: the sender waits for a FLAG_ACK (issend);
+                FLAG_ACK: an acknowledgement of message `seq`, no payload
     _pad    H   zero
     group   I   group id (identical on every member of a group)
     root    i   root of a rooted collective; source rank for point-to-point
@@ -45,6 +47,8 @@ MAGIC = b"CMLB"
 PROTOCOL_VERSION = 1
 KIND_COLL, KIND_P2P = 1, 2
 FLAG_OBJECT = 1
+FLAG_SYNC = 2
+FLAG_ACK = 4
 
 _HEADER = struct.Struct("<4sBBBBBBHIiIQqQQ")
 HEADER_NBYTES = _HEADER.size  # 56
@@ -101,9 +105,27 @@ class Header:
 
 
 def encode(kind, coll, dtype, op, flags, group, root, shape, seq, tag, count, nbytes):
-    """The 56 header bytes for these fields."""
+    """The 56 header bytes for these fields (all of them, positionally: prefer the named constructors)."""
     return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, coll, dtype, op, flags, 0,
                         group, root, shape, seq, tag, count, nbytes)
+
+
+def collective_header(*, coll, group, seq, dtype=0, op=0, count=0, root=0, shape=0):
+    """The header every step of collective `coll` #seq carries; identical on every rank that agrees."""
+    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_COLL, COLL[coll], dtype, op, 0, 0,
+                        group, root, shape, seq, 0, count, 0)
+
+
+def message_header(*, group, source, tag, dtype, count, nbytes, flags=0, seq=0):
+    """A point-to-point message of nbytes from group rank `source`; seq numbers the pair's messages."""
+    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_P2P, 0, dtype, 0, flags, 0,
+                        group, source, 0, seq, tag, count, nbytes)
+
+
+def ack_header(*, group, source, tag, seq):
+    """The receiver's acknowledgement that message `seq` (an issend) was matched."""
+    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_P2P, 0, DT_BYTES, 0, FLAG_ACK, 0,
+                        group, source, 0, seq, tag, 0, 0)
 
 
 _SHAPE_HASHES = {}

@@ -22,17 +22,13 @@ import hmac
 import logging
 import os
 import secrets
-import select
 import socket
 import struct
 import threading
 import time
 
-import numpy as np
-
-from . import _io
-from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
-from ._protocol import HEADER_NBYTES, ProtocolError, decode
+from .._errors import AuthError, CommError, CommTimeout, PeerLost
+from .notices import Notices
 
 log = logging.getLogger("commlib")
 
@@ -87,6 +83,16 @@ def routed_address(host):
         raise CommError(f"cannot find a local interface that reaches the coordinator {host}: {exc}") from exc
 
 
+def _hung_up(sock):
+    """True when the peer of this (unused) connection has closed it."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 def _tune(sock, tcp):
     if tcp:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -110,13 +116,9 @@ class Endpoint:
         self.table = None  # world rank -> registration dict
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
-        self.notify = None  # callable(dict): message to the coordinator (set by init)
-        self._spread = False
-        self.current = None  # (what, peer) while blocked in a step: answers stall queries
-        self.last = None  # the last operation this rank entered
-        self._statuses = {}  # replies to our stall query: rank -> text
+        self.notices = Notices(self)  # what the coordinator tells us about the other ranks
         self._refused = 0  # connections refused (logged 1..10, then at powers of two)
-        self.exits = {}  # world rank -> "exited with code 3" (from the coordinator)
+        self._connecting = {}  # (group, channel, dst) -> lock: one connect per key at a time
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
         self.fds = {}  # (group, channel, peer, 1 outgoing | 0 incoming) -> fd: the hot-path lookup
@@ -185,14 +187,23 @@ class Endpoint:
                 raise AuthError("wrong secret or not a commlib peer")
             if channel not in (CH_COLL, CH_P2P) or self.table is not None and not 0 <= rank < len(self.table):
                 raise AuthError(f"bad channel {channel} or rank {rank}")
-            sock.sendall(_mac(self.secret, b"commlib/data/server", cnonce, nonce))
-            sock.settimeout(None)
-            sock.setblocking(False)
-            _tune(sock, sock.family != socket.AF_UNIX)
+            key = (group, channel, rank)
             with self._cond:
-                key = (group, channel, rank)
-                if key in self._in or self._closed:
+                old = self._in.get(key)
+                if old is not None and not _hung_up(old):
                     raise AuthError(f"duplicate connection for {key}")
+                if self._closed:
+                    raise AuthError("this rank is closing")
+                # Proof last, registration first: once the client holds the proof the
+                # connection is ours. A client that gave up mid-handshake and retries
+                # finds its dead first attempt here, hung up with nothing sent: replaced.
+                sock.sendall(_mac(self.secret, b"commlib/data/server", cnonce, nonce))
+                if old is not None:
+                    self.fds.pop(key + (0,), None)
+                    old.close()
+                sock.settimeout(None)
+                sock.setblocking(False)
+                _tune(sock, sock.family != socket.AF_UNIX)
                 self._in[key] = sock
                 self._cond.notify_all()
             # the reader drains and rescans; one pending byte is enough
@@ -209,18 +220,19 @@ class Endpoint:
                 sock.close()
             self._pending.release()
 
-    def incoming(self, group, channel, src, deadline, what, hdr=None, dims=None, check_s=0.0):
+    def incoming(self, group, channel, src, deadline, what, hdr=None, check=None, check_s=0.0):
         """fd of the authenticated connection from world rank `src`, waiting for it to arrive.
 
-        With `hdr` (a collective's header) and check_s > 0, a wait longer than
-        check_s asks src which collective it is in, as a stuck step does.
+        With `check` (a callable returning an exception or None) and check_s > 0,
+        a wait longer than check_s asks it whether src is stuck elsewhere.
         """
         key = (group, channel, src)
         sock = self._in.get(key)
         if sock is not None:
             self.fds[key + (0,)] = fd = sock.fileno()
             return fd
-        self.current = (what, src, hdr)
+        notices = self.notices
+        notices.current = (what, src, hdr)
         next_check = time.monotonic() + check_s
         try:
             while True:
@@ -235,19 +247,18 @@ class Endpoint:
                             f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
                             f"({CHANNEL_NAMES[channel]} channel)" + self.stall_report(), rank=src))
                     self._cond.wait(min(deadline - now, 0.05))
-                if hdr is not None and check_s > 0 and time.monotonic() >= next_check:
+                if check is not None and check_s > 0 and time.monotonic() >= next_check:
                     next_check = time.monotonic() + check_s
-                    exc = self.check_peer(src, hdr, dims)
+                    exc = check()
                     if exc is not None:
-                        self.spread(exc)
                         raise exc
         finally:
-            self.current = None
+            notices.current = None
 
-    def incoming_fds(self, group, channel):
-        """{fd: src world rank} of the connections that have arrived for group/channel."""
+    def incoming_socks(self, channel):
+        """{(group, src world rank): socket} of the connections that have arrived on `channel`."""
         with self._cond:
-            return {s.fileno(): k[2] for k, s in self._in.items() if k[0] == group and k[1] == channel}
+            return {(k[0], k[2]): s for k, s in self._in.items() if k[1] == channel}
 
     # -------------------------------------------------------------- connecting
     def outgoing(self, group, channel, dst, deadline, what):
@@ -256,6 +267,20 @@ class Endpoint:
         sock = self._out.get(key)
         if sock is not None:
             return sock.fileno()
+        with self._cond:
+            lock = self._connecting.setdefault(key, threading.Lock())
+        with lock:  # two threads (caller, progress) never open the same connection twice
+            sock = self._out.get(key)
+            if sock is not None:
+                return sock.fileno()
+            return self._connect(key, deadline, what)
+
+    def out_sock(self, group, channel, dst):
+        """The open connection to world rank dst, or None."""
+        return self._out.get((group, channel, dst))
+
+    def _connect(self, key, deadline, what):
+        group, channel, dst = key
         peer = self.table[dst]
         local = peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp
         address = "\0" + peer["unix"] if local else tuple(peer["tcp"])
@@ -299,8 +324,14 @@ class Endpoint:
         return fd
 
     def _peer_gone(self, peer, what):
-        if peer in self.exits:
-            raise self.fail(PeerLost(f"rank {self.rank}: {what} lost rank {peer} ({self.exits[peer]})", rank=peer))
+        """PeerLost when the refusing peer is known to be gone (an error of this operation only)."""
+        gone = self.notices.exits.get(peer)
+        if gone is not None:
+            raise PeerLost(f"rank {self.rank}: {what} lost rank {peer} ({gone})", rank=peer, op=what)
+
+    @property
+    def closed(self):
+        return self._closed
 
     # ----------------------------------------------------------------- failure
     def fail(self, exc, remote=False):
@@ -314,168 +345,15 @@ class Endpoint:
 
     def spread(self, exc):
         """Tell every other rank about a failure first seen here, so none waits it out."""
-        if self._spread or self.failure_remote or self.notify is None:
-            return
-        self._spread = True
-        try:
-            self.notify({"kind": "abort", "to": "all", "error": type(exc).__name__, "message": str(exc),
-                         "rank": self.rank})
-        except (OSError, CommError) as err:
-            log.warning("commlib rank %d: could not report the failure to the job: %s", self.rank, err)
+        self.notices.spread(exc)
 
-    def on_notice(self, msg):
-        """Coordinator push (listener thread): peer exits, aborts, stall queries."""
-        kind, peer = msg.get("kind"), msg.get("rank")
-        if kind == "died":
-            self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
-            if msg.get("code") != 0 and not self._closed:
-                self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer),
-                          remote=True)
-        elif kind == "lost":
-            # The coordinator sees the connection drop before the launcher has
-            # reaped the process: give its "died" notice (with the exit status)
-            # a moment, then fail with what is known.
-            self.exits.setdefault(peer, msg.get("message") or "lost its coordinator connection")
-            timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer,))
-            timer.daemon = True
-            timer.start()
-        elif kind == "left":
-            self.exits.setdefault(peer, "it called finalize()")
-        elif kind == "abort":
-            cls = {"MismatchError": MismatchError, "CommTimeout": CommTimeout}.get(msg.get("error"), PeerLost)
-            text, origin = msg.get("message", ""), msg.get("from", peer)
-            if msg.get("error") not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
-                text = f"rank {self.rank}: rank {origin} failed: {text}"
-            elif msg.get("error") != "MismatchError":  # the text is rank origin's view: say so
-                text = f"rank {self.rank}: rank {origin} reported: {text}"
-            self.fail(cls(text, rank=msg.get("from", peer)), remote=True)
-        elif kind == "status_query" and self.notify is not None:
-            current = self.current
-            hdr = current[2].hex() if current is not None and current[2] is not None else None
-            # If the coordinator is gone the asker learns that from its own connection.
-            with contextlib.suppress(CommError):
-                self.notify({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
-                             "state": self.describe(), "hdr": hdr})
-        elif kind == "status":
-            with self._cond:
-                self._statuses[msg.get("from", peer)] = msg
-                self._cond.notify_all()
-        elif kind == "coordinator_lost" and not self._closed:
-            self.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
-                      remote=True)
-
-    def _lost(self, peer):
-        if not self._closed:
-            self.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
-
-    def describe(self):
-        """What this rank is doing, for another rank's stall report."""
-        current = self.current
-        if current is not None:
-            what, peer, _ = current
-            return f"in {what}" + (f", waiting on rank {peer}" if peer is not None else "")
-        return f"not in a commlib call (last: {self.last or 'none'})"
-
-    def _ask(self, ranks, wait_s):
-        """Status replies ({rank: message}) of `ranks` to a query over the coordinator."""
-        with self._cond:
-            self._statuses.clear()
-        self.notify({"kind": "status_query", "to": ranks})
-        deadline = time.monotonic() + wait_s
-        with self._cond:
-            while len(self._statuses) < len(ranks) and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
-            return dict(self._statuses)
-
-    def stall_report(self, wait_s=1.0):
-        """Ask every other rank what it is doing; lines for a CommTimeout message."""
-        if self.notify is None or self.table is None:
-            return ""
-        others = [r for r in range(len(self.table)) if r != self.rank]
-        try:
-            got = self._ask(others, wait_s)
-        except (OSError, CommError):
-            return "\n  stall report: the coordinator is unreachable"
-
-        def line(r):
-            if r in got:
-                return got[r].get("state", "?")
-            return f"gone: {self.exits[r]}" if r in self.exits else "no answer (stopped, or holding the GIL?)"
-
-        return "\n  stall report:\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
-
-    def check_peer(self, peer, hdr, dims, wait_s=0.5):
-        """MismatchError if `peer` is blocked in a different collective of this group, else None."""
-        if self.notify is None or peer is None:
-            return None
-        try:
-            got = self._ask([peer], wait_s).get(peer)
-        except (OSError, CommError):
-            return None
-        if not got or not got.get("hdr"):
-            return None  # between operations, or busy outside commlib: nothing to conclude
-        try:
-            theirs, mine = decode(bytes.fromhex(got["hdr"])), decode(hdr)
-        except (ValueError, ProtocolError):
-            return None
-        if theirs.group != mine.group or theirs.encode() == hdr:
-            return None
-        return self.fail(MismatchError(self._mismatch_text(mine, peer, theirs, dims), rank=peer))
-
-    def _mismatch_text(self, mine, peer, theirs, dims):
-        if all(getattr(mine, f) == getattr(theirs, f) for f in mine.__slots__ if f != "shape"):
-            return (f"rank {self.rank} called {mine.describe()} with shape {tuple(dims) if dims else '?'} "
-                    f"but rank {peer} called it with a different shape")
-        return f"rank {self.rank} called {mine.describe()} but rank {peer} called {theirs.describe()}"
+    def stall_report(self):
+        """Lines naming what every other rank is doing (asked over the coordinator)."""
+        return self.notices.stall_report(len(self.table) if self.table is not None else None)
 
     def raise_if_failed(self):
         if self.failure is not None:
             raise type(self.failure)(str(self.failure), rank=self.failure.rank, op=self.failure.op)
-
-    def status_error(self, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect, got, dims=None):
-        """Turn an _io status into the exception to raise (and mark the process failed)."""
-        sent, recvd, _, err = (int(v) for v in state)
-        me = self.rank
-        if rc == _io.WAKE:
-            f = self.failure
-            return type(f)(str(f), rank=f.rank, op=what)
-        if rc == _io.TIMEOUT:
-            if recv_peer is not None and recvd < recv_len + HEADER_NBYTES:
-                text = (f"rank {me}: {what} waited {self.timeout:g} s for rank {recv_peer} "
-                        f"({max(0, recvd - HEADER_NBYTES)} of {recv_len} bytes)")
-                peer = recv_peer
-            else:
-                text = (f"rank {me}: {what} waited {self.timeout:g} s sending to rank {send_peer} "
-                        f"({max(0, sent - HEADER_NBYTES)} of {send_len} bytes)")
-                peer = send_peer
-            return self.fail(CommTimeout(text + self.stall_report(), rank=peer, op=what))
-        if rc in (_io.EOF, _io.SEND_ERROR, _io.RECV_ERROR) and self.failure is None:
-            # A peer that closes first often did so because the job is failing:
-            # its notice is in flight; report that cause rather than the symptom.
-            select.select([self.wake_r], [], [], NOTICE_GRACE_S)
-        if self.failure is not None and self.failure_remote:
-            f = self.failure
-            return type(f)(str(f), rank=f.rank, op=what)
-        if rc == _io.EOF:
-            why = self.exits.get(recv_peer, "connection closed")
-            return self.fail(PeerLost(f"rank {me}: {what} lost rank {recv_peer} ({why})", rank=recv_peer, op=what))
-        if rc in (_io.SEND_ERROR, _io.RECV_ERROR):
-            peer = send_peer if rc == _io.SEND_ERROR else recv_peer
-            if err == 0:
-                return self.fail(CommError(f"rank {me}: {what}: reduction kernel refused the data", op=what))
-            why = self.exits.get(peer) or os.strerror(err).lower()
-            exc = PeerLost(f"rank {me}: {what} lost rank {peer} ({why})", rank=peer, op=what)
-            exc.__cause__ = OSError(err, os.strerror(err))
-            return self.fail(exc)
-        if rc == _io.MISMATCH:
-            try:
-                theirs, mine = decode(bytes(got)), decode(bytes(expect))
-            except ProtocolError as exc:
-                return self.fail(CommError(f"rank {me}: {what}: garbage from rank {recv_peer}: {exc}",
-                                           rank=recv_peer, op=what))
-            return self.fail(MismatchError(self._mismatch_text(mine, recv_peer, theirs, dims),
-                                           rank=recv_peer, op=what))
-        return self.fail(CommError(f"rank {me}: {what}: poll failed: {os.strerror(err)}", op=what))
 
     def close(self):
         self._closed = True
@@ -491,6 +369,3 @@ class Endpoint:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-
-def new_state():
-    return np.zeros(4, dtype=np.int64)

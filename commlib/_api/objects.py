@@ -37,7 +37,7 @@ written piece by piece from where the pieces are (the table and stream, then
 each buffer straight from the array's memory); the receiver reads the whole
 frame into one buffer with `Group.recv_bytes`, no copy. FLAG_OBJECT makes
 `recv` of an array refuse a pickle and `recv_obj` refuse an array
-(`MismatchError`, via `check_message`). Object and array messages share the
+(`MismatchError`, from the engine's fit check). Object and array messages share the
 (source, tag) ordering of API.md.
 
 Collectives. Each object collective is ONE collective operation on the
@@ -67,18 +67,18 @@ Copies. `broadcast_obj` returns `obj` itself on the root and a copy elsewhere;
 the other collectives return unpickled copies everywhere, including a rank's
 own entry (as mpi4py does). Size-1 groups follow the same rules.
 """
+import functools
 import pickle
-import time
 
 import numpy as np
 
-from ._algorithms import choose, ring, tree
-from ._api import _g, _src, _tag
-from ._dtypes import DT_BYTES
-from ._errors import CommError, MismatchError
-from ._group import ANY_SOURCE, ANY_TAG, Status, check_message
-from ._protocol import FLAG_OBJECT, KIND_P2P, decode, encode
-from ._transport import CH_P2P
+from .._algorithms import choose, ring, tree
+from .._dtypes import DT_BYTES
+from .._engine import ANY_SOURCE, ANY_TAG, Status
+from .._errors import CommError, MismatchError
+from .._wire import FLAG_OBJECT
+from .collectives import _g
+from .p2p import _src, _tag
 
 __all__ = ["send_obj", "recv_obj", "broadcast_obj", "all_gather_obj", "gather_obj", "scatter_obj"]
 
@@ -298,42 +298,25 @@ def send_obj(obj, dst, tag=0, *, group=None):
     g = _g(group)
     dst, tag = g.check_rank(dst, "dst"), _tag(tag, False)
     frame = Frame(obj)
-    if g._size == 1:  # as `send` does: a message to self on a size-1 group waits in our own queue
-        h = decode(encode(KIND_P2P, 0, DT_BYTES, 0, FLAG_OBJECT, g.gid, 0, 0, 0, tag, frame.nbytes, frame.nbytes))
-        g._queue.append((h, frame.assemble()))
-        return
-    pieces = frame.wire()
-    _send_pieces(g, pieces, frame.nbytes, dst, tag, f"send_obj(tag={tag})")
-
-
-def _send_pieces(g, pieces, nbytes, dst, tag, what):
-    """One point-to-point message: a header for nbytes, then the pieces back to back."""
-    ep = g.ep
-    ep.raise_if_failed()
-    if len(pieces) == 1:
-        p = pieces[0]
-        g.send_bytes(_addr(p), p.nbytes, DT_BYTES, p.nbytes, dst, tag, flags=FLAG_OBJECT, what=what)
-        return
-    deadline = time.monotonic() + g.timeout
-    hdr = encode(KIND_P2P, 0, DT_BYTES, 0, FLAG_OBJECT, g.gid, g._rank, 0, 0, tag, nbytes, nbytes)
-    fd = ep.outgoing(g.gid, CH_P2P, g.world[dst], deadline, what)
-    for i, p in enumerate(pieces):
-        g._step(fd, hdr if i == 0 else None, _addr(p), p.nbytes, -1, 0, 0, deadline, what, dst)
+    pieces = frame.wire() if dst != g.rank() else [frame.assemble()]
+    g.engine.send(g.p2p, dst, pieces, tag=tag, dtype=DT_BYTES, count=frame.nbytes, flags=FLAG_OBJECT,
+                  what=f"send_obj(tag={tag})", block=True)
 
 
 def recv_obj(src=ANY_SOURCE, tag=ANY_TAG, *, status=False, group=None):
     """Receive an object sent with send_obj; `status=True` returns (obj, Status)."""
     g = _g(group)
     src, tag = _src(g, src), _tag(tag, True)
-    what = f"recv_obj(tag={tag})"
-    h, payload = g.recv_bytes(src, tag, what)
-    check_message(h, None, None, what, g.ep.rank if g.ep else 0, g.world, flags=FLAG_OBJECT)
-    obj = loads(payload)
-    return (obj, Status(h.root, h.tag, h.nbytes, h.count, h.dtype)) if status else obj
+
+    def finish(msg, payload):
+        obj = loads(payload)
+        return (obj, Status(msg.source, msg.tag, msg.nbytes, msg.count, msg.dtype)) if status else obj
+
+    return g.engine.recv(g.p2p, src, tag, None, finish, what=f"recv_obj(tag={tag})", block=True, check=None)
 
 
 # -------------------------------------------------------------- collectives
-def broadcast_obj(obj, root=0, *, group=None):
+def _broadcast_obj_impl(obj, root=0, *, group=None):
     """Root's object on every rank: `obj` itself on the root, an unpickled copy elsewhere."""
     g = _g(group)
     root = g.check_rank(root, "root")
@@ -360,7 +343,7 @@ def broadcast_obj(obj, root=0, *, group=None):
     return loads(got)
 
 
-def all_gather_obj(obj, *, group=None):
+def _all_gather_obj_impl(obj, *, group=None):
     """Every rank's object, in rank order (unpickled copies, this rank's included)."""
     g = _g(group)
     n, me = g._size, g._rank
@@ -388,7 +371,7 @@ def all_gather_obj(obj, *, group=None):
     return [loads(buf[o:o + ln]) for o, ln in zip(offs, lens)]
 
 
-def gather_obj(obj, root=0, *, group=None):
+def _gather_obj_impl(obj, root=0, *, group=None):
     """Every rank's object as a list on root (unpickled copies), None elsewhere."""
     g = _g(group)
     root = g.check_rank(root, "root")
@@ -430,7 +413,7 @@ def gather_obj(obj, root=0, *, group=None):
     return out
 
 
-def scatter_obj(objs, root=0, *, group=None):
+def _scatter_obj_impl(objs, root=0, *, group=None):
     """Root passes a sequence of `size` objects; rank r gets (an unpickled copy of) objs[r].
 
     Non-roots pass None (anything they pass is ignored). A root `objs` of the
@@ -495,12 +478,26 @@ def scatter_obj(objs, root=0, *, group=None):
     return loads(got)
 
 
-# Program order with the non-blocking requests: like every blocking function
-# of _api, an object call issued while requests are pending runs behind them.
-try:
-    from ._progress import ordered as _ordered
-except ImportError:  # pragma: no cover - a tree without the progress thread
-    _ordered = None
-if _ordered is not None:
-    send_obj, recv_obj, broadcast_obj, all_gather_obj, gather_obj, scatter_obj = (
-        _ordered(f) for f in (send_obj, recv_obj, broadcast_obj, all_gather_obj, gather_obj, scatter_obj))
+# Each object collective is one collective of its group's ordered stream.
+def broadcast_obj(obj, root=0, *, group=None):
+    """Root's object on every rank: `obj` itself on the root, an unpickled copy elsewhere."""
+    g = _g(group)
+    return g.stream.run(functools.partial(_broadcast_obj_impl, obj, root, group=g))
+
+
+def all_gather_obj(obj, *, group=None):
+    """Every rank's object, in rank order (unpickled copies, this rank's included)."""
+    g = _g(group)
+    return g.stream.run(functools.partial(_all_gather_obj_impl, obj, group=g))
+
+
+def gather_obj(obj, root=0, *, group=None):
+    """Every rank's object as a list on root (unpickled copies), None elsewhere."""
+    g = _g(group)
+    return g.stream.run(functools.partial(_gather_obj_impl, obj, root, group=g))
+
+
+def scatter_obj(objs, root=0, *, group=None):
+    """Root passes a sequence of `size` objects; rank r gets (an unpickled copy of) objs[r]."""
+    g = _g(group)
+    return g.stream.run(functools.partial(_scatter_obj_impl, objs, root, group=g))

@@ -26,7 +26,7 @@ cdef extern from *:
     int cl_again(int e) noexcept nogil
 from posix.time cimport clock_gettime, CLOCK_MONOTONIC, timespec
 
-from ._kernels cimport reduce_raw, itemsize_of
+from commlib._kernels cimport reduce_raw, itemsize_of
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:

@@ -1,0 +1,425 @@
+"""The functions of API.md: normalise arrays, check arguments, run an algorithm.
+
+Every argument is checked before a byte is sent, so a bad call raises the
+same ValueError/TypeError on every rank that makes it. Arrays are accepted
+in any form np.asarray takes without copying; non-contiguous input is
+packed once. Algorithms work on flat contiguous buffers by address.
+"""
+import zlib
+
+import numpy as np
+
+from .. import _kernels
+from .._algorithms import choose, doubling, pairwise, ring, tree
+from .._algorithms.ring import reduce_scatter_destinations
+from .._algorithms.tree import reduce_needs_accumulator
+from .._dtypes import check_op, dtype_code, dtype_of, op_code
+from .._transport import address as _addr
+from .lifecycle import world
+
+
+def _g(group):
+    return group if group is not None else world()
+
+
+# ----------------------------------------------------------------- arrays
+def _array(x, what="x"):
+    """(contiguous array, wire dtype code) for any array-like, copying only if strided."""
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if a.dtype == object:
+        raise TypeError(f"{what}: cannot communicate an object array; use the *_obj functions")
+    code = dtype_code(a.dtype)
+    if not a.flags.c_contiguous:
+        packed = np.empty(a.shape, a.dtype)
+        _kernels.pack(a, packed.reshape(-1).view(np.uint8))
+        a = packed
+    return a, code
+
+
+def _writable(x, what):
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if not a.flags.writeable:
+        raise ValueError(f"{what} is read-only")
+    dtype_code(a.dtype)
+    return a
+
+
+_LOGICAL = (op_code("land"), op_code("lor"))
+_LEGAL = {}  # (op as given, dtype code) -> op code, for pairs already checked
+
+
+def _reduction(op, code):
+    """Op code for `op` on dtype `code`; ValueError naming both if it does not apply."""
+    try:
+        return _LEGAL[op, code]
+    except (KeyError, TypeError):  # TypeError: an unhashable op, reported by op_code
+        opc = op_code(op)
+        check_op(code, opc)
+        if len(_LEGAL) < 256:
+            _LEGAL[op, code] = opc
+        return opc
+
+
+def _identity(out, a, opc):
+    """A reduction over one rank: a itself, except that land/lor still give 0/1."""
+    if opc in _LOGICAL:
+        np.not_equal(a, 0, out=out, casting="unsafe")
+    elif out is not a and _addr(out) != _addr(a):
+        np.copyto(out, a)
+
+
+# ------------------------------------------------------------ collectives
+def _all_reduce(g, x, op="sum", out=None):
+    """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
+    a, code = _array(x)
+    opc = _reduction(op, code)
+    if out is None:
+        res = target = np.empty(a.shape, a.dtype)
+    elif out is a and a.flags.writeable:  # in place on a contiguous array: already checked
+        res = target = a
+    else:
+        target = _writable(out, "out")
+        if target.shape != a.shape or target.dtype != a.dtype:
+            raise ValueError(f"out has shape {target.shape} and dtype {target.dtype}, "
+                             f"x has {a.shape} and {a.dtype}")
+        res = target if target.flags.c_contiguous else np.empty(a.shape, a.dtype)
+    if g._size == 1:
+        _identity(res, a, opc)
+    else:
+        o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
+        if choose("all_reduce", a.nbytes, g._size) == "ring":
+            ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
+        else:
+            if res is not a and _addr(res) != _addr(a):
+                np.copyto(res, a)
+            doubling.all_reduce(o, _addr(res), a.nbytes, g.scratch(a.nbytes))
+    if res is not target:
+        target[...] = res
+    return out if out is not None else res
+
+
+def _all_gather(g, x):
+    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
+    a, code = _array(x)
+    n = g._size
+    shape = (n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:]
+    out = np.empty(shape, a.dtype)
+    flat = out.reshape(-1)
+    flat[g._rank * a.size:(g._rank + 1) * a.size] = a.reshape(-1)
+    if n > 1:
+        o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
+        ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
+    return out
+
+
+def _reduce_scatter(g, x, op="sum"):
+    """Reduce x over ranks; rank r gets block r of the result along axis 0."""
+    a, code = _array(x)
+    opc = _reduction(op, code)
+    n, r = g._size, g._rank
+    if a.ndim == 0 or a.shape[0] % n:
+        raise ValueError(f"reduce_scatter: x.shape[0] must be divisible by the group size {n}, "
+                         f"got shape {a.shape}")
+    out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
+    if n == 1:
+        _identity(out, a, opc)
+        return out
+    count = out.size
+    o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)
+    tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]
+    dst_of = reduce_scatter_destinations(r, n, _addr(out), [_addr(t) for t in tmp])
+    ring.reduce_scatter(o, _addr(a), dst_of, [i * count for i in range(n)], [count] * n, a.itemsize)
+    return out
+
+
+def _broadcast(g, x, root=0):
+    """Root's array on every rank; writes into x when it is writable and returns it."""
+    root = g.check_rank(root, "root")
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    code = dtype_code(a.dtype)
+    if g._size == 1:
+        return x
+    is_root = g._rank == root
+    if is_root:
+        buf = a if a.flags.c_contiguous else _array(a)[0]
+    elif a.flags.writeable and a.flags.c_contiguous:
+        buf = a
+    else:
+        buf = np.empty(a.shape, a.dtype)
+    o = g.op("broadcast", code, 0, a.size, root, dims=a.shape)
+    algo = tree.broadcast_tree if choose("broadcast", a.nbytes, g._size) == "tree" else tree.broadcast_chain
+    algo(o, _addr(buf), a.nbytes, root)
+    if is_root or buf is a:
+        return x
+    if a.flags.writeable:
+        a[...] = buf
+        return x
+    return buf
+
+
+def _reduce(g, x, op="sum", root=0):
+    """Reduction of x over ranks on root; None elsewhere."""
+    root = g.check_rank(root, "root")
+    a, code = _array(x)
+    opc = _reduction(op, code)
+    is_root = g._rank == root
+    if g._size == 1:
+        out = np.empty(a.shape, a.dtype)
+        _identity(out, a, opc)
+        return out
+    o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
+    chain = choose("reduce", a.nbytes, g._size) == "chain"
+    acc = np.empty(a.shape, a.dtype) if reduce_needs_accumulator(g._rank, root, g._size, chain) else None
+    (tree.reduce_chain if chain else tree.reduce_tree)(o, _addr(a), _addr(acc) if acc is not None else 0,
+                                                        a.nbytes, root)
+    return acc if is_root else None
+
+
+def _gather(g, x, root=0):
+    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere."""
+    root = g.check_rank(root, "root")
+    a, code = _array(x)
+    n = g._size
+    out = None
+    if g._rank == root:
+        out = np.empty((n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:], a.dtype)
+    if n == 1:
+        out.reshape(-1)[:] = a.reshape(-1)
+        return out
+    o = g.op("gather", code, 0, a.size, root, dims=a.shape)
+    tree.gather_linear(o, _addr(a), _addr(out) if out is not None else 0, a.nbytes, root)
+    return out
+
+
+def _scatter(g, x, root=0):
+    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored."""
+    root = g.check_rank(root, "root")
+    n = g._size
+    if g._rank == root:
+        a, code = _array(x)
+        if a.ndim == 0 or a.shape[0] % n:
+            raise ValueError(f"scatter: root's x.shape[0] must be divisible by the group size {n}, "
+                             f"got shape {a.shape}")
+        meta = np.array([code, a.ndim] + [a.shape[0] // n] + list(a.shape[1:]), dtype=np.int64)
+    else:
+        a, meta = None, None
+    if n == 1:
+        return a.copy()
+    # Only the root knows the block's dtype and shape: send them first (one
+    # small broadcast), so non-roots may pass None.
+    header = _broadcast_meta(meta, root, g)
+    code, ndim = int(header[0]), int(header[1])
+    shape = tuple(int(d) for d in header[2:2 + ndim])
+    out = np.empty(shape, dtype_of(code))
+    o = g.op("scatter", code, 0, out.size * n, root, dims=shape)
+    tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
+    return out
+
+
+def _broadcast_meta(meta, root, g):
+    """Broadcast a short int64 vector (at most 34 values) known only to root."""
+    buf = np.zeros(34, dtype=np.int64)
+    if meta is not None:
+        if meta.size > 33:
+            raise ValueError("arrays of more than 32 dimensions are not supported")
+        buf[0] = meta.size
+        buf[1:1 + meta.size] = meta
+    _broadcast(g, buf, root)
+    return buf[1:1 + int(buf[0])]
+
+
+def _all_to_all(g, x, split_axis=0, concat_axis=0):
+    """Distributed transpose: block j of x along split_axis goes to rank j; received blocks
+    are concatenated along concat_axis in rank order."""
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    code = dtype_code(a.dtype)
+    n = g._size
+    if a.ndim == 0:
+        raise ValueError("all_to_all needs an array with at least one dimension")
+    split_axis, concat_axis = _axis(split_axis, a.ndim, "split_axis"), _axis(concat_axis, a.ndim, "concat_axis")
+    if a.shape[split_axis] % n:
+        raise ValueError(f"all_to_all: x.shape[{split_axis}] = {a.shape[split_axis]} is not divisible by "
+                         f"the group size {n}")
+    send = [np.ascontiguousarray(b) for b in np.split(a, n, axis=split_axis)]
+    recv = [np.empty_like(send[0]) for _ in range(n)]
+    if n == 1:
+        recv[0][...] = send[0]
+    else:
+        o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
+        pairwise.all_to_all(o, [_addr(b) for b in send], [_addr(b) for b in recv], send[0].nbytes)
+    return np.concatenate(recv, axis=concat_axis)
+
+
+def _axis(axis, ndim, what):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{what}={axis!r} is out of range for an array with {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def _ppermute(g, x, perm):
+    """Send x along the (src, dst) pairs of perm; returns what this rank received, zeros if nothing."""
+    a, code = _array(x)
+    pairs = []
+    for pair in perm:
+        try:
+            s, d = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"ppermute: perm entries must be (src, dst) pairs, got {pair!r}") from None
+        pairs.append((g.check_rank(s, "ppermute src"), g.check_rank(d, "ppermute dst")))
+    for i, what in ((0, "source"), (1, "destination")):
+        seen = [p[i] for p in pairs]
+        dup = {r for r in seen if seen.count(r) > 1}
+        if dup:
+            raise ValueError(f"ppermute: rank {min(dup)} appears twice as a {what} in perm {list(perm)}")
+    me = g._rank
+    dst = next((d for s, d in pairs if s == me), None)
+    src = next((s for s, d in pairs if d == me), None)
+    out = np.zeros(a.shape, a.dtype)
+    if g._size == 1:
+        if dst == 0:
+            np.copyto(out, a)
+        return out
+    o = g.op("ppermute", code, 0, a.size, 0,
+             shape=zlib.crc32(repr(sorted(pairs)).encode()), dims=a.shape)
+    pairwise.ppermute(o, dst, src, _addr(a), _addr(out), a.nbytes)
+    return out
+
+
+def _barrier(g):
+    """Return when every rank of the group has entered."""
+    if g._size > 1:
+        doubling.barrier(g.op("barrier", 0, 0, 0))
+
+
+
+
+# ------------------------------------------------- blocking and i variants
+# Each collective runs on its group's ordered stream: inline when the group has
+# nothing pending (the fast path), else behind the pending ones. The i variant
+# queues on the stream and returns a Request at once; arguments are checked when
+# it runs, and a bad one is raised by wait().
+def all_reduce(x, op="sum", *, out=None, group=None):
+    """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
+    g = _g(group)
+    return g.stream.run(_all_reduce, g, x, op, out)
+
+
+def iall_reduce(x, op="sum", *, out=None, group=None):
+    g = _g(group)
+    return g.stream.submit("iall_reduce", _all_reduce, g, x, op, out)
+
+
+def all_sum(x, *, group=None):
+    return all_reduce(x, "sum", group=group)
+
+
+def all_prod(x, *, group=None):
+    return all_reduce(x, "prod", group=group)
+
+
+def all_min(x, *, group=None):
+    return all_reduce(x, "min", group=group)
+
+
+def all_max(x, *, group=None):
+    return all_reduce(x, "max", group=group)
+
+
+def all_gather(x, *, group=None):
+    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
+    g = _g(group)
+    return g.stream.run(_all_gather, g, x)
+
+
+def iall_gather(x, *, group=None):
+    g = _g(group)
+    return g.stream.submit("iall_gather", _all_gather, g, x)
+
+
+def reduce_scatter(x, op="sum", *, group=None):
+    """Reduce x over ranks; rank r gets block r of the result along axis 0."""
+    g = _g(group)
+    return g.stream.run(_reduce_scatter, g, x, op)
+
+
+def ireduce_scatter(x, op="sum", *, group=None):
+    g = _g(group)
+    return g.stream.submit("ireduce_scatter", _reduce_scatter, g, x, op)
+
+
+def broadcast(x, root=0, *, group=None):
+    """Root's array on every rank; writes into x when it is writable and returns it."""
+    g = _g(group)
+    return g.stream.run(_broadcast, g, x, root)
+
+
+def ibroadcast(x, root=0, *, group=None):
+    g = _g(group)
+    return g.stream.submit("ibroadcast", _broadcast, g, x, root)
+
+
+def reduce(x, op="sum", root=0, *, group=None):
+    """Reduction of x over ranks on root; None elsewhere."""
+    g = _g(group)
+    return g.stream.run(_reduce, g, x, op, root)
+
+
+def ireduce(x, op="sum", root=0, *, group=None):
+    g = _g(group)
+    return g.stream.submit("ireduce", _reduce, g, x, op, root)
+
+
+def gather(x, root=0, *, group=None):
+    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere."""
+    g = _g(group)
+    return g.stream.run(_gather, g, x, root)
+
+
+def igather(x, root=0, *, group=None):
+    g = _g(group)
+    return g.stream.submit("igather", _gather, g, x, root)
+
+
+def scatter(x, root=0, *, group=None):
+    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored."""
+    g = _g(group)
+    return g.stream.run(_scatter, g, x, root)
+
+
+def iscatter(x, root=0, *, group=None):
+    g = _g(group)
+    return g.stream.submit("iscatter", _scatter, g, x, root)
+
+
+def all_to_all(x, split_axis=0, concat_axis=0, *, group=None):
+    """Distributed transpose: block j of x along split_axis goes to rank j; received blocks
+    are concatenated along concat_axis in rank order."""
+    g = _g(group)
+    return g.stream.run(_all_to_all, g, x, split_axis, concat_axis)
+
+
+def iall_to_all(x, split_axis=0, concat_axis=0, *, group=None):
+    g = _g(group)
+    return g.stream.submit("iall_to_all", _all_to_all, g, x, split_axis, concat_axis)
+
+
+def ppermute(x, perm, *, group=None):
+    """Send x along the (src, dst) pairs of perm; returns what this rank received, zeros if nothing."""
+    g = _g(group)
+    return g.stream.run(_ppermute, g, x, perm)
+
+
+def ippermute(x, perm, *, group=None):
+    g = _g(group)
+    return g.stream.submit("ippermute", _ppermute, g, x, perm)
+
+
+def barrier(*, group=None):
+    """Return when every rank of the group has entered."""
+    g = _g(group)
+    return g.stream.run(_barrier, g)
+
+
+def ibarrier(*, group=None):
+    g = _g(group)
+    return g.stream.submit("ibarrier", _barrier, g)

@@ -1,0 +1,200 @@
+"""init() and finalize(): joining the job, and leaving it without hurting anyone.
+
+init() finds the launcher's environment, starts this rank's endpoint,
+registers with the coordinator and builds the world group. The collective
+connection to the ring neighbour is opened eagerly, best effort: a peer that
+already finished is no error here (only an operation that needs it fails).
+
+finalize() (also run at exit) leaves in an order that keeps every peer
+healthy: queued sends are flushed first (a receiver may still need them);
+then every rank's collective digest is exchanged through the coordinator,
+which also waits (bounded by the timeout) until every rank has finished its
+work, so no rank closes its listeners while a slower one may still connect;
+a difference in the digests is a MismatchError naming both sides (a
+broadcast where every rank thought it was the root moves no bytes, and is
+found here). Only then does it say goodbye and close.
+"""
+import atexit
+import contextlib
+import os
+import sys
+import threading
+import time
+
+from .._errors import CommError, MismatchError
+from .._wire import ProtocolError, decode
+from .._engine import Engine, Group
+
+DEFAULT_TIMEOUT_S = 300.0
+
+_world = None
+_client = None
+_finalized = False
+_aborting = False
+_lock = threading.Lock()
+
+
+def is_available():
+    """True: the socket backend needs nothing external."""
+    return True
+
+
+def world():
+    """The world group, initialising on first use."""
+    return _world if _world is not None else init()
+
+
+def init(strict=False, timeout=None):
+    """The world group; the second call returns the same group.
+
+    Finds peers from commrun's COMMLIB_* variables, Slurm's srun variables or
+    torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Outside any
+    launcher it returns a group of size 1 (every collective is the identity),
+    or raises CommError when `strict`.
+    """
+    global _world, _client
+    with _lock:
+        if _world is not None:
+            return _world
+        if _finalized:
+            raise CommError("commlib.finalize() was called on this rank; the job cannot be joined again")
+        from .. import _rendezvous
+        from .._transport import Endpoint, Transport
+
+        if timeout is None:
+            raw = os.environ.get("COMMLIB_TIMEOUT", "")
+            try:
+                timeout = float(raw) if raw else DEFAULT_TIMEOUT_S
+            except ValueError:
+                raise CommError(f"COMMLIB_TIMEOUT={raw!r} is not a number of seconds") from None
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        env = _rendezvous.discover()
+        if env is None:
+            if strict:
+                raise CommError("commlib.init(strict=True): no launcher environment found "
+                                "(run under commrun, srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
+            _world = Group(None, Engine(None), 0, [0], 0, timeout)
+            return _world
+        coordinator = None
+        if env.host_coordinator:
+            coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
+                                                  port=env.coordinator[1])
+            coordinator.start()
+        ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout)
+        try:
+            client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
+            ep.table = client.register(ep.info(), timeout)
+        except BaseException:
+            ep.close()
+            raise
+        ep.notices.send = client.send
+        client.start_listener(ep.notices.on_notice)
+        _client = client
+        transport = Transport(ep)
+        _world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
+        if env.size > 1:  # every large collective needs the ring neighbour: connect now if it can be
+            transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
+        _world._coordinator = coordinator
+        _install_excepthook(client, env.rank)
+        atexit.register(_finalize_at_exit)
+        return _world
+
+
+def finalize():
+    """Leave the job: flush sends, compare collective digests with every rank, close. Safe to call twice.
+
+    Raises MismatchError when ranks ran different collectives (after closing).
+    """
+    global _world, _client, _finalized
+    with _lock:
+        world, client = _world, _client
+        _world = _client = None
+        if world is not None and world.transport is not None:
+            _finalized = True
+    if world is None or world.transport is None:
+        return
+    ep = world.transport.ep
+    engine = world.engine
+    deadline = time.monotonic() + world.timeout
+    mismatch = None
+    if not _aborting and ep.failure is None:
+        engine.drain(deadline)
+        mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}}
+        got = ep.notices.exchange_digests(mine, world.size(), deadline)
+        mismatch = _compare(world.world[world.rank()], mine, got)
+    engine.close("commlib.finalize() was called before it completed")
+    ep._closed = True
+    coordinator = getattr(world, "_coordinator", None)
+    if client is not None:
+        with contextlib.suppress(OSError):
+            client.close()
+    ep.close()
+    if coordinator is not None:
+        # This rank hosts the job's coordinator (srun/torchrun): ranks still
+        # working need it, so wait for them to leave (bounded by the timeout).
+        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout):
+            print(f"commlib: rank {world._rank}: closing the coordinator while ranks "
+                  f"{coordinator.connected()} are still connected", file=sys.stderr)
+        coordinator.close()
+    if mismatch is not None:
+        raise mismatch
+
+
+def _compare(me, mine, got):
+    """MismatchError for the first collective on which another rank's history differs from ours."""
+    for peer in sorted(got):
+        if peer == me:
+            continue
+        theirs_groups = got[peer].get("groups") or {}
+        for gid, ours in mine["groups"].items():
+            theirs = theirs_groups.get(gid)
+            if theirs is None or (theirs.get("n") == ours["n"] and theirs.get("digest") == ours["digest"]):
+                continue
+            return MismatchError(_difference(me, ours, peer, theirs), rank=peer)
+    return None
+
+
+def _difference(me, ours, peer, theirs):
+    try:
+        a = {h.seq: h for h in (decode(bytes.fromhex(x)) for x in ours["recent"])}
+        b = {h.seq: h for h in (decode(bytes.fromhex(x)) for x in theirs.get("recent", []))}
+    except (ValueError, ProtocolError):
+        a = b = {}
+    for seq in sorted(set(a) & set(b)):
+        if a[seq].encode() != b[seq].encode():
+            return (f"rank {me} called {a[seq].describe()} but rank {peer} called {b[seq].describe()} "
+                    f"(found when the ranks compared their collectives at finalize)")
+    last_a = a[max(a)].describe() if a else "none"
+    last_b = b[max(b)].describe() if b else "none"
+    return (f"rank {me} ran {ours['n']} collectives (last: {last_a}) but rank {peer} ran {theirs.get('n')} "
+            f"(last: {last_b}) (found when the ranks compared their collectives at finalize)")
+
+
+def _finalize_at_exit():
+    """finalize() at interpreter exit: a mismatch found now still fails the process."""
+    try:
+        finalize()
+    except MismatchError as exc:
+        print(f"commlib: MismatchError: {exc}", file=sys.stderr, flush=True)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(1)
+
+
+def _install_excepthook(client, rank):
+    """An uncaught exception tells the job at once, so peers raise PeerLost instead of waiting."""
+    previous = sys.excepthook
+
+    def hook(etype, value, tb):
+        global _aborting
+        if _world is not None and not issubclass(etype, (KeyboardInterrupt, SystemExit)):
+            _aborting = True
+            try:
+                client.send({"kind": "abort", "to": "all", "error": "exception", "rank": rank,
+                             "message": f"{etype.__name__}: {value}"})
+            except Exception as err:  # the report is best effort; the traceback still prints
+                print(f"commlib: could not report the failure to peers: {err}", file=sys.stderr)
+        previous(etype, value, tb)
+
+    sys.excepthook = hook

@@ -1,0 +1,207 @@
+"""Group: ranks, the per-collective context, and the engine's per-group state.
+
+A Group maps its ranks to world ranks, counts collectives (the sequence
+number that goes in every header), and owns what its operations need: the
+collective channel of the transport (created on first use), the scratch the
+algorithms use, its ordered collective stream, and its matching context in
+the point-to-point engine. Each collective runs as an `Op`: the header that
+describes it, its deadline, and `exchange()`, the one primitive every
+algorithm is written against.
+
+Every collective is also folded into the group's digest (a running hash of
+the headers) and kept in a short history, which `finalize()` compares
+across ranks: a mismatch that moved no bytes (every rank a broadcast root)
+is still found.
+"""
+import collections
+import hashlib
+import os
+import time
+import zlib
+
+import numpy as np
+
+from .._errors import CommError
+from .._transport import copy as _copy
+from .._wire import collective_header, shape_hash
+from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
+from .streams import Stream
+
+DEFAULT_CHUNK_BYTES = 256 << 10
+HISTORY = 32  # collectives per group remembered for the finalize() comparison
+
+
+def _env_num(name, default, kind=int):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise CommError(f"{name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
+
+
+class Status:
+    """What a receive matched: `source` (group rank), `tag`, `nbytes`."""
+
+    __slots__ = ("source", "tag", "nbytes", "count", "dtype")
+
+    def __init__(self, source, tag, nbytes, count=0, dtype=None):
+        self.source, self.tag, self.nbytes, self.count, self.dtype = source, tag, nbytes, count, dtype
+
+    def __repr__(self):
+        return f"Status(source={self.source}, tag={self.tag}, nbytes={self.nbytes})"
+
+
+class Op:
+    """One collective in flight: its header, deadline and step primitive."""
+
+    __slots__ = ("group", "rank", "size", "hdr", "coll", "seq", "deadline", "dtype", "redop", "dims", "_channel",
+                 "_world")
+
+    def __init__(self, group, coll, dtype, redop, count, root, shape, dims):
+        g = group
+        g.seq += 1
+        self.group, self.rank, self.size = g, g._rank, g._size
+        self.coll, self.seq = coll, g.seq
+        self.dtype, self.redop, self.dims = dtype, redop, dims
+        if dims is not None:
+            shape ^= shape_hash(dims)
+        self.hdr = collective_header(coll=coll, group=g.gid, seq=g.seq, dtype=dtype, op=redop, count=count,
+                                     root=root, shape=shape)
+        g.record(self.hdr)
+        self.deadline = time.monotonic() + g.timeout
+        self._channel = g.channel
+        self._world = g.world
+        if g.notices is not None:
+            g.notices.last = self  # formatted only if a stall report asks
+
+    @property
+    def what(self):
+        """`all_reduce #17`: how errors and stall reports name this operation."""
+        return f"{self.coll} #{self.seq}"
+
+    __str__ = what.fget
+
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
+                 swap=False):
+        """Send to group rank dst while receiving from group rank src (None: no such side).
+
+        reduce_dst: reduce what arrives into this address (init: copy from here first).
+        relay: "received" sends bytes only once they arrived (send_ptr == recv_ptr);
+        "reduced" sends them once reduced (send_ptr == reduce_dst).
+        swap: reduce as op(received, mine) rather than op(mine, received).
+        """
+        w = self._world
+        self._channel.exchange(dst=None if dst is None else w[dst], send_ptr=send_ptr, send_len=send_len,
+                               src=None if src is None else w[src], recv_ptr=recv_ptr, recv_len=recv_len,
+                               hdr=self.hdr, deadline=self.deadline, what=self.what, dims=self.dims,
+                               reduce_dst=reduce_dst, init=init, relay=relay, swap=swap, dtype=self.dtype,
+                               op=self.redop)
+
+    copy = staticmethod(_copy)
+
+
+class Group:
+    """A set of ranks that run collectives together (see API.md)."""
+
+    def __init__(self, transport, engine, gid, world, rank, timeout):
+        self.transport = transport  # None for the singleton group
+        self.notices = transport.notices if transport is not None else None
+        self.gid = gid
+        self.world = world  # group rank -> world rank
+        self._rank = rank
+        self._size = len(world)
+        self.timeout = timeout
+        self.seq = 0
+        self.splits = 0
+        self.chunk = _env_num("COMMLIB_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)
+        if self.chunk < 64:
+            raise CommError(f"COMMLIB_CHUNK_BYTES={self.chunk} is too small (minimum 64)")
+        self.chunk -= self.chunk % 16
+        spin_us = _env_num("COMMLIB_SPIN_US", -1)
+        if spin_us < 0:  # spin briefly only when every rank here can have a core
+            local = _env_num("COMMLIB_LOCAL_SIZE", 1)
+            spin_us = 50 if local <= len(os.sched_getaffinity(0)) else 0
+        self.spin_s = spin_us * 1e-6
+        self.peer_check_s = _env_num("COMMLIB_PEER_CHECK_S", 1.0, float)
+        self._channel = None
+        self._scratch = None
+        self.stream = Stream(f"group-{gid:x}")
+        self.engine = engine
+        self.p2p = engine.context(gid, world, rank, timeout)
+        engine.groups[gid] = self
+        self.digest = hashlib.blake2b(digest_size=16)
+        self.history = collections.deque(maxlen=HISTORY)
+
+    # ----------------------------------------------------------------- public
+    def rank(self):
+        """This process's rank in the group."""
+        return self._rank
+
+    def size(self):
+        """Number of ranks in the group."""
+        return self._size
+
+    def __repr__(self):
+        return f"<commlib.Group rank {self._rank} of {self._size}>"
+
+    def split(self, color, key=None):
+        """MPI_Comm_split: ranks with equal color form a group ordered by (key, rank).
+
+        A negative color leaves this rank out: it gets None.
+        """
+        from .._algorithms import ring  # the gather of (color, key) runs on this group's stream
+
+        color, key = int(color), int(self._rank if key is None else key)
+        table = np.empty((self._size, 2), dtype=np.int64)
+        table[self._rank] = (color, key)
+
+        def gather():
+            if self._size > 1:
+                op = self.op("split", 0, 0, 2 * self._size)
+                ring.all_gather(op, table.ctypes.data, [16 * i for i in range(self._size)], [16] * self._size, 1)
+
+        self.stream.run(gather)
+        self.splits += 1
+        if color < 0:
+            return None
+        members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
+        ranks = [r for _, r in members]
+        gid = zlib.crc32(f"{self.gid}/{self.splits}/{color}".encode()) | 1
+        return Group(self.transport, self.engine, gid, [self.world[r] for r in ranks], ranks.index(self._rank),
+                     self.timeout)
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def channel(self):
+        """The transport's collective channel for this group (created on first use)."""
+        if self._channel is None:
+            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin_s, self.peer_check_s)
+        return self._channel
+
+    def scratch(self, nbytes):
+        """Address of a reusable scratch buffer of at least nbytes."""
+        if self._scratch is None or self._scratch.nbytes < nbytes:
+            self._scratch = np.empty(max(nbytes, 4096), dtype=np.uint8)
+            self._scratch_addr = self._scratch.ctypes.data
+        return self._scratch_addr
+
+    def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
+        """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""
+        if self.transport is not None:
+            self.transport.raise_if_failed()
+        return Op(self, coll, dtype, redop, count, root, shape, dims)
+
+    def record(self, hdr):
+        self.digest.update(hdr)
+        self.history.append(hdr)
+
+    def summary(self):
+        """This group's collective digest, for the finalize() comparison."""
+        return {"n": self.seq, "digest": self.digest.hexdigest(), "recent": [h.hex() for h in self.history]}
+
+    def check_rank(self, r, what):
+        if not isinstance(r, (int, np.integer)) or isinstance(r, bool) or not 0 <= r < self._size:
+            raise ValueError(f"{what}={r!r} is not a rank of this group (size {self._size})")
+        return int(r)

@@ -1,0 +1,735 @@
+"""The point-to-point progress engine: posted receives, unexpected messages, send queues.
+
+One engine per process (plus one without a transport for the size-1 world).
+Each group registers a matching context (`matching.Matcher`). Sends go into
+a FIFO per (group, destination) connection and are written without
+blocking; receives are posted to their group's matcher. Progress — reading
+headers and payloads from every point-to-point connection, matching them,
+writing queued sends, sending and taking issend acknowledgements — is made:
+
+- by one progress thread, which runs only while there is work outstanding
+  (a posted receive or probe, a queued or unacknowledged send, a message
+  half read) and sleeps in poll(2) otherwise, so the caller can compute while
+  messages move, and any number of requests complete in any order of wait;
+- by the calling thread itself when nothing is outstanding: a blocking send
+  of up to EAGER_BYTES, or a blocking receive from a named source, runs as one
+  step of the C loop straight between the socket and the user's buffer (the
+  latency path). Every FAST_PATH_SLICE_S it checks whether other work was
+  posted meanwhile and, if so, hands what remains to the engine.
+
+Messages from a sender on one connection are read in order and matched in
+order (non-overtaking). A receive whose payload arrives after it was posted
+lands directly in the user's buffer; an unexpected one is buffered once and
+copied when a receive takes it. issend messages carry FLAG_SYNC and a
+per-connection sequence number; the receiver acknowledges the match with a
+FLAG_ACK frame on its own connection back.
+"""
+import collections
+import contextlib
+import os
+import select
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from .._dtypes import DT_BYTES, dtype_name
+from .._errors import CommError, CommTimeout, MismatchError, PeerLost
+from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
+                     message_header)
+from .matching import ANY_SOURCE, Matcher, Message, Posted
+from .requests import Request
+
+EAGER_BYTES = 64 << 10  # a blocking send up to this size may take the one-step fast path
+_READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
+
+
+class _In:
+    """Read state of one incoming point-to-point connection."""
+
+    __slots__ = ("sock", "fd", "gid", "src", "hbuf", "hpos", "msg", "view", "pos", "eof")
+
+    def __init__(self, sock, gid, src):
+        self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
+        self.hbuf = bytearray(HEADER_NBYTES)
+        self.hpos = 0
+        self.msg = None  # the Message whose payload is being read
+        self.view = None  # where it lands
+        self.pos = 0
+        self.eof = False
+
+    @property
+    def idle(self):
+        return self.hpos == 0 and self.msg is None
+
+
+class _Send:
+    __slots__ = ("parts", "total", "pos", "req", "seq", "tag", "sync")
+
+    def __init__(self, parts, req, seq, tag, sync):
+        self.parts, self.req, self.seq, self.tag, self.sync = parts, req, seq, tag, sync
+        self.total = sum(p.nbytes for p in parts)
+        self.pos = 0
+
+    def iov(self):
+        out, skip = [], self.pos
+        for p in self.parts:
+            if skip >= p.nbytes:
+                skip -= p.nbytes
+                continue
+            out.append(p[skip:] if skip else p)
+            skip = 0
+        return out
+
+
+class _Out:
+    __slots__ = ("sock", "fd", "queue", "seq", "dst", "gid")
+
+    def __init__(self, sock, gid, dst):
+        self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
+        self.queue = collections.deque()
+        self.seq = 0
+
+
+class _Context:
+    """A group as the engine sees it: its matcher and rank translation."""
+
+    __slots__ = ("gid", "matcher", "world", "rank", "to_group", "timeout")
+
+    def __init__(self, gid, world, rank, timeout):
+        self.gid, self.world, self.rank, self.timeout = gid, world, rank, timeout
+        self.matcher = Matcher()
+        self.to_group = {w: g for g, w in enumerate(world)}
+
+
+def _u8(a):
+    return memoryview(a).cast("B") if not isinstance(a, memoryview) else a
+
+
+class Engine:
+    """Point-to-point progress for every group of this process."""
+
+    def __init__(self, transport=None):
+        self.transport = transport
+        self.p2p = transport.p2p if transport is not None else None
+        self.me = transport.rank if transport is not None else 0
+        self.lock = threading.RLock()
+        self._work = threading.Condition(self.lock)
+        self.contexts = {}
+        self.groups = weakref.WeakValueDictionary()  # gid -> Group, for the finalize() digest comparison
+        self._in = {}  # (gid, src world) -> _In
+        self._out = {}  # (gid, dst world) -> _Out
+        self._acks = {}  # (gid, dst world, seq) -> _Send waiting for its acknowledgement
+        self.n_posted = 0  # posted receives and probes
+        self.n_sending = 0  # sends queued or partly written
+        self._thread = None
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # ------------------------------------------------------------ contexts
+    def context(self, gid, world, rank, timeout):
+        with self.lock:
+            ctx = self.contexts.get(gid)
+            if ctx is None:
+                ctx = self.contexts[gid] = _Context(gid, world, rank, timeout)
+            return ctx
+
+    def idle(self):
+        """Nothing outstanding: the caller may use a blocking fast path."""
+        return self.n_posted == 0 and self.n_sending == 0 and not self._acks and all(c.idle for c in self._in.values())
+
+    # ------------------------------------------------------------ posting
+    def send(self, ctx, dst, parts, *, tag, dtype, count, flags=0, sync=False, what="send", block=False):
+        """Send the uint8 buffers `parts` back to back as one message to group rank dst.
+
+        Returns a Request (None result), or None when `block` and it completed
+        on the fast path.
+        """
+        nbytes = sum(p.nbytes for p in parts)
+        timeout = ctx.timeout
+        if dst == ctx.rank:
+            return self._send_local(ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block)
+        self.transport.raise_if_failed()
+        dst_w = ctx.world[dst]
+        deadline = time.monotonic() + timeout
+        sock = self.p2p.out_sock(ctx.gid, dst_w, deadline, what)
+        if sync:
+            flags |= FLAG_SYNC
+        key = (ctx.gid, dst_w)
+        if block and not sync and nbytes <= EAGER_BYTES and len(parts) == 1:
+            done = self._send_fast(ctx, key, sock, parts[0], nbytes, tag, dtype, count, flags, deadline, what, dst_w)
+            if done is True:
+                return None
+            req = done
+        else:
+            req = self._queue_send(ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout)
+        if block:
+            req.wait()
+            return None
+        return req
+
+    def _queue_send(self, ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
+        req = Request(what, timeout=timeout, waiter=self.wait)
+        with self.lock:
+            out = self._out.get(key)
+            if out is None:
+                out = self._out[key] = _Out(sock, *key)
+            if seq is None:
+                out.seq += 1
+                seq = out.seq if flags & FLAG_SYNC else 0
+            hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
+                                 flags=flags, seq=seq)
+            s = _Send([memoryview(hdr)] + [_u8(p) for p in parts], req, seq, tag, bool(flags & FLAG_SYNC))
+            s.pos = sent
+            out.queue.append(s)
+            self.n_sending += 1
+            if len(out.queue) == 1:
+                self._write(out)
+            if self.n_sending or self._acks:
+                self._kick()
+        return req
+
+    def _send_fast(self, ctx, key, sock, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
+        """One blocking step while nothing else is outstanding; True when sent, else the Request
+        that now carries the rest."""
+        hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
+                             flags=flags)
+        addr = self.transport_address(part)
+        sent = 0
+        while True:
+            with self.lock:
+                out = self._out.get(key)
+                if sent == 0 and (not self.idle() or (out is not None and out.queue)):
+                    break  # other work is waiting: the engine sends this one in turn
+                got = self.p2p.send_step(sock, hdr, addr, nbytes, deadline, what, dst_w, sent > 0)
+                if got is None:
+                    return True
+                sent = max(sent, got)  # once a byte is out, never interleave another frame
+        return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what, ctx.timeout)
+
+    def _send_local(self, ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block):
+        data = np.empty(nbytes, dtype=np.uint8)
+        pos = 0
+        for p in parts:
+            data[pos:pos + p.nbytes] = np.frombuffer(p, dtype=np.uint8)
+            pos += p.nbytes
+        msg = Message(ctx.rank, tag, nbytes, dtype, count, flags, data=data, complete=True)
+        req = Request(what, timeout=ctx.timeout, waiter=self.wait)
+        with self.lock:
+            if sync:
+                msg.flags |= FLAG_SYNC
+                msg.seq = req  # a local issend completes when matched
+            taker, probes = ctx.matcher.arrive(msg)
+            self._satisfy_probes(ctx, probes, msg)
+            if taker is not None:
+                self.n_posted -= 1
+                self._matched(ctx, msg)
+                self._deliver(ctx, taker, msg, data)
+        if not sync:
+            req._finish(None)
+        if block:
+            if not req.test():
+                if self.transport is None:
+                    raise CommError(f"{what} to self on a group of size 1 with no matching receive posted: "
+                                    "it would wait forever")
+                req.wait()
+            return None
+        return req
+
+    def recv(self, ctx, src, tag, into, finish, *, what="recv", block=False, check=None):
+        """Post a receive of (src, tag) into the uint8 array `into` (None: allocate on arrival).
+
+        finish(msg, payload) gives the result. With `block` the result is
+        returned, else a Request.
+        """
+        if block and self.transport is not None and src != ANY_SOURCE and src != ctx.rank and into is not None:
+            got = self._recv_fast(ctx, src, tag, into, finish, what, check)
+            if got is not _FALLBACK:
+                return got
+        if self.transport is not None:
+            self.transport.raise_if_failed()
+        req = Request(what, timeout=ctx.timeout, waiter=self.wait)
+        posted = Posted(src, tag, into=into, req=req, extra=(finish, check))
+        req._cancel = lambda r: self._cancel_posted(ctx, posted)
+        with self.lock:
+            msg = ctx.matcher.post(posted)
+            if msg is None:
+                if self.transport is None and block:
+                    ctx.matcher.cancel(posted)
+                    raise CommError(f"{what} on a group of size 1 with no message sent to self: it would wait forever")
+                self.n_posted += 1
+            else:
+                self._matched(ctx, msg)
+                if msg.complete:
+                    self._deliver(ctx, posted, msg, msg.data)
+                else:
+                    msg.taker = posted
+            if not req.test():
+                self._kick()
+        return req.wait() if block else req
+
+    def _recv_fast(self, ctx, src, tag, into, finish, what, check):
+        src_w = ctx.world[src]
+        key = (ctx.gid, src_w)
+        dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
+        expect = message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype, count=_count(dtype, nbytes),
+                                nbytes=nbytes)
+        deadline = time.monotonic() + ctx.timeout
+        addr = self.transport_address(into)
+        resume = False
+        with self.lock:
+            conn = self._in.get(key)
+            if conn is None:
+                conn = self._adopt(key)
+            if conn is None or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
+                return _FALLBACK
+        while True:
+            with self.lock:
+                if not resume and not self.idle():
+                    return _FALLBACK
+                got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                if got is None:
+                    msg = Message(src, tag, nbytes, dtype, _count(dtype, nbytes))
+                    return finish(msg, into)
+                if isinstance(got, bytes):  # another frame came first: the engine takes it from here
+                    conn.hbuf[:] = got
+                    conn.hpos = HEADER_NBYTES
+                    self._header_done(conn)
+                    return _FALLBACK
+                if got == 0 and not self.idle():
+                    return _FALLBACK
+                resume = got > 0 or resume
+
+    def probe(self, ctx, src, tag, block):
+        """Header facts (a Message) of the oldest matching message, left queued; None if none yet."""
+        with self.lock:
+            if self.transport is not None:
+                self._service_all_reads()
+            msg = ctx.matcher.find(src, tag)
+            if msg is not None or not block:
+                return msg
+            if self.transport is None:
+                raise CommError("probe on a group of size 1 with no message sent to self: it would wait forever")
+            req = Request("probe", timeout=ctx.timeout, waiter=self.wait)
+            posted = Posted(src, tag, probe=True, req=req)
+            ctx.matcher.post(posted)
+            self.n_posted += 1
+            self._kick()
+        return req.wait()
+
+    # ------------------------------------------------------------ matching
+    def _matched(self, ctx, msg):
+        """A receive took msg: acknowledge it if the sender waits for that (issend)."""
+        if not msg.flags & FLAG_SYNC:
+            return
+        if isinstance(msg.seq, Request):  # local
+            msg.seq._finish(None)
+            return
+        src_w = ctx.world[msg.source]
+        key = (ctx.gid, src_w)
+        out = self._out.get(key)
+        if out is None:
+            sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
+            out = self._out[key] = _Out(sock, *key)
+        ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
+                    None, msg.seq, msg.tag, False)
+        out.queue.append(ack)
+        self.n_sending += 1
+        if len(out.queue) == 1:
+            self._write(out)
+        self._kick()
+
+    def _deliver(self, ctx, posted, msg, payload):
+        """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
+        finish, check = posted.extra
+        req = posted.req
+        try:
+            _check_fit(ctx, msg, posted, check, self.me)
+            if posted.into is not None and payload is not posted.into:
+                posted.into[:msg.nbytes] = payload[:msg.nbytes]
+                payload = posted.into
+            req._finish(finish(msg, payload))
+        except (CommError, ValueError, TypeError) as exc:
+            req._finish(error=exc)
+
+    def _satisfy_probes(self, ctx, probes, msg):
+        for p in probes:
+            self.n_posted -= 1
+            p.req._finish(msg)
+
+    def _cancel_posted(self, ctx, posted):
+        with self.lock:
+            if ctx.matcher.cancel(posted):
+                self.n_posted -= 1
+                return True
+            return False
+
+    # ------------------------------------------------------------ progress
+    def _kick(self):
+        """Wake the progress thread (starting it on first use)."""
+        if self.transport is None:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
+            self._thread.start()
+        self._work.notify_all()
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"\0")
+
+    def _has_work(self):
+        return not self.idle()
+
+    def _run(self):
+        ep_wake = self.p2p.wake_r
+        while True:
+            with self.lock:
+                while not self._closed and not self._has_work():
+                    self._work.wait()
+                if self._closed:
+                    return
+                fds = self._poll_set()
+            poller = select.poll()
+            for fd, ev in fds.items():
+                poller.register(fd, ev)
+            poller.register(self._wake_r, select.POLLIN)
+            poller.register(self.p2p.arrival_r, select.POLLIN)
+            poller.register(ep_wake, select.POLLIN)
+            try:
+                events = poller.poll(200)
+            except InterruptedError:
+                continue
+            with self.lock:
+                if self._closed:
+                    return
+                with contextlib.suppress(BlockingIOError, OSError):
+                    os.read(self._wake_r, 4096)
+                self._service(events)
+
+    def _poll_set(self):
+        self._adopt_all()
+        fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof}
+        for out in self._out.values():
+            if out.queue:
+                fds[out.fd] = fds.get(out.fd, 0) | select.POLLOUT
+        return fds
+
+    def _service(self, events):
+        failure = self.transport.ep.failure
+        if failure is not None:
+            self._fail_all(failure)
+            return
+        ready = {fd for fd, _ in events}
+        if self.p2p.arrival_r in ready:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self.p2p.arrival_r, 4096)
+        self._adopt_all()
+        for conn in list(self._in.values()):
+            if conn.fd in ready or not conn.idle:
+                self._read(conn)
+        for out in list(self._out.values()):
+            if out.queue:
+                self._write(out)
+        self._check_departed()
+
+    def _service_all_reads(self):
+        self._adopt_all()
+        for conn in list(self._in.values()):
+            self._read(conn)
+
+    def _adopt_all(self):
+        for key, sock in self.p2p.in_socks().items():
+            if key not in self._in:
+                self._in[key] = _In(sock, *key)
+
+    def _adopt(self, key):
+        sock = self.p2p.in_socks().get(key)
+        if sock is None:
+            return None
+        conn = self._in[key] = _In(sock, *key)
+        return conn
+
+    def _read(self, conn):
+        sock = conn.sock
+        for _ in range(_READS_PER_SERVICE):
+            if conn.eof:
+                return
+            try:
+                if conn.msg is None:
+                    n = sock.recv_into(memoryview(conn.hbuf)[conn.hpos:])
+                else:
+                    n = sock.recv_into(conn.view[conn.pos:]) if conn.pos < len(conn.view) else -1
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._conn_lost(conn, str(exc))
+                return
+            if n == 0:
+                self._conn_lost(conn, None)
+                return
+            if conn.msg is None:
+                conn.hpos += n
+                if conn.hpos == HEADER_NBYTES:
+                    self._header_done(conn)
+            else:
+                if n > 0:
+                    conn.pos += n
+                if conn.pos >= len(conn.view):
+                    self._payload_done(conn)
+
+    def _header_done(self, conn):
+        conn.hpos = 0
+        ctx = self.contexts.get(conn.gid)
+        try:
+            h = decode(bytes(conn.hbuf))
+        except ProtocolError as exc:
+            self._protocol_error(conn, str(exc))
+            return
+        src_g = ctx.to_group.get(conn.src) if ctx is not None else None
+        if ctx is None or h.kind != KIND_P2P or h.group != conn.gid or h.root != src_g:
+            self._protocol_error(conn, f"unexpected frame {h!r}")
+            return
+        if h.flags & FLAG_ACK:
+            s = self._acks.pop((conn.gid, conn.src, h.seq), None)
+            if s is not None:
+                self.n_sending -= 1
+                s.req._finish(None)
+            return
+        msg = Message(src_g, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
+        taker, probes = ctx.matcher.arrive(msg)
+        self._satisfy_probes(ctx, probes, msg)
+        if taker is not None:
+            self.n_posted -= 1
+            msg.taker = taker
+            self._matched(ctx, msg)
+            finish, check = taker.extra
+            if taker.into is not None and msg.nbytes <= taker.into.nbytes and _fits(msg, check):
+                conn.view = memoryview(taker.into)[:msg.nbytes]
+            else:
+                msg.data = np.empty(msg.nbytes, dtype=np.uint8)
+                conn.view = memoryview(msg.data)
+        else:
+            msg.data = np.empty(msg.nbytes, dtype=np.uint8)
+            conn.view = memoryview(msg.data)
+        conn.msg, conn.pos = msg, 0
+        if msg.nbytes == 0:
+            self._payload_done(conn)
+
+    def _payload_done(self, conn):
+        msg = conn.msg
+        conn.msg, conn.view, conn.pos = None, None, 0
+        msg.complete = True
+        if msg.taker is not None:
+            ctx = self.contexts[conn.gid]
+            taker, msg.taker = msg.taker, None
+            payload = msg.data if msg.data is not None else taker.into
+            msg.data = None
+            self._deliver(ctx, taker, msg, payload)
+
+    def _write(self, out):
+        while out.queue:
+            s = out.queue[0]
+            try:
+                n = out.sock.sendmsg(s.iov())
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._out_lost(out, exc)
+                return
+            s.pos += n
+            if s.pos < s.total:
+                continue
+            out.queue.popleft()
+            if s.req is None:  # an acknowledgement
+                self.n_sending -= 1
+            elif s.sync:
+                self._acks[(out.gid, out.dst, s.seq)] = s
+            else:
+                self.n_sending -= 1
+                s.req._finish(None)
+
+    # ------------------------------------------------------------ failures
+    def _conn_lost(self, conn, why):
+        """EOF or an error on an incoming connection: the sender left (or died)."""
+        conn.eof = True
+        gone = self.p2p.gone(conn.src) or why or "connection closed"
+        ctx = self.contexts.get(conn.gid)
+        if conn.msg is not None:
+            self._protocol_error(conn, f"connection closed in the middle of a message ({gone})", lost=True)
+            return
+        if ctx is not None:
+            self._fail_posted_from(ctx, conn.src, gone)
+
+    def _fail_posted_from(self, ctx, src_w, gone):
+        src_g = ctx.to_group.get(src_w)
+        for p in list(ctx.matcher.posted):
+            if p.source == src_g or (p.source == ANY_SOURCE and self._all_gone(ctx)):
+                ctx.matcher.cancel(p)
+                self.n_posted -= 1
+                p.req._finish(error=PeerLost(f"rank {self.me}: {p.req.what} lost rank {ctx.world[p.source] if p.source >= 0 else src_w} ({gone})", rank=src_w, op=p.req.what))
+
+    def _all_gone(self, ctx):
+        return all(w == self.me or self.p2p.gone(w) is not None for w in ctx.world)
+
+    def _check_departed(self):
+        """Receives from a rank that has left (and sent all it will) can never complete."""
+        for ctx in self.contexts.values():
+            if not ctx.matcher.posted:
+                continue
+            for p in list(ctx.matcher.posted):
+                if p.source == ANY_SOURCE:
+                    if self._all_gone(ctx):
+                        self._fail_posted_from(ctx, self.me, "every other rank has left")
+                    continue
+                w = ctx.world[p.source]
+                gone = self.p2p.gone(w)
+                conn = self._in.get((ctx.gid, w))
+                if gone is not None and (conn is None or conn.eof):
+                    self._fail_posted_from(ctx, w, gone)
+
+    def _out_lost(self, out, exc):
+        gone = self.p2p.gone(out.dst) or os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        while out.queue:
+            s = out.queue.popleft()
+            self.n_sending -= 1
+            if s.req is not None:
+                s.req._finish(error=PeerLost(f"rank {self.me}: {s.req.what} lost rank {out.dst} ({gone})",
+                                             rank=out.dst, op=s.req.what))
+
+    def _protocol_error(self, conn, text, lost=False):
+        cls = PeerLost if lost else CommError
+        exc = self.p2p.error(cls(f"rank {self.me}: point-to-point channel from rank {conn.src}: {text}",
+                                 rank=conn.src))
+        conn.eof = True
+        self._fail_all(exc)
+
+    def _fail_all(self, failure):
+        exc_of = lambda what: type(failure)(str(failure), rank=failure.rank, op=what)  # noqa: E731
+        for ctx in self.contexts.values():
+            for p in ctx.matcher.drop_posted():
+                self.n_posted -= 1
+                p.req._finish(error=exc_of(p.req.what))
+        for out in self._out.values():
+            while out.queue:
+                s = out.queue.popleft()
+                self.n_sending -= 1
+                if s.req is not None:
+                    s.req._finish(error=exc_of(s.req.what))
+        for s in self._acks.values():
+            self.n_sending -= 1
+            s.req._finish(error=exc_of(s.req.what))
+        self._acks.clear()
+        for conn in self._in.values():
+            if conn.msg is not None and conn.msg.taker is not None:
+                conn.msg.taker.req._finish(error=exc_of(conn.msg.taker.req.what))
+            conn.msg = None
+            conn.eof = True
+
+    # ------------------------------------------------------------ waiting
+    def wait(self, req, deadline, any_of=None):
+        """Wait for req (or any of `any_of`) until deadline; the progress thread moves the bytes."""
+        if self.transport is None:
+            if any_of is None and not req.test():
+                raise CommError(f"{req.what} on a group of size 1 can never complete: nothing was sent to it")
+            return
+        ep = self.transport.ep
+        watch = any_of if any_of is not None else (req,)
+        while True:
+            if any(r.test() for r in watch):
+                return
+            if ep.failure is not None:
+                with self.lock:
+                    self._fail_all(ep.failure)
+                if any(r.test() for r in watch):
+                    return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if any_of is not None:
+                    return
+                raise self._timeout(req)
+            self._kick_locked()
+            req._done.wait(0.05 if deadline is None else min(0.05, max(0.0, deadline - now)))
+
+    def _kick_locked(self):
+        with self.lock:
+            if self._has_work():
+                self._kick()
+
+    def _timeout(self, req):
+        ep = self.transport.ep
+        exc = CommTimeout(f"rank {self.me}: {req.what} did not complete within {req.timeout:g} s"
+                          + ep.stall_report(), op=req.what)
+        return self.p2p.error(exc)
+
+    # ------------------------------------------------------------ shutdown
+    def drain(self, deadline):
+        """Let queued sends finish (a receiver may still need them); True when none is left."""
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.n_sending == 0 and not self._acks:
+                    return True
+                if self.transport is None or self.transport.ep.failure is not None:
+                    return False
+                self._kick()
+            time.sleep(0.005)
+        return False
+
+    def close(self, reason):
+        """Fail what is still posted (it can never complete now) and stop the progress thread."""
+        with self.lock:
+            self._closed = True
+            for ctx in self.contexts.values():
+                for p in ctx.matcher.drop_posted():
+                    self.n_posted -= 1
+                    p.req._finish(error=CommError(f"{p.req.what}: {reason}", op=p.req.what))
+            self._work.notify_all()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @staticmethod
+    def transport_address(buf):
+        from .._transport import address
+        return address(buf)
+
+
+_FALLBACK = object()
+
+
+def _count(dtype, nbytes):
+    from .._dtypes import dtype_of
+    if dtype == DT_BYTES:
+        return nbytes
+    return nbytes // dtype_of(dtype).itemsize
+
+
+def _fits(msg, check):
+    if check is None:
+        return True
+    dtype, nbytes = check
+    return msg.dtype == dtype or msg.dtype == DT_BYTES
+
+
+def _check_fit(ctx, msg, posted, check, me):
+    """MismatchError when a message does not fit the receive that matched it."""
+    what = posted.req.what
+    sender = ctx.world[msg.source]
+    want_object = check is None
+    if bool(msg.flags & FLAG_OBJECT) != want_object:
+        kind = "an object (send_obj)" if msg.flags & FLAG_OBJECT else "an array (send)"
+        raise MismatchError(f"rank {me}: {what} expected {'an object' if want_object else 'an array'} but rank "
+                            f"{sender} sent {kind} with tag {msg.tag}", rank=sender)
+    if check is not None:
+        dtype, nbytes = check
+        if msg.dtype != dtype and msg.dtype != DT_BYTES:
+            raise MismatchError(f"rank {me}: {what} posted {dtype_name(dtype)} but rank {sender} sent "
+                                f"{dtype_name(msg.dtype)} (tag {msg.tag})", rank=sender)
+        if msg.nbytes > nbytes:
+            raise MismatchError(f"rank {me}: {what} posted {nbytes} bytes but rank {sender} sent "
+                                f"{msg.nbytes} (tag {msg.tag})", rank=sender)

@@ -1,0 +1,133 @@
+"""Requests: the handle of every non-blocking operation, and waiting on many at once.
+
+A Request completes exactly once, with a result or an error, from whichever
+thread made the progress (the caller's, the point-to-point progress thread,
+or a group's collective stream). `wait()` is bounded: by the group's timeout
+for point-to-point (the engine raises CommTimeout), by the collective's own
+deadline for collectives.
+"""
+import threading
+import time
+
+from .._errors import CommError, CommTimeout
+
+_completion = threading.Condition()  # notified whenever any request completes (wait_any)
+
+
+class Request:
+    """Handle of a non-blocking operation: `.wait()` returns its result, `.test()` polls."""
+
+    __slots__ = ("_done", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout", "__weakref__")
+
+    def __init__(self, what, *, timeout=None, waiter=None, cancel=None):
+        self._done = threading.Event()
+        self._result = self._error = None
+        self.what = what
+        self.cancelled = False
+        self.timeout = timeout  # seconds a wait() may take, or None: the operation bounds itself
+        self._waiter = waiter  # callable(req, deadline): drives progress until done or deadline
+        self._cancel = cancel  # callable(req) -> bool, for a receive not yet matched
+
+    # -- completion (any thread)
+    def _finish(self, result=None, error=None):
+        if self._done.is_set():
+            return
+        self._result, self._error = result, error
+        self._done.set()
+        with _completion:
+            _completion.notify_all()
+
+    # -- the user's side
+    def test(self):
+        """True once the operation has finished (successfully, with an error, or cancelled)."""
+        return self._done.is_set()
+
+    def wait(self):
+        """Block until done; return the result or raise the operation's error."""
+        if not self._done.is_set():
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            if self._waiter is not None:
+                self._waiter(self, deadline)
+            else:
+                self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if not self._done.is_set():
+                raise CommTimeout(f"{self.what} did not complete within {self.timeout:g} s", op=self.what)
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def cancel(self):
+        """Cancel a receive that has not been matched: True if cancelled (wait() then returns None)."""
+        if self._done.is_set() or self._cancel is None:
+            return False
+        if not self._cancel(self):
+            return False
+        self.cancelled = True
+        self._finish(None)
+        return True
+
+    def __repr__(self):
+        state = "cancelled" if self.cancelled else "done" if self.test() else "pending"
+        return f"<commlib.Request {self.what} {state}>"
+
+
+def _check(reqs):
+    reqs = list(reqs)
+    for r in reqs:
+        if not isinstance(r, Request):
+            raise TypeError(f"expected commlib Requests, got {type(r).__name__}")
+    return reqs
+
+
+def wait_all(reqs):
+    """Wait for every request; their results in order. The first error is raised once all are done."""
+    reqs = _check(reqs)
+    results, first = [], None
+    for r in reqs:
+        try:
+            results.append(r.wait())
+        except CommError as exc:
+            if isinstance(exc, CommTimeout) or first is not None:
+                raise
+            first = exc
+            results.append(None)
+    if first is not None:
+        raise first
+    return results
+
+
+def test_all(reqs):
+    """True when every request has completed."""
+    return all(r.test() for r in _check(reqs))
+
+
+def test_any(reqs):
+    """(index, result) of a completed request (the lowest index), or None when none has completed."""
+    for i, r in enumerate(_check(reqs)):
+        if r.test():
+            return i, r.wait()
+    return None
+
+
+def wait_any(reqs):
+    """(index, result) of a completed request, waiting for one; the lowest index if several are done."""
+    reqs = _check(reqs)
+    if not reqs:
+        raise ValueError("wait_any needs at least one request")
+    timeouts = [r.timeout for r in reqs if r.timeout is not None]
+    deadline = time.monotonic() + max(timeouts) if timeouts else None
+    drivers = [r for r in reqs if r._waiter is not None]
+    while True:
+        got = test_any(reqs)
+        if got is not None:
+            return got
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise CommTimeout(f"wait_any: none of {len(reqs)} requests completed within {max(timeouts):g} s",
+                              op="wait_any")
+        if drivers:  # let the engine check for failures and make progress for a moment
+            drivers[0]._waiter(drivers[0], min(now + 0.05, deadline) if deadline else now + 0.05, any_of=reqs)
+        else:
+            with _completion:
+                if not any(r.test() for r in reqs):
+                    _completion.wait(0.05)

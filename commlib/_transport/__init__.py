@@ -1,0 +1,199 @@
+"""The transport layer: connections between ranks, and the seam the layers above use.
+
+Everything above this package (the engine, the algorithms, the API) moves
+bytes through two small objects and never touches a descriptor, the step
+loop (`_io`) or a status code:
+
+- `CollectiveChannel.exchange(...)`: one full-duplex step of a collective:
+  send to one peer while receiving from another, reducing or relaying bytes
+  as they arrive. It owns the step loop, the descriptor lookup, the resume
+  after a slow step (asking the peer whether it is in another collective),
+  the translation of status codes into errors and the spreading of a failure
+  to the other ranks.
+- `PointToPoint`: what the matching engine needs: the sockets of the
+  point-to-point channel (to read and write without blocking), and two
+  blocking one-step fast paths (send a frame; receive an expected frame
+  straight into its destination) used when nothing else is pending.
+
+`Transport` builds both over an `Endpoint` (sockets.py: listeners,
+authenticated connections, the process's sticky failure and wake pipe) and
+its `Notices` (notices.py: what the coordinator says about other ranks).
+A second transport (shared memory, RDMA) provides these same two objects.
+"""
+import time
+
+import numpy as np
+
+from .._errors import CommError
+from .._wire import HEADER_NBYTES
+from . import _io
+from .diagnose import peer_mismatch, status_error
+from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
+
+__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy",
+           "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
+
+address = _io.address  # address of the first byte of a contiguous buffer
+copy = _io.copy  # memmove between two addresses
+RELAY_RECEIVED, RELAY_REDUCED = "received", "reduced"
+_RELAY = {None: _io.FORWARD_NONE, RELAY_RECEIVED: _io.FORWARD_RECEIVED, RELAY_REDUCED: _io.FORWARD_REDUCED}
+
+
+class Transport:
+    """This process's transport: an Endpoint plus the channels built on it."""
+
+    def __init__(self, ep):
+        self.ep = ep
+        self.rank = ep.rank
+        self.notices = ep.notices
+        self._p2p = None
+
+    def raise_if_failed(self):
+        self.ep.raise_if_failed()
+
+    def collective_channel(self, gid, chunk, spin_s, check_s):
+        return CollectiveChannel(self.ep, gid, chunk, spin_s, check_s)
+
+    @property
+    def p2p(self):
+        if self._p2p is None:
+            self._p2p = PointToPoint(self.ep)
+        return self._p2p
+
+    def connect_eagerly(self, gid, dst, timeout):
+        """Open the collective connection to dst now if it can be (best effort: never an error)."""
+        try:
+            self.ep.outgoing(gid, CH_COLL, dst, time.monotonic() + timeout, "init")
+        except (CommError, OSError):
+            return False
+        return True
+
+
+class CollectiveChannel:
+    """The collective steps of one group: a step loop bound to the group's constants."""
+
+    def __init__(self, ep, gid, chunk, spin_s, check_s):
+        self.ep, self.gid, self.check_s = ep, gid, check_s
+        self.state = np.zeros(4, dtype=np.int64)
+        self.ring = np.empty(4 * chunk, dtype=np.uint8)
+        self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
+                                   spin_s, check_s)
+        self.fds = ep.fds
+
+    def exchange(self, *, dst, send_ptr, send_len, src, recv_ptr, recv_len, hdr, deadline, what, dims=None,
+                 reduce_dst=0, init=0, relay=None, swap=False, dtype=0, op=0):
+        """Send send_len bytes at send_ptr to world rank dst while receiving recv_len from src.
+
+        Either side may be None. reduce_dst: reduce what arrives into this
+        address (init: copy from here first; swap: op(received, mine)).
+        relay: send bytes only once received / reduced. `hdr` is sent and
+        expected on every step; a different header is a MismatchError.
+        """
+        ep, gid = self.ep, self.gid
+        notices = ep.notices
+        sfd = rfd = -1
+        try:
+            if dst is not None:
+                sfd = self.fds.get((gid, CH_COLL, dst, 1))
+                if sfd is None:
+                    sfd = ep.outgoing(gid, CH_COLL, dst, deadline, what)
+            if src is not None:
+                rfd = self.fds.get((gid, CH_COLL, src, 0))
+                if rfd is None:
+                    rfd = ep.incoming(gid, CH_COLL, src, deadline, what, hdr,
+                                      lambda: self._check(src, hdr, dims), self.check_s)
+        except CommError as exc:  # a collective that cannot reach a member fails the job
+            self._raise(ep.fail(exc) if ep.failure is None else exc)
+        stepper, state = self.stepper, self.state
+        notices.current = (what, src if src is not None else dst, hdr)
+        rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
+                         dtype, op, _RELAY[relay], swap, deadline, False)
+        while rc == _io.SLOW:
+            # Stuck: two ranks in different collectives can each wait to receive
+            # from the other, so no header ever reaches a receiver. Ask the peer.
+            waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
+            exc = self._check(waiting_on, hdr, dims)
+            if exc is not None:
+                notices.current = None
+                self._raise(exc)
+            rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
+                             dtype, op, _RELAY[relay], swap, deadline, True)
+        notices.current = None
+        if rc:
+            self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, stepper.rhdr, dims))
+
+    def _check(self, peer, hdr, dims):
+        """MismatchError (recorded as the failure) if peer is in another collective #seq of this group."""
+        exc = peer_mismatch(self.ep.rank, hdr, peer, self.ep.notices.peer_header(peer), dims)
+        return self.ep.fail(exc) if exc is not None else None
+
+    def _raise(self, exc):
+        self.ep.spread(exc)
+        raise exc
+
+
+class PointToPoint:
+    """The point-to-point channel's sockets and its two blocking fast paths."""
+
+    def __init__(self, ep):
+        self.ep = ep
+        self.rank = ep.rank
+        self.wake_r, self.arrival_r = ep.wake_r, ep.arrival_r
+        self.state = np.zeros(4, dtype=np.int64)
+        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, 0.0, FAST_PATH_SLICE_S)
+
+    def out_sock(self, gid, dst, deadline, what):
+        """The socket to world rank dst (connecting on first use)."""
+        sock = self.ep.out_sock(gid, CH_P2P, dst)
+        if sock is None:
+            self.ep.outgoing(gid, CH_P2P, dst, deadline, what)
+            sock = self.ep.out_sock(gid, CH_P2P, dst)
+        return sock
+
+    def in_socks(self):
+        """{(gid, src world rank): socket} of the point-to-point connections that have arrived."""
+        return self.ep.incoming_socks(CH_P2P)
+
+    def gone(self, peer):
+        """Why world rank `peer` left, or None while it is there."""
+        return self.ep.notices.exits.get(peer)
+
+    def send_step(self, sock, hdr, ptr, nbytes, deadline, what, peer, resume):
+        """Blocking send of hdr + nbytes at ptr; returns None when done, or the bytes sent so far
+        when FAST_PATH_SLICE_S passed without progress (the caller may hand the rest to the engine)."""
+        rc = self.stepper.raw(sock.fileno(), hdr, ptr, nbytes, -1, 0, 0, deadline, resume)
+        if rc == 0:
+            return None
+        if rc == _io.SLOW:
+            return int(self.state[0])
+        self._raise(rc, what, peer, None, nbytes)
+
+    def recv_step(self, sock, expect, ptr, nbytes, deadline, what, peer, resume):
+        """Blocking receive of the frame `expect` (a header) + nbytes into ptr.
+
+        Returns None when it arrived; the 56 header bytes of a different frame
+        that arrived instead (no payload byte read); or the number of bytes
+        received so far (an int) when FAST_PATH_SLICE_S passed without progress.
+        """
+        rc = self.stepper.raw(-1, b"", 0, 0, sock.fileno(), ptr, nbytes, deadline, resume, expect)
+        if rc == 0:
+            return None
+        if rc == _io.MISMATCH:
+            return bytes(self.stepper.rhdr)
+        if rc == _io.SLOW:
+            return int(self.state[1])
+        self._raise(rc, what, None, peer, nbytes)
+
+    def _raise(self, rc, what, send_peer, recv_peer, nbytes):
+        exc = status_error(self.ep, rc, self.state, what, send_peer, nbytes, recv_peer, nbytes)
+        self.ep.spread(exc)
+        raise exc
+
+    def error(self, exc):
+        """Record exc as the process's failure and tell the other ranks."""
+        exc = self.ep.fail(exc)
+        self.ep.spread(exc)
+        return exc
+
+
+FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often

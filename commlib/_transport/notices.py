@@ -1,0 +1,182 @@
+"""The job's control channel as this rank sees it: coordinator notices, stall queries, digests.
+
+The coordinator (`_rendezvous`) pushes notices to every rank: a peer died,
+left (after finalize()), lost its connection, or aborted the job with an
+error; a peer asks what this rank is doing (a stall query, answered with the
+operation it is blocked in and that operation's header); a peer's collective
+digest at finalize(). `Notices.on_notice` runs on the coordinator listener
+thread and only records facts or calls `Endpoint.fail`: it never blocks on
+the data path.
+"""
+import contextlib
+import logging
+import threading
+import time
+
+from .._errors import CommError, CommTimeout, MismatchError, PeerLost
+
+log = logging.getLogger("commlib")
+LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
+_ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
+
+
+class Notices:
+    """Facts about the other ranks, learned over the coordinator."""
+
+    def __init__(self, ep):
+        self.ep = ep
+        self.rank = ep.rank
+        self.send = None  # callable(dict): a message to the coordinator (set once registered)
+        self.exits = {}  # world rank -> "exited with code 3" / "it called finalize()"
+        self.current = None  # (what, peer world rank, header bytes or None) while blocked
+        self.last = None  # the last operation this rank entered (formatted only when asked)
+        self.digests = {}  # world rank -> its finalize() digest message
+        self._statuses = {}
+        self._cond = threading.Condition()
+        self._spread = False
+
+    # ------------------------------------------------------------ incoming
+    def on_notice(self, msg):
+        """Coordinator push (listener thread)."""
+        kind, peer = msg.get("kind"), msg.get("rank")
+        ep = self.ep
+        if kind == "died":
+            with self._cond:
+                self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
+                self._cond.notify_all()
+            if msg.get("code") != 0 and not ep.closed:
+                ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
+        elif kind == "lost":
+            # The coordinator sees the connection drop before the launcher has
+            # reaped the process: give its "died" notice (with the exit status)
+            # a moment, then fail with what is known.
+            with self._cond:
+                self.exits.setdefault(peer, msg.get("message") or "lost its coordinator connection")
+                self._cond.notify_all()
+            timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer,))
+            timer.daemon = True
+            timer.start()
+        elif kind == "left":
+            with self._cond:
+                self.exits.setdefault(peer, "it called finalize()")
+                self._cond.notify_all()
+        elif kind == "abort":
+            error, origin = msg.get("error"), msg.get("from", peer)
+            cls = _ERRORS.get(error, PeerLost)
+            text = msg.get("message", "")
+            if error not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
+                text = f"rank {self.rank}: rank {origin} failed: {text}"
+            elif error != "MismatchError":  # the text is rank origin's view: say so
+                text = f"rank {self.rank}: rank {origin} reported: {text}"
+            ep.fail(cls(text, rank=origin), remote=True)
+        elif kind == "status_query" and self.send is not None:
+            current = self.current
+            hdr = current[2].hex() if current is not None and current[2] is not None else None
+            # If the coordinator is gone the asker learns that from its own connection.
+            with contextlib.suppress(CommError):
+                self.send({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
+                           "state": self.describe(), "hdr": hdr})
+        elif kind == "status":
+            with self._cond:
+                self._statuses[msg.get("from", peer)] = msg
+                self._cond.notify_all()
+        elif kind == "digest":
+            with self._cond:
+                self.digests[msg.get("from", peer)] = msg
+                self._cond.notify_all()
+        elif kind == "coordinator_lost" and not ep.closed:
+            ep.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"), remote=True)
+
+    def _lost(self, peer):
+        if not self.ep.closed:
+            self.ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
+
+    # ------------------------------------------------------------ outgoing
+    def spread(self, exc):
+        """Tell every other rank about a failure first seen here, before this rank can exit.
+
+        The abort notice and this rank's later goodbye travel on one ordered
+        connection, so no peer can take our exit for a plain departure.
+        """
+        if self._spread or self.ep.failure_remote or self.send is None:
+            return
+        self._spread = True
+        try:
+            self.send({"kind": "abort", "to": "all", "error": type(exc).__name__, "message": str(exc),
+                       "rank": self.rank})
+        except (OSError, CommError) as err:
+            log.warning("commlib rank %d: could not report the failure to the job: %s", self.rank, err)
+
+    def describe(self):
+        """What this rank is doing, for another rank's stall report."""
+        current = self.current
+        if current is not None:
+            what, peer, _ = current
+            return f"in {what}" + (f", waiting on rank {peer}" if peer is not None else "")
+        return f"not in a commlib call (last: {self.last or 'none'})"
+
+    def ask(self, ranks, wait_s):
+        """Status replies ({rank: message}) of `ranks` to a query over the coordinator."""
+        with self._cond:
+            self._statuses.clear()
+        self.send({"kind": "status_query", "to": ranks})
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            while len(self._statuses) < len(ranks) and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            return dict(self._statuses)
+
+    def stall_report(self, size, wait_s=1.0):
+        """Ask every other rank what it is doing; lines for a CommTimeout message."""
+        if self.send is None or size is None:
+            return ""
+        others = [r for r in range(size) if r != self.rank]
+        try:
+            got = self.ask(others, wait_s)
+        except (OSError, CommError):
+            return "\n  stall report: the coordinator is unreachable"
+
+        def line(r):
+            if r in got:
+                return got[r].get("state", "?")
+            return f"gone: {self.exits[r]}" if r in self.exits else "no answer (stopped, or holding the GIL?)"
+
+        return "\n  stall report:\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
+
+    def peer_header(self, peer, wait_s=0.5):
+        """The header of the collective `peer` is blocked in (bytes), or None."""
+        if self.send is None or peer is None:
+            return None
+        try:
+            got = self.ask([peer], wait_s).get(peer)
+        except (OSError, CommError):
+            return None
+        if not got or not got.get("hdr"):
+            return None
+        try:
+            return bytes.fromhex(got["hdr"])
+        except ValueError:
+            return None
+
+    # ------------------------------------------------------------ finalize
+    def exchange_digests(self, mine, size, deadline):
+        """Send this rank's digest to all, then gather every rank's (or its exit) until deadline.
+
+        Returns {rank: digest message} of the ranks heard from (ours included).
+        """
+        if self.send is None:
+            return {}
+        with contextlib.suppress(OSError, CommError):
+            self.send(dict(mine, kind="digest", to="all", rank=self.rank))
+        with self._cond:
+            while True:
+                heard = set(self.digests) | {r for r in self.exits}
+                if all(r in heard for r in range(size) if r != self.rank) or self.ep.failure is not None:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.1))
+            got = dict(self.digests)
+        got[self.rank] = mine
+        return got
