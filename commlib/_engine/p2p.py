@@ -34,7 +34,8 @@ import weakref
 
 import numpy as np
 
-from .._dtypes import DT_BYTES, dtype_name
+from .._dtypes import DT_BYTES, dtype_name, dtype_of
+from .._transport import address as _address
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
                      message_header)
@@ -286,11 +287,16 @@ class Engine:
                 conn = self._adopt(key)
             if conn is None or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
                 return _FALLBACK
+        notices = self.p2p.notices
         while True:
             with self.lock:
                 if not resume and not self.idle():
                     return _FALLBACK
-                got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                notices.current = (what, src_w, None)
+                try:
+                    got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                finally:
+                    notices.current = None
                 if got is None:
                     msg = Message(src, tag, nbytes, dtype, _count(dtype, nbytes))
                     return finish(msg, into)
@@ -301,6 +307,9 @@ class Engine:
                     return _FALLBACK
                 if got == 0 and not self.idle():
                     return _FALLBACK
+                if got == 0 and not resume and self.p2p.finishing(src_w):
+                    raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
+                                   rank=src_w, op=what)
                 resume = got > 0 or resume
 
     def probe(self, ctx, src, tag, block):
@@ -585,8 +594,10 @@ class Engine:
                     continue
                 w = ctx.world[p.source]
                 gone = self.p2p.gone(w)
+                if gone is None:
+                    continue
                 conn = self._in.get((ctx.gid, w))
-                if gone is not None and (conn is None or conn.eof):
+                if conn is None or conn.eof or (conn.idle and not _readable(conn.fd)):
                     self._fail_posted_from(ctx, w, gone)
 
     def _out_lost(self, out, exc):
@@ -636,6 +647,13 @@ class Engine:
             return
         ep = self.transport.ep
         watch = any_of if any_of is not None else (req,)
+        ep.notices.current = (req.what if any_of is None else f"wait_any of {len(any_of)} requests", None, None)
+        try:
+            self._wait(req, deadline, any_of, ep, watch)
+        finally:
+            ep.notices.current = None
+
+    def _wait(self, req, deadline, any_of, ep, watch):
         while True:
             if any(r.test() for r in watch):
                 return
@@ -693,17 +711,20 @@ class Engine:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    @staticmethod
-    def transport_address(buf):
-        from .._transport import address
-        return address(buf)
+    transport_address = staticmethod(_address)
 
 
 _FALLBACK = object()
 
 
+def _readable(fd):
+    """Bytes (or EOF) are waiting on fd."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(0))
+
+
 def _count(dtype, nbytes):
-    from .._dtypes import dtype_of
     if dtype == DT_BYTES:
         return nbytes
     return nbytes // dtype_of(dtype).itemsize

@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from .._errors import CommError
-from .._wire import HEADER_NBYTES
+from .._errors import CommError, PeerLost
+from .._wire import HEADER_NBYTES, decode
 from . import _io
 from .diagnose import peer_mismatch, status_error
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
@@ -123,8 +123,14 @@ class CollectiveChannel:
             self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, stepper.rhdr, dims))
 
     def _check(self, peer, hdr, dims):
-        """MismatchError (recorded as the failure) if peer is in another collective #seq of this group."""
-        exc = peer_mismatch(self.ep.rank, hdr, peer, self.ep.notices.peer_header(peer), dims)
+        """The error (recorded as the failure) when the peer we wait on is in another collective #seq
+        of this group, or has finished (finalize()) and will never take part; else None."""
+        notices = self.ep.notices
+        if peer is not None and peer in notices.digests:
+            what = decode(hdr).describe() if hdr else "a collective"
+            return self.ep.fail(PeerLost(f"rank {self.ep.rank}: {what} lost rank {peer} (it called finalize())",
+                                         rank=peer))
+        exc = peer_mismatch(self.ep.rank, hdr, peer, notices.peer_header(peer), dims)
         return self.ep.fail(exc) if exc is not None else None
 
     def _raise(self, exc):
@@ -155,8 +161,16 @@ class PointToPoint:
         return self.ep.incoming_socks(CH_P2P)
 
     def gone(self, peer):
-        """Why world rank `peer` left, or None while it is there."""
-        return self.ep.notices.exits.get(peer)
+        """Why world rank `peer` will send nothing more (left, died, finishing), or None."""
+        return self.ep.notices.gone(peer)
+
+    def finishing(self, peer):
+        """True once `peer` is in finalize() with every send flushed."""
+        return peer in self.ep.notices.digests
+
+    @property
+    def notices(self):
+        return self.ep.notices
 
     def send_step(self, sock, hdr, ptr, nbytes, deadline, what, peer, resume):
         """Blocking send of hdr + nbytes at ptr; returns None when done, or the bytes sent so far

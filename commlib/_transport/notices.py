@@ -87,6 +87,13 @@ class Notices:
         elif kind == "coordinator_lost" and not ep.closed:
             ep.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"), remote=True)
 
+    def gone(self, peer):
+        """Why world rank `peer` will send nothing more (it left, died, or is finishing), or None."""
+        why = self.exits.get(peer)
+        if why is None and peer in self.digests:
+            why = "it called finalize()"
+        return why
+
     def _lost(self, peer):
         if not self.ep.closed:
             self.ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
@@ -168,6 +175,7 @@ class Notices:
             return {}
         with contextlib.suppress(OSError, CommError):
             self.send(dict(mine, kind="digest", to="all", rank=self.rank))
+        self.current = ("finalize() (waiting for every rank to finish)", None, None)
         with self._cond:
             while True:
                 heard = set(self.digests) | {r for r in self.exits}
@@ -178,5 +186,6 @@ class Notices:
                     break
                 self._cond.wait(min(left, 0.1))
             got = dict(self.digests)
+        self.current = None
         got[self.rank] = mine
         return got
