@@ -21,32 +21,22 @@ class Stream:
         self.name = name
         self._queue = collections.deque()
         self._cond = threading.Condition()
-        self._running = False  # a collective of this group is executing (inline or on the worker)
+        self._running = threading.Lock()  # held while a collective of this group executes
         self._thread = None
 
     def busy(self):
-        return self._running or bool(self._queue)
-
-    def _in_worker(self):
-        return threading.current_thread() is self._thread
+        return self._running.locked() or bool(self._queue)
 
     def run(self, fn, *args):
         """A blocking collective: inline when nothing is pending on this group, else in turn."""
-        if self._in_worker():  # a collective built from others (scatter's metadata broadcast)
-            return fn(*args)
-        with self._cond:
-            inline = not self._running and not self._queue
-            if inline:
-                self._running = True
-        if not inline:
-            return self.submit(getattr(fn, "__name__", "collective"), fn, *args).wait()
-        try:
-            return fn(*args)
-        finally:
-            with self._cond:
-                self._running = False
-                if self._queue:
-                    self._cond.notify_all()
+        if self._thread is not None and threading.current_thread() is self._thread:
+            return fn(*args)  # a collective built from others (scatter's metadata broadcast)
+        if not self._queue and self._running.acquire(blocking=False):
+            try:
+                return fn(*args)
+            finally:
+                self._running.release()
+        return self.submit(getattr(fn, "__name__", "collective"), fn, *args).wait()
 
     def submit(self, what, fn, *args):
         """Queue a collective; its Request completes when it has run (after every earlier one)."""
@@ -62,15 +52,12 @@ class Stream:
     def _work(self):
         while True:
             with self._cond:
-                while not self._queue or self._running:
+                while not self._queue:
                     self._cond.wait()
+            with self._running:  # waits for an inline collective to finish
                 req, fn, args = self._queue.popleft()
-                self._running = True
-            try:
-                result, error = fn(*args), None
-            except BaseException as exc:  # delivered to the caller by wait()
-                result, error = None, exc
-            with self._cond:
-                self._running = False
-                self._cond.notify_all()
+                try:
+                    result, error = fn(*args), None
+                except BaseException as exc:  # delivered to the caller by wait()
+                    result, error = None, exc
             req._finish(result, error)

@@ -20,6 +20,7 @@ authenticated connections, the process's sticky failure and wake pipe) and
 its `Notices` (notices.py: what the coordinator says about other ranks).
 A second transport (shared memory, RDMA) provides these same two objects.
 """
+import os
 import time
 
 import numpy as np
@@ -30,7 +31,7 @@ from . import _io
 from .diagnose import peer_mismatch, status_error
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
 
-__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy",
+__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds",
            "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
 
 address = _io.address  # address of the first byte of a contiguous buffer
@@ -57,7 +58,7 @@ class Transport:
     @property
     def p2p(self):
         if self._p2p is None:
-            self._p2p = PointToPoint(self.ep)
+            self._p2p = PointToPoint(self.ep, spin_seconds())
         return self._p2p
 
     def connect_eagerly(self, gid, dst, timeout):
@@ -84,7 +85,8 @@ class CollectiveChannel:
                  reduce_dst=0, init=0, relay=None, swap=False, dtype=0, op=0):
         """Send send_len bytes at send_ptr to world rank dst while receiving recv_len from src.
 
-        Either side may be None. reduce_dst: reduce what arrives into this
+        Either side may be None. `what` names the operation in errors (anything
+        that formats to a name; formatted only on failure). reduce_dst: reduce what arrives into this
         address (init: copy from here first; swap: op(received, mine)).
         relay: send bytes only once received / reduced. `hdr` is sent and
         expected on every step; a different header is a MismatchError.
@@ -103,6 +105,7 @@ class CollectiveChannel:
                     rfd = ep.incoming(gid, CH_COLL, src, deadline, what, hdr,
                                       lambda: self._check(src, hdr, dims), self.check_s)
         except CommError as exc:  # a collective that cannot reach a member fails the job
+            exc.op = str(what)
             self._raise(ep.fail(exc) if ep.failure is None else exc)
         stepper, state = self.stepper, self.state
         notices.current = (what, src if src is not None else dst, hdr)
@@ -141,12 +144,12 @@ class CollectiveChannel:
 class PointToPoint:
     """The point-to-point channel's sockets and its two blocking fast paths."""
 
-    def __init__(self, ep):
+    def __init__(self, ep, spin_s):
         self.ep = ep
         self.rank = ep.rank
         self.wake_r, self.arrival_r = ep.wake_r, ep.arrival_r
         self.state = np.zeros(4, dtype=np.int64)
-        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, 0.0, FAST_PATH_SLICE_S)
+        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin_s, FAST_PATH_SLICE_S)
 
     def out_sock(self, gid, dst, deadline, what):
         """The socket to world rank dst (connecting on first use)."""
@@ -211,3 +214,23 @@ class PointToPoint:
 
 
 FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise CommError(f"{name}={value!r} is not an integer") from None
+
+
+def spin_seconds():
+    """How long a step spins before sleeping in poll: COMMLIB_SPIN_US, else 50 us when every
+    rank on this host can have a core and 0 when they share (an idle rank must cost nothing)."""
+    spin_us = _env_int("COMMLIB_SPIN_US", -1)
+    if spin_us < 0:
+        local = _env_int("COMMLIB_LOCAL_SIZE", 1)
+        spin_us = 50 if local <= len(os.sched_getaffinity(0)) else 0
+    return spin_us * 1e-6

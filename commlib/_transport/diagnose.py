@@ -43,6 +43,7 @@ def peer_mismatch(me, hdr, peer, theirs_bytes, dims):
 
 def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect=b"", got=b"", dims=None):
     """Turn an _io status into the exception to raise (and mark the process failed)."""
+    what = str(what)  # callers may pass an object that formats itself only when needed
     sent, recvd, _, err = (int(v) for v in state)
     me = ep.rank
     notices = ep.notices
