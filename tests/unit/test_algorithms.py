@@ -221,3 +221,43 @@ def test_doubling_gives_identical_nan_bits_on_every_rank(size):
 
     res = run_ranks(size, body)
     assert all(np.array_equal(res[0], b) for b in res)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
+def test_ring_reduce_scatter_with_its_own_destinations(size):
+    """The reduce-scatter schedule as the API runs it: two scratch blocks, the own block into out."""
+    count = 3
+    xs = inputs(size, count * size)
+
+    def body(op):
+        out = np.empty(count)
+        tmps = [np.empty(count) for _ in range(2)]
+        dst_of = ring.reduce_scatter_destinations(op.rank, size, out.ctypes.data, [t.ctypes.data for t in tmps])
+        assert dst_of[op.rank] == out.ctypes.data
+        ring.reduce_scatter(op, xs[op.rank].ctypes.data, dst_of, [i * count for i in range(size)],
+                            [count] * size, 8)
+        return out
+
+    total = sum(xs)
+    for r, out in enumerate(run_ranks(size, body)):
+        np.testing.assert_array_equal(out, total[r * count:(r + 1) * count])
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("root", [0, 1])
+@pytest.mark.parametrize("chain", [False, True])
+def test_reduce_with_accumulators_only_where_the_schedule_needs_them(size, root, chain):
+    """Ranks the leaf rule says need no buffer get none (address 0): the schedule must never touch it."""
+    root %= size
+    xs = inputs(size, 6)
+
+    def body(op):
+        need = tree.reduce_needs_accumulator(op.rank, root, size, chain)
+        acc = np.empty(6) if need else None
+        algo = tree.reduce_chain if chain else tree.reduce_tree
+        algo(op, xs[op.rank].ctypes.data, acc.ctypes.data if acc is not None else 0, 48, root)
+        return acc
+
+    res = run_ranks(size, body)
+    assert res[root] is not None
+    np.testing.assert_array_equal(res[root], sum(xs))
