@@ -17,8 +17,9 @@ SCENARIOS = {
 }
 CASES = [(s, n) for n in (2, 3) for s in SCENARIOS] + [(s, 4) for s in ("collective", "root", "dtype")]
 KNOWN_BUGS = {
-    "root": ("known limitation: ranks that each believe they are the root only send, so no rank receives "
-             "a header to compare; the next collective on the group raises MismatchError instead"),
+    "root": ("by design: ranks that each believe they are the root only send, so nothing is compared in the "
+             "call itself; the next collective raises MismatchError, and if there is none finalize() compares "
+             "the ranks' collective digests and fails the job (tests/faults/test_mismatch_travel.py)"),
 }
 
 
