@@ -580,7 +580,9 @@ class Engine:
                 p.req._finish(error=PeerLost(f"rank {self.me}: {p.req.what} lost rank {ctx.world[p.source] if p.source >= 0 else src_w} ({gone})", rank=src_w, op=p.req.what))
 
     def _all_gone(self, ctx):
-        return all(w == self.me or self.p2p.gone(w) is not None for w in ctx.world)
+        """Every OTHER member has left (a group of one never is: a send to self may still come)."""
+        others = [w for w in ctx.world if w != self.me]
+        return bool(others) and all(self.p2p.gone(w) is not None for w in others)
 
     def _check_departed(self):
         """Receives from a rank that has left (and sent all it will) can never complete."""
@@ -593,7 +595,7 @@ class Engine:
                         self._fail_posted_from(ctx, self.me, "every other rank has left")
                     continue
                 w = ctx.world[p.source]
-                gone = self.p2p.gone(w)
+                gone = self.p2p.gone(w) if w != self.me else None
                 if gone is None:
                     continue
                 conn = self._in.get((ctx.gid, w))

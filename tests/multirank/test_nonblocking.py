@@ -1,0 +1,77 @@
+"""Non-blocking requests and i-collectives through the real launcher (cases/nonblocking.py).
+
+Each part is one launch per world size; a part's sections and checks are
+listed in the case's docstring, and a failed run names the section and check.
+COMMLIB_TIMEOUT is 10 s here (the longest legitimate wait in the case is
+under 1 s): a request stuck behind another surfaces as CommTimeout, not as a
+hang, and the harness kills the job if it outlives its own limit.
+
+Receives still pending when a program ends must not delay its exit: the
+`exit` part of the case, and a plain user program generated into tmp_path.
+"""
+import time
+
+import pytest
+
+ENV = {"COMMLIB_TIMEOUT": "10"}
+PARTS = {
+    "p2p": "ring/halo/fan-in with wait_any/100 outstanding requests",
+    "sync": "issend/cancel/blocking calls beside pending requests/test_any and test_all",
+    "coll": "i-collectives and sub-group requests",
+}
+EXIT_S = 20.0  # "promptly": an exit that waits out the group timeout (25 s or 60 s below) fails
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("part", list(PARTS))
+def test_nonblocking(part, n, assert_ranks_ok, run):
+    assert_ranks_ok(run(n, "nonblocking.py", part, env=ENV, timeout=120), n, f"non-blocking {part}: {PARTS[part]}")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
+def test_pending_irecv_at_exit_case(n, assert_ranks_ok, run):
+    # A group timeout above EXIT_S: an exit that waits it out fails on time, not by luck.
+    t = time.monotonic()
+    result = run(n, "nonblocking.py", "exit", env={"COMMLIB_TIMEOUT": "25"}, timeout=45)
+    took = time.monotonic() - t
+    assert_ranks_ok(result, n, "pending irecvs left at exit")
+    assert took < EXIT_S, (f"the job took {took:.1f} s to exit with pending receives (limit {EXIT_S} s)\n"
+                           f"{result[1][-3000:]}")
+
+
+PROGRAM = '''\
+"""A user program: post a receive nobody will ever answer, then leave."""
+import sys
+
+import numpy as np
+
+import commlib as cl
+
+g = cl.init()
+me, n = g.rank(), g.size()
+cl.barrier()  # every rank is up before any can leave
+req = cl.irecv((1000,), np.float64, (me + 1) % n, tag=77)
+print(f"rank {me}: irecv posted, done={req.test()}", flush=True)
+if sys.argv[-1] == "finalize":
+    cl.finalize()
+print(f"rank {me}: leaving", flush=True)
+'''
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["exit", "finalize"])
+@pytest.mark.parametrize("n", [2, 3], ids=lambda n: f"n{n}")
+def test_pending_irecv_program_exits(n, ending, tmp_path, run):
+    script = tmp_path / "pending_irecv.py"
+    script.write_text(PROGRAM)
+    t = time.monotonic()
+    rc, out, err = run(n, str(script), ending, timeout=45)  # argv: SEED ending
+    took = time.monotonic() - t
+    report = f"exit code {rc} after {took:.1f} s\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    assert rc == 0, report
+    for r in range(n):
+        assert f"rank {r}: irecv posted, done=False" in out, f"rank {r} did not post its receive\n{report}"
+        assert f"rank {r}: leaving" in out, f"rank {r} did not reach the end\n{report}"
+    assert took < EXIT_S, f"exit took too long\n{report}"
