@@ -124,6 +124,7 @@ class Engine:
         self._acks = {}  # (gid, dst world, seq) -> _Send waiting for its acknowledgement
         self.n_posted = 0  # posted receives and probes
         self.n_sending = 0  # sends queued or partly written
+        self._partial = set()  # incoming connections in the middle of a frame
         self._thread = None
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
@@ -140,7 +141,14 @@ class Engine:
 
     def idle(self):
         """Nothing outstanding: the caller may use a blocking fast path."""
-        return self.n_posted == 0 and self.n_sending == 0 and not self._acks and all(c.idle for c in self._in.values())
+        return not (self.n_posted or self.n_sending or self._acks or self._partial)
+
+    def _mark(self, conn):
+        """Keep the set of connections that are in the middle of a frame up to date."""
+        if conn.idle:
+            self._partial.discard(conn)
+        else:
+            self._partial.add(conn)
 
     # ------------------------------------------------------------ posting
     def send(self, ctx, dst, parts, *, tag, dtype, count, flags=0, sync=False, what="send", block=False):
@@ -160,7 +168,7 @@ class Engine:
         if sync:
             flags |= FLAG_SYNC
         key = (ctx.gid, dst_w)
-        if block and not sync and nbytes <= EAGER_BYTES and len(parts) == 1:
+        if block and not sync and len(parts) == 1:
             done = self._send_fast(ctx, key, sock, parts[0], nbytes, tag, dtype, count, flags, deadline, what, dst_w)
             if done is True:
                 return None
@@ -194,8 +202,14 @@ class Engine:
         return req
 
     def _send_fast(self, ctx, key, sock, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
-        """One blocking step while nothing else is outstanding; True when sent, else the Request
-        that now carries the rest."""
+        """Blocking steps of the C loop while nothing else is outstanding; True when sent, else the
+        Request that now carries the rest.
+
+        A step that makes no progress for FAST_PATH_SLICE_S (the receiver is not
+        reading: it may itself be sending to us) hands what remains to the
+        engine, which reads while it writes, so two ranks sending each other
+        large messages first never deadlock.
+        """
         hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
                              flags=flags)
         addr = self.transport_address(part)
@@ -208,7 +222,10 @@ class Engine:
                 got = self.p2p.send_step(sock, hdr, addr, nbytes, deadline, what, dst_w, sent > 0)
                 if got is None:
                     return True
-                sent = max(sent, got)  # once a byte is out, never interleave another frame
+                sent = got
+                if sent > 0:  # stalled mid-frame: the engine finishes it, queued before anything else
+                    return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what,
+                                            ctx.timeout, sent=sent, seq=0)
         return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what, ctx.timeout)
 
     def _send_local(self, ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block):
@@ -276,8 +293,8 @@ class Engine:
         src_w = ctx.world[src]
         key = (ctx.gid, src_w)
         dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
-        expect = message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype, count=_count(dtype, nbytes),
-                                nbytes=nbytes)
+        count = _count(dtype, nbytes)
+        expect = message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype, count=count, nbytes=nbytes)
         deadline = time.monotonic() + ctx.timeout
         addr = self.transport_address(into)
         resume = False
@@ -298,12 +315,13 @@ class Engine:
                 finally:
                     notices.current = None
                 if got is None:
-                    msg = Message(src, tag, nbytes, dtype, _count(dtype, nbytes))
+                    msg = Message(src, tag, nbytes, dtype, count)
                     return finish(msg, into)
                 if isinstance(got, bytes):  # another frame came first: the engine takes it from here
                     conn.hbuf[:] = got
                     conn.hpos = HEADER_NBYTES
                     self._header_done(conn)
+                    self._mark(conn)
                     return _FALLBACK
                 if got == 0 and not self.idle():
                     return _FALLBACK
@@ -461,6 +479,12 @@ class Engine:
         return conn
 
     def _read(self, conn):
+        try:
+            self._read_some(conn)
+        finally:
+            self._mark(conn)
+
+    def _read_some(self, conn):
         sock = conn.sock
         for _ in range(_READS_PER_SERVICE):
             if conn.eof:
@@ -639,6 +663,7 @@ class Engine:
                 conn.msg.taker.req._finish(error=exc_of(conn.msg.taker.req.what))
             conn.msg = None
             conn.eof = True
+        self._partial.clear()
 
     # ------------------------------------------------------------ waiting
     def wait(self, req, deadline, any_of=None):
