@@ -1,0 +1,24 @@
+"""Every rank sends large messages with blocking send BEFORE receiving (unsafe in MPI, fine here).
+
+usage: send_first.py SEED
+Each rank sends 16 MiB to both neighbours, then receives from both: the sends
+stall until the engine hands them over and drains the peer's message into the
+unexpected queue while it writes, so nobody deadlocks.
+"""
+import numpy as np
+
+import commlib as cl
+from _common import Checker
+
+c = Checker("send_first")
+n, me = c.size, c.rank
+left, right = (me - 1) % n, (me + 1) % n
+for size in (1 << 10, 2 << 20):  # 8 KiB and 16 MiB of float64
+    mine = np.arange(size, dtype=np.float64) + me * 1e6
+    cl.send(mine, right, tag=1)
+    cl.send(mine * 2, left, tag=2)
+    from_left = cl.recv((size,), np.float64, left, tag=1)
+    from_right = cl.recv((size,), np.float64, right, tag=2)
+    c.equal(from_left, np.arange(size, dtype=np.float64) + left * 1e6, f"from left, {size} elements", record=False)
+    c.equal(from_right, (np.arange(size, dtype=np.float64) + right * 1e6) * 2, f"from right, {size} elements", record=False)
+c.finish()
