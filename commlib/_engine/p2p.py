@@ -125,6 +125,7 @@ class Engine:
         self.n_posted = 0  # posted receives and probes
         self.n_sending = 0  # sends queued or partly written
         self._partial = set()  # incoming connections in the middle of a frame
+        self._expect = {}  # (gid, src, tag, dtype, nbytes) -> (header a plain send of that carries, count)
         self._thread = None
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
@@ -157,7 +158,7 @@ class Engine:
         Returns a Request (None result), or None when `block` and it completed
         on the fast path.
         """
-        nbytes = sum(p.nbytes for p in parts)
+        nbytes = parts[0].nbytes if len(parts) == 1 else sum(p.nbytes for p in parts)
         timeout = ctx.timeout
         if dst == ctx.rank:
             return self._send_local(ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block)
@@ -293,8 +294,15 @@ class Engine:
         src_w = ctx.world[src]
         key = (ctx.gid, src_w)
         dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
-        count = _count(dtype, nbytes)
-        expect = message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype, count=count, nbytes=nbytes)
+        hkey = (ctx.gid, src, tag, dtype, nbytes)
+        cached = self._expect.get(hkey)
+        if cached is None:
+            if len(self._expect) > 1024:  # bounded: programs with ever-new tags or sizes
+                self._expect.clear()
+            count = _count(dtype, nbytes)
+            cached = self._expect[hkey] = (message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype,
+                                                          count=count, nbytes=nbytes), count)
+        expect, count = cached
         deadline = time.monotonic() + ctx.timeout
         addr = self.transport_address(into)
         resume = False
