@@ -15,11 +15,14 @@ from .._algorithms.ring import reduce_scatter_destinations
 from .._algorithms.tree import reduce_needs_accumulator
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
 from .._transport import address as _addr
-from .lifecycle import world
+from . import lifecycle
 
 
 def _g(group):
-    return group if group is not None else world()
+    if group is not None:
+        return group
+    w = lifecycle._world
+    return w if w is not None else lifecycle.init()
 
 
 # ----------------------------------------------------------------- arrays

@@ -71,7 +71,7 @@ class Op:
         g.digest = zlib.crc32(self.hdr, g.digest)  # Group.record, inlined: this is the small-message path
         g.history.append(self.hdr)
         self.deadline = time.monotonic() + g.timeout
-        self._channel = g.channel
+        self._channel = g._channel or g.channel
         self._world = g.world
         if g.notices is not None:
             g.notices.last = self  # formatted only if a stall report asks
@@ -93,11 +93,8 @@ class Op:
         swap: reduce as op(received, mine) rather than op(mine, received).
         """
         w = self._world
-        self._channel.exchange(dst=None if dst is None else w[dst], send_ptr=send_ptr, send_len=send_len,
-                               src=None if src is None else w[src], recv_ptr=recv_ptr, recv_len=recv_len,
-                               hdr=self.hdr, deadline=self.deadline, what=self, dims=self.dims,
-                               reduce_dst=reduce_dst, init=init, relay=relay, swap=swap, dtype=self.dtype,
-                               op=self.redop)
+        self._channel.exchange(None if dst is None else w[dst], send_ptr, send_len, None if src is None else w[src],
+                               recv_ptr, recv_len, self, reduce_dst=reduce_dst, init=init, relay=relay, swap=swap)
 
     copy = staticmethod(_copy)
 
@@ -107,6 +104,7 @@ class Group:
 
     def __init__(self, transport, engine, gid, world, rank, timeout):
         self.transport = transport  # None for the singleton group
+        self._ep = transport.ep if transport is not None else None
         self.notices = transport.notices if transport is not None else None
         self.gid = gid
         self.world = world  # group rank -> world rank
@@ -185,8 +183,9 @@ class Group:
 
     def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
         """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""
-        if self.transport is not None:
-            self.transport.raise_if_failed()
+        ep = self._ep
+        if ep is not None and ep.failure is not None:
+            ep.raise_if_failed()
         return Op(self, coll, dtype, redop, count, root, shape, dims)
 
     def record(self, hdr):

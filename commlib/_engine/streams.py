@@ -29,13 +29,13 @@ class Stream:
 
     def run(self, fn, *args):
         """A blocking collective: inline when nothing is pending on this group, else in turn."""
-        if self._thread is not None and threading.current_thread() is self._thread:
-            return fn(*args)  # a collective built from others (scatter's metadata broadcast)
         if not self._queue and self._running.acquire(blocking=False):
             try:
                 return fn(*args)
             finally:
                 self._running.release()
+        if self._thread is not None and threading.current_thread() is self._thread:
+            return fn(*args)  # a collective built from others (scatter's metadata broadcast)
         return self.submit(getattr(fn, "__name__", "collective"), fn, *args).wait()
 
     def submit(self, what, fn, *args):

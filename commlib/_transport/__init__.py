@@ -4,7 +4,8 @@ Everything above this package (the engine, the algorithms, the API) moves
 bytes through two small objects and never touches a descriptor, the step
 loop (`_io`) or a status code:
 
-- `CollectiveChannel.exchange(...)`: one full-duplex step of a collective:
+- `CollectiveChannel.exchange(dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, modes)`:
+  one full-duplex step of a collective (the collective `op` carries its header and deadline):
   send to one peer while receiving from another, reducing or relaying bytes
   as they arrive. It owns the step loop, the descriptor lookup, the resume
   after a slow step (asking the peer whether it is in another collective),
@@ -81,16 +82,19 @@ class CollectiveChannel:
                                    spin_s, check_s)
         self.fds = ep.fds
 
-    def exchange(self, *, dst, send_ptr, send_len, src, recv_ptr, recv_len, hdr, deadline, what, dims=None,
-                 reduce_dst=0, init=0, relay=None, swap=False, dtype=0, op=0):
-        """Send send_len bytes at send_ptr to world rank dst while receiving recv_len from src.
+    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, reduce_dst=0, init=0, relay=None,
+                 swap=False):
+        """One step of collective `op`: send send_len bytes at send_ptr to world rank dst while
+        receiving recv_len bytes from world rank src into recv_ptr (either side may be None).
 
-        Either side may be None. `what` names the operation in errors (anything
-        that formats to a name; formatted only on failure). reduce_dst: reduce what arrives into this
-        address (init: copy from here first; swap: op(received, mine)).
-        relay: send bytes only once received / reduced. `hdr` is sent and
-        expected on every step; a different header is a MismatchError.
+        `op` describes the collective (`hdr`, `deadline`, `dims`, `dtype`, `redop`, and
+        str(op) names it in errors, formatted only on failure). The header is sent
+        and expected on every step; a different one is a MismatchError.
+        Modes: reduce_dst reduces what arrives into this address (init: copy from
+        here first; swap: op(received, mine)); relay sends bytes only once they
+        are received / reduced (RELAY_RECEIVED / RELAY_REDUCED).
         """
+        hdr, deadline, what, dims, dtype, redop = op.hdr, op.deadline, op, op.dims, op.dtype, op.redop
         ep, gid = self.ep, self.gid
         notices = ep.notices
         sfd = rfd = -1
@@ -110,7 +114,7 @@ class CollectiveChannel:
         stepper, state = self.stepper, self.state
         notices.current = (what, src if src is not None else dst, hdr)
         rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
-                         dtype, op, _RELAY[relay], swap, deadline, False)
+                         dtype, redop, _RELAY[relay], swap, deadline, False)
         while rc == _io.SLOW:
             # Stuck: two ranks in different collectives can each wait to receive
             # from the other, so no header ever reaches a receiver. Ask the peer.
@@ -120,7 +124,7 @@ class CollectiveChannel:
                 notices.current = None
                 self._raise(exc)
             rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
-                             dtype, op, _RELAY[relay], swap, deadline, True)
+                             dtype, redop, _RELAY[relay], swap, deadline, True)
         notices.current = None
         if rc:
             self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, stepper.rhdr, dims))
