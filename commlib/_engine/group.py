@@ -14,30 +14,19 @@ across ranks: a mismatch that moved no bytes (every rank a broadcast root)
 is still found.
 """
 import collections
-import os
 import time
 import zlib
 
 import numpy as np
 
 from .._errors import CommError
-from .._transport import copy as _copy, spin_seconds
+from .._transport import copy as _copy, env_number, spin_seconds
 from .._wire import collective_header, shape_hash
 from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
 from .streams import Stream
 
 DEFAULT_CHUNK_BYTES = 256 << 10
 HISTORY = 32  # collectives per group remembered for the finalize() comparison
-
-
-def _env_num(name, default, kind=int):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return kind(value)
-    except ValueError:
-        raise CommError(f"{name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
 class Status:
@@ -113,12 +102,12 @@ class Group:
         self.timeout = timeout
         self.seq = 0
         self.splits = 0
-        self.chunk = _env_num("COMMLIB_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)
+        self.chunk = env_number("COMMLIB_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)
         if self.chunk < 64:
             raise CommError(f"COMMLIB_CHUNK_BYTES={self.chunk} is too small (minimum 64)")
         self.chunk -= self.chunk % 16
         self.spin_s = spin_seconds()
-        self.peer_check_s = _env_num("COMMLIB_PEER_CHECK_S", 1.0, float)
+        self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
         self._scratch = None
         self.stream = Stream(f"group-{gid:x}")

@@ -32,7 +32,7 @@ from . import _io
 from .diagnose import peer_mismatch, status_error
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
 
-__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds",
+__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "env_number",
            "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
 
 address = _io.address  # address of the first byte of a contiguous buffer
@@ -220,21 +220,22 @@ class PointToPoint:
 FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
 
 
-def _env_int(name, default):
+def env_number(name, default, kind=int):
+    """The value of environment variable `name` as `kind`, `default` when unset or empty."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
     try:
-        return int(value)
+        return kind(value)
     except ValueError:
-        raise CommError(f"{name}={value!r} is not an integer") from None
+        raise CommError(f"{name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
 def spin_seconds():
     """How long a step spins before sleeping in poll: COMMLIB_SPIN_US, else 50 us when every
     rank on this host can have a core and 0 when they share (an idle rank must cost nothing)."""
-    spin_us = _env_int("COMMLIB_SPIN_US", -1)
+    spin_us = env_number("COMMLIB_SPIN_US", -1)
     if spin_us < 0:
-        local = _env_int("COMMLIB_LOCAL_SIZE", 1)
+        local = env_number("COMMLIB_LOCAL_SIZE", 1)
         spin_us = 50 if local <= len(os.sched_getaffinity(0)) else 0
     return spin_us * 1e-6
