@@ -9,8 +9,10 @@ writing queued sends, sending and taking issend acknowledgements — is made:
 
 - by one progress thread, which runs only while there is work outstanding
   (a posted receive or probe, a queued or unacknowledged send, a message
-  half read) and sleeps in poll(2) otherwise, so the caller can compute while
-  messages move, and any number of requests complete in any order of wait;
+  half read) and nobody is waiting, so the caller can compute while messages
+  move, and any number of requests complete in any order of wait;
+- by a caller waiting on a request: it polls and services the connections
+  itself (no hand-off to the thread, which parks meanwhile);
 - by the calling thread itself when nothing is outstanding: a blocking send
   of up to EAGER_BYTES, or a blocking receive from a named source, runs as one
   step of the C loop straight between the socket and the user's buffer (the
@@ -35,14 +37,15 @@ import weakref
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_name, dtype_of
-from .._transport import address as _address
+from .._transport import address as _address, spin_seconds
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
                      message_header)
 from .matching import ANY_SOURCE, Matcher, Message, Posted
 from .requests import Request
 
-EAGER_BYTES = 64 << 10  # a blocking send up to this size may take the one-step fast path
+EAGER_BYTES = 64 << 10
+PROGRESS_GRACE_S = 0.0005  # newly posted work waits this long for its caller to drive it  # a blocking send up to this size may take the one-step fast path
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
 
 
@@ -127,6 +130,9 @@ class Engine:
         self._partial = set()  # incoming connections in the middle of a frame
         self._expect = {}  # (gid, src, tag, dtype, nbytes) -> (header a plain send of that carries, count)
         self._thread = None
+        self._driver = None  # the caller thread driving progress from wait(), if any
+        self._polling = False  # the progress thread is in poll(2)
+        self.spin_s = spin_seconds() if transport is not None else 0.0
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -411,37 +417,55 @@ class Engine:
             self._thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
             self._thread.start()
         self._work.notify_all()
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._wake_w, b"\0")
+        if self._polling or self._driver is not None:  # a poll with a stale set: interrupt it
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._wake_w, b"\0")
 
     def _has_work(self):
         return not self.idle()
 
     def _run(self):
-        ep_wake = self.p2p.wake_r
         while True:
             with self.lock:
-                while not self._closed and not self._has_work():
+                # Park while idle, and while a waiting caller drives progress itself.
+                while not self._closed and (not self._has_work() or self._driver is not None):
                     self._work.wait()
                 if self._closed:
                     return
-                fds = self._poll_set()
-            poller = select.poll()
-            for fd, ev in fds.items():
-                poller.register(fd, ev)
-            poller.register(self._wake_r, select.POLLIN)
-            poller.register(self.p2p.arrival_r, select.POLLIN)
-            poller.register(ep_wake, select.POLLIN)
+                self._polling = True
             try:
-                events = poller.poll(200)
-            except InterruptedError:
-                continue
-            with self.lock:
-                if self._closed:
-                    return
-                with contextlib.suppress(BlockingIOError, OSError):
-                    os.read(self._wake_r, 4096)
-                self._service(events)
+                self._poll_once(200)
+            finally:
+                self._polling = False
+
+    def _poll_once(self, timeout_ms):
+        """Poll every connection with work once (no lock held while waiting), then service them.
+
+        The progress thread and a waiting caller may both be here: servicing
+        happens under the lock and never blocks, so the one that finds nothing
+        to read simply polls again. Returns whether anything was ready.
+        """
+        with self.lock:
+            if self._closed:
+                return False
+            fds = self._poll_set()
+        poller = select.poll()
+        for fd, ev in fds.items():
+            poller.register(fd, ev)
+        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self.p2p.arrival_r, select.POLLIN)
+        poller.register(self.p2p.wake_r, select.POLLIN)
+        try:
+            events = poller.poll(timeout_ms)
+        except InterruptedError:
+            return False
+        with self.lock:
+            if self._closed:
+                return False
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self._wake_r, 4096)
+            self._service(events)
+        return bool(events)
 
     def _poll_set(self):
         self._adopt_all()
@@ -702,8 +726,33 @@ class Engine:
                 if any_of is not None:
                     return
                 raise self._timeout(req)
-            self._kick_locked()
-            req._done.wait(0.05 if deadline is None else min(0.05, max(0.0, deadline - now)))
+            slice_end = now + 0.05 if deadline is None else min(now + 0.05, deadline)
+            with self.lock:
+                driving = self._driver is None and not self._closed
+                if driving:
+                    self._driver = threading.current_thread()
+            if not driving:  # another caller drives: the result arrives on the request's event
+                self._kick_locked()
+                req._done.wait(max(0.0, slice_end - now))
+                continue
+            try:
+                self._drive(watch, slice_end)
+            finally:
+                with self.lock:
+                    self._driver = None
+                    if self._has_work():
+                        self._kick()  # the progress thread takes over, with a fresh poll set
+
+    def _drive(self, watch, until):
+        """The waiting caller makes progress itself (no hand-off to the progress thread):
+        spin on non-blocking polls for spin_s, then sleep in poll until something is ready."""
+        spin_until = time.monotonic() + self.spin_s
+        while not any(r.test() for r in watch):
+            now = time.monotonic()
+            if now >= until or self.transport.ep.failure is not None:
+                return
+            timeout_ms = 0 if now < spin_until else max(1, int((until - now) * 1000))
+            self._poll_once(timeout_ms)
 
     def _kick_locked(self):
         with self.lock:
