@@ -12,6 +12,8 @@ Examples:
   commrun -n 4 script.py --lr 0.1      python script.py on 4 ranks
   commrun -n 4 -m package.module       python -m package.module
   commrun -n 2 -- ./program args       any executable
+  commrun -np 4 python script.py       as with mpirun: the interpreter (or any
+                                       executable) given first runs as is
   commrun --hosts a:2,b:2 script.py    2 ranks on each host, over --rsh
 """
 
@@ -33,6 +35,16 @@ def _route_address(host):
         return s.getsockname()[0]
 
 
+def _runs_as_is(first):
+    """An executable given first (`python`, `./a.out`, `hostname`) runs as it is, as under mpirun;
+    a Python source file (`x.py`, or any file that is not executable) runs under this Python."""
+    if first.startswith("-") or first.endswith(".py"):
+        return False
+    if os.path.isfile(first):
+        return os.access(first, os.X_OK)
+    return "/" not in first and shutil.which(first) is not None
+
+
 def _check_program(program, module, direct):
     if not program:
         raise click.UsageError("no program given: commrun -n N script.py | -m module | -- executable")
@@ -52,8 +64,12 @@ def _check_program(program, module, direct):
     epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
-@click.option("-n", "--np", "nprocs", type=click.IntRange(min=1), metavar="N",
+@click.option("-n", "-np", "--np", "nprocs", type=click.IntRange(min=1), metavar="N",
               help="Number of ranks [default: the slots of --hosts/--hostfile, else 1].")
+@click.option("--oversubscribe", "mpirun_habits", flag_value="oversubscribe", multiple=True,
+              help="Accepted and ignored (mpirun habit): commrun never limits ranks to cores.")
+@click.option("--allow-run-as-root", "mpirun_habits", flag_value="allow-run-as-root", multiple=True,
+              help="Accepted and ignored (mpirun habit): commrun runs as any user.")
 @click.option("-m", "--module", is_flag=True, help="Run the program as a module (python -m).")
 @click.option("--hosts", "host_list", type=hosts.HostsType(), help="Hosts and slots, e.g. a:2,b:2 (ranks placed in order).")
 @click.option("--hostfile", type=click.File("r"), help="File of 'host slots=N', 'host:N' or 'host' lines.")
@@ -70,9 +86,12 @@ def _check_program(program, module, direct):
 @click.version_option(__version__, "-V", "--version", prog_name="commrun")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def main(ctx, nprocs, module, host_list, hostfile, rsh, coordinator_host, tag_output, timeout, grace, program):
+def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, tag_output, timeout,
+         grace, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
+    if not module and not direct and program and _runs_as_is(program[0]):
+        direct = True
     if host_list and hostfile:
         raise click.UsageError("give --hosts or --hostfile, not both")
     if hostfile:

@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -198,3 +199,15 @@ def test_version_and_help(commrun):
     assert r.returncode == 0 and r.stdout.startswith("commrun, version")
     r = commrun.run("--help")
     assert r.returncode == 0 and "Usage: commrun" in r.stdout
+
+
+def test_mpirun_style_command_line(commrun):
+    """`commrun -np 3 --oversubscribe python script.py`, as users call mpirun: every rank joins the job."""
+    commrun.script("who.py", """
+        import commlib as cl
+        g = cl.init()
+        print(f"{g.rank()}/{g.size()} sum={int(cl.all_reduce([g.rank()])[0])}")
+    """)
+    r = commrun.run("-np", 3, "--oversubscribe", "--allow-run-as-root", sys.executable, "who.py")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["[0] 0/3 sum=3", "[1] 1/3 sum=3", "[2] 2/3 sum=3"]

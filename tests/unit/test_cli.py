@@ -136,3 +136,40 @@ def test_version_and_help(invoke):
     assert result.exit_code == 0 and result.output.startswith("commrun, version ") and job is None
     result, job = invoke("--help")
     assert result.exit_code == 0 and "--no-tag-output" in result.output and "-m package.module" in result.output
+
+
+# ------------------------------------------------------------- mpirun habits
+def test_np_and_mpirun_flags_are_accepted(invoke):
+    result, (ranks, _) = invoke("-np", "3", "--oversubscribe", "--allow-run-as-root", "script.py")
+    assert result.exit_code == 7, result.output
+    assert len(ranks) == 3 and ranks[0].argv == [sys.executable, "script.py"]
+
+
+def test_an_interpreter_given_first_runs_as_is(invoke):
+    # `mpirun -n 4 python script.py`: the interpreter is the program, not a script to feed Python.
+    result, (ranks, _) = invoke("-n", "2", "python3", "script.py", "--lr", "1")
+    assert result.exit_code == 7, result.output
+    assert ranks[0].argv == ["python3", "script.py", "--lr", "1"]
+    result, (ranks, _) = invoke("-n", "2", "python3", "-m", "commlib.bench")
+    assert ranks[1].argv == ["python3", "-m", "commlib.bench"]
+
+
+def test_an_executable_file_runs_as_is_and_a_plain_file_under_python(invoke, tmp_path):
+    prog = tmp_path / "run.sh"
+    prog.write_text("#!/bin/sh\necho hi\n")
+    prog.chmod(0o755)
+    (tmp_path / "plain").write_text("print('hi')\n")
+    result, (ranks, _) = invoke("-n", "2", "./run.sh", "a")
+    assert ranks[0].argv == ["./run.sh", "a"], result.output
+    result, (ranks, _) = invoke("-n", "2", "plain")
+    assert ranks[0].argv == [sys.executable, "plain"], result.output
+    (tmp_path / "exec.py").write_text("print('hi')\n")
+    (tmp_path / "exec.py").chmod(0o755)
+    result, (ranks, _) = invoke("-n", "2", "exec.py")
+    assert ranks[0].argv == [sys.executable, "exec.py"], result.output  # .py: always under Python
+
+
+def test_help_says_the_mpirun_flags_are_ignored(invoke):
+    result, _ = invoke("--help")
+    assert "-np" in result.output and "--oversubscribe" in result.output
+    assert "Accepted and ignored" in result.output
