@@ -641,7 +641,17 @@ class Engine:
         return bool(others) and all(self.p2p.gone(w) is not None for w in others)
 
     def _check_departed(self):
-        """Receives from a rank that has left (and sent all it will) can never complete."""
+        """Receives from a rank that has left (and sent all it will) can never complete, nor can
+        an issend whose receiver left without matching it."""
+        for key in list(self._acks):
+            gid, w, _ = key
+            gone = self.p2p.gone(w)
+            conn = self._in.get((gid, w)) or self._adopt((gid, w))
+            if gone is not None and (conn is None or conn.eof or (conn.idle and not _readable(conn.fd))):
+                s = self._acks.pop(key)
+                self.n_sending -= 1
+                s.req._finish(error=PeerLost(f"rank {self.me}: {s.req.what} lost rank {w} ({gone}) before it "
+                                             f"received the message", rank=w, op=s.req.what))
         for ctx in self.contexts.values():
             if not ctx.matcher.posted:
                 continue
@@ -654,7 +664,7 @@ class Engine:
                 gone = self.p2p.gone(w) if w != self.me else None
                 if gone is None:
                     continue
-                conn = self._in.get((ctx.gid, w))
+                conn = self._in.get((ctx.gid, w)) or self._adopt((ctx.gid, w))
                 if conn is None or conn.eof or (conn.idle and not _readable(conn.fd)):
                     self._fail_posted_from(ctx, w, gone)
 

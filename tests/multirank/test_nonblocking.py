@@ -9,6 +9,7 @@ hang, and the harness kills the job if it outlives its own limit.
 Receives still pending when a program ends must not delay its exit: the
 `exit` part of the case, and a plain user program generated into tmp_path.
 """
+import re
 import time
 
 import pytest
@@ -75,3 +76,42 @@ def test_pending_irecv_program_exits(n, ending, tmp_path, run):
         assert f"rank {r}: irecv posted, done=False" in out, f"rank {r} did not post its receive\n{report}"
         assert f"rank {r}: leaving" in out, f"rank {r} did not reach the end\n{report}"
     assert took < EXIT_S, f"exit took too long\n{report}"
+
+
+ISSEND_LEFT = """
+import sys, time
+import numpy as np
+import commlib as cl
+g = cl.init(); r = g.rank()
+received = sys.argv[2] == "received"
+if r == 0:
+    t = time.monotonic()
+    req = cl.issend(np.arange(4.0), 1, tag=5)
+    try:
+        req.wait()
+        print(f"rank 0: issend completed after {time.monotonic() - t:.2f} s", flush=True)
+    except cl.PeerLost as e:
+        print(f"rank 0: PeerLost after {time.monotonic() - t:.2f} s: {e}", flush=True)
+elif r == 1 and received:
+    time.sleep(0.3)
+    got = cl.recv((4,), np.float64, 0, tag=5)
+    assert got.tolist() == [0.0, 1.0, 2.0, 3.0]
+print(f"rank {r}: leaving", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["received", "never-received"])
+def test_issend_to_a_rank_that_leaves(case, tmp_path, run):
+    """An issend completes if the receiver matched it before leaving, and is PeerLost (promptly,
+    naming the rank) if the receiver finished without ever receiving it: never a hang."""
+    script = tmp_path / "issend_left.py"
+    script.write_text(ISSEND_LEFT)
+    rc, out, err = run(2, str(script), case, env={"COMMLIB_TIMEOUT": "30"}, timeout=45)
+    report = f"exit code {rc}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    assert rc == 0, report
+    if case == "received":
+        assert "rank 0: issend completed" in out, report
+    else:
+        m = re.search(r"rank 0: PeerLost after ([\d.]+) s: .*rank 1 \(it called finalize\(\)\)", out)
+        assert m and float(m.group(1)) < 10, report
