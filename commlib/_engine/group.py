@@ -57,7 +57,7 @@ class Op:
             shape ^= shape_hash(dims)
         self.hdr = collective_header(coll=coll, group=g.gid, seq=g.seq, dtype=dtype, op=redop, count=count,
                                      root=root, shape=shape)
-        g.digest = zlib.crc32(self.hdr, g.digest)  # Group.record, inlined: this is the small-message path
+        g.digest = zlib.crc32(self.hdr, g.digest)  # the group's record for the finalize() comparison
         g.history.append(self.hdr)
         self.deadline = time.monotonic() + g.timeout
         self._channel = g._channel or g.channel
@@ -176,10 +176,6 @@ class Group:
         if ep is not None and ep.failure is not None:
             ep.raise_if_failed()
         return Op(self, coll, dtype, redop, count, root, shape, dims)
-
-    def record(self, hdr):
-        self.digest = zlib.crc32(hdr, self.digest)
-        self.history.append(hdr)
 
     def summary(self):
         """This group's collective digest, for the finalize() comparison."""

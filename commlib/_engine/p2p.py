@@ -13,11 +13,12 @@ writing queued sends, sending and taking issend acknowledgements — is made:
   move, and any number of requests complete in any order of wait;
 - by a caller waiting on a request: it polls and services the connections
   itself (no hand-off to the thread, which parks meanwhile);
-- by the calling thread itself when nothing is outstanding: a blocking send
-  of up to EAGER_BYTES, or a blocking receive from a named source, runs as one
-  step of the C loop straight between the socket and the user's buffer (the
-  latency path). Every FAST_PATH_SLICE_S it checks whether other work was
-  posted meanwhile and, if so, hands what remains to the engine.
+- by the calling thread itself when nothing is outstanding: a blocking send,
+  or a blocking receive from a named source, runs as steps of the C loop
+  straight between the socket and the user's buffer (the latency path). Every
+  FAST_PATH_SLICE_S without progress it checks whether other work was posted
+  meanwhile (or, for a send, whether it is stuck mid-frame) and, if so, hands
+  what remains to the engine.
 
 Messages from a sender on one connection are read in order and matched in
 order (non-overtaking). A receive whose payload arrives after it was posted
@@ -44,8 +45,7 @@ from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, 
 from .matching import ANY_SOURCE, Matcher, Message, Posted
 from .requests import Request
 
-EAGER_BYTES = 64 << 10
-PROGRESS_GRACE_S = 0.0005  # newly posted work waits this long for its caller to drive it  # a blocking send up to this size may take the one-step fast path
+EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
 
 
@@ -190,9 +190,7 @@ class Engine:
     def _queue_send(self, ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
         req = Request(what, timeout=timeout, waiter=self.wait)
         with self.lock:
-            out = self._out.get(key)
-            if out is None:
-                out = self._out[key] = _Out(sock, *key)
+            out = self._out_conn(key, sock)
             if seq is None:
                 out.seq += 1
                 seq = out.seq if flags & FLAG_SYNC else 0
@@ -200,13 +198,24 @@ class Engine:
                                  flags=flags, seq=seq)
             s = _Send([memoryview(hdr)] + [_u8(p) for p in parts], req, seq, tag, bool(flags & FLAG_SYNC))
             s.pos = sent
-            out.queue.append(s)
-            self.n_sending += 1
-            if len(out.queue) == 1:
-                self._write(out)
-            if self.n_sending or self._acks:
-                self._kick()
+            self._enqueue(out, s)
         return req
+
+    def _out_conn(self, key, sock):
+        """The send queue of connection key = (gid, dst world rank), created on first use."""
+        out = self._out.get(key)
+        if out is None:
+            out = self._out[key] = _Out(sock, *key)
+        return out
+
+    def _enqueue(self, out, s):
+        """Queue a frame behind the connection's others, writing at once what the socket takes."""
+        out.queue.append(s)
+        self.n_sending += 1
+        if len(out.queue) == 1:
+            self._write(out)
+        if not self.idle():
+            self._kick()
 
     def _send_fast(self, ctx, key, sock, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
         """Blocking steps of the C loop while nothing else is outstanding; True when sent, else the
@@ -370,18 +379,10 @@ class Engine:
             msg.seq._finish(None)
             return
         src_w = ctx.world[msg.source]
-        key = (ctx.gid, src_w)
-        out = self._out.get(key)
-        if out is None:
-            sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
-            out = self._out[key] = _Out(sock, *key)
+        sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
         ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
                     None, msg.seq, msg.tag, False)
-        out.queue.append(ack)
-        self.n_sending += 1
-        if len(out.queue) == 1:
-            self._write(out)
-        self._kick()
+        self._enqueue(self._out_conn((ctx.gid, src_w), sock), ack)
 
     def _deliver(self, ctx, posted, msg, payload):
         """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
@@ -421,14 +422,11 @@ class Engine:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(self._wake_w, b"\0")
 
-    def _has_work(self):
-        return not self.idle()
-
     def _run(self):
         while True:
             with self.lock:
                 # Park while idle, and while a waiting caller drives progress itself.
-                while not self._closed and (not self._has_work() or self._driver is not None):
+                while not self._closed and (self.idle() or self._driver is not None):
                     self._work.wait()
                 if self._closed:
                     return
@@ -468,7 +466,6 @@ class Engine:
         return bool(events)
 
     def _poll_set(self):
-        self._adopt_all()
         fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof}
         for out in self._out.values():
             if out.queue:
@@ -481,10 +478,10 @@ class Engine:
             self._fail_all(failure)
             return
         ready = {fd for fd, _ in events}
-        if self.p2p.arrival_r in ready:
+        if self.p2p.arrival_r in ready:  # a connection arrived (the pipe stays readable until read here)
             with contextlib.suppress(BlockingIOError, OSError):
                 os.read(self.p2p.arrival_r, 4096)
-        self._adopt_all()
+            self._adopt_all()
         for conn in list(self._in.values()):
             if conn.fd in ready or not conn.idle:
                 self._read(conn)
@@ -646,8 +643,7 @@ class Engine:
         for key in list(self._acks):
             gid, w, _ = key
             gone = self.p2p.gone(w)
-            conn = self._in.get((gid, w)) or self._adopt((gid, w))
-            if gone is not None and (conn is None or conn.eof or (conn.idle and not _readable(conn.fd))):
+            if gone is not None and self._drained(gid, w):
                 s = self._acks.pop(key)
                 self.n_sending -= 1
                 s.req._finish(error=PeerLost(f"rank {self.me}: {s.req.what} lost rank {w} ({gone}) before it "
@@ -664,12 +660,16 @@ class Engine:
                 gone = self.p2p.gone(w) if w != self.me else None
                 if gone is None:
                     continue
-                conn = self._in.get((ctx.gid, w)) or self._adopt((ctx.gid, w))
-                if conn is None or conn.eof or (conn.idle and not _readable(conn.fd)):
+                if self._drained(ctx.gid, w):
                     self._fail_posted_from(ctx, w, gone)
 
+    def _drained(self, gid, w):
+        """Everything world rank w sent us on group gid has been read (or it never connected)."""
+        conn = self._in.get((gid, w)) or self._adopt((gid, w))
+        return conn is None or conn.eof or (conn.idle and not _readable(conn.fd))
+
     def _out_lost(self, out, exc):
-        gone = self.p2p.gone(out.dst) or os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        gone = self.p2p.gone(out.dst) or (os.strerror(exc.errno).lower() if exc.errno else str(exc))
         while out.queue:
             s = out.queue.popleft()
             self.n_sending -= 1
@@ -709,7 +709,8 @@ class Engine:
 
     # ------------------------------------------------------------ waiting
     def wait(self, req, deadline, any_of=None):
-        """Wait for req (or any of `any_of`) until deadline; the progress thread moves the bytes."""
+        """Wait for req (or any of `any_of`) until deadline, driving progress meanwhile (or, while
+        another caller drives, sleeping on the request)."""
         if self.transport is None:
             if any_of is None and not req.test():
                 raise CommError(f"{req.what} on a group of size 1 can never complete: nothing was sent to it")
@@ -750,7 +751,7 @@ class Engine:
             finally:
                 with self.lock:
                     self._driver = None
-                    if self._has_work():
+                    if not self.idle():
                         self._kick()  # the progress thread takes over, with a fresh poll set
 
     def _drive(self, watch, until):
@@ -766,7 +767,7 @@ class Engine:
 
     def _kick_locked(self):
         with self.lock:
-            if self._has_work():
+            if not self.idle():
                 self._kick()
 
     def _timeout(self, req):

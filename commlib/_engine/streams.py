@@ -24,9 +24,6 @@ class Stream:
         self._running = threading.Lock()  # held while a collective of this group executes
         self._thread = None
 
-    def busy(self):
-        return self._running.locked() or bool(self._queue)
-
     def run(self, fn, *args):
         """A blocking collective: inline when nothing is pending on this group, else in turn."""
         if not self._queue and self._running.acquire(blocking=False):

@@ -133,7 +133,7 @@ class CollectiveChannel:
         """The error (recorded as the failure) when the peer we wait on is in another collective #seq
         of this group, or has finished (finalize()) and will never take part; else None."""
         notices = self.ep.notices
-        if peer is not None and peer in notices.digests:
+        if peer is not None and notices.finishing(peer):
             what = decode(hdr).describe() if hdr else "a collective"
             return self.ep.fail(PeerLost(f"rank {self.ep.rank}: {what} lost rank {peer} (it called finalize())",
                                          rank=peer))
@@ -173,7 +173,7 @@ class PointToPoint:
 
     def finishing(self, peer):
         """True once `peer` is in finalize() with every send flushed."""
-        return peer in self.ep.notices.digests
+        return self.ep.notices.finishing(peer)
 
     @property
     def notices(self):

@@ -87,10 +87,14 @@ class Notices:
         elif kind == "coordinator_lost" and not ep.closed:
             ep.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"), remote=True)
 
+    def finishing(self, peer):
+        """World rank `peer` is in finalize(), every send flushed (its digest has arrived)."""
+        return peer in self.digests
+
     def gone(self, peer):
         """Why world rank `peer` will send nothing more (it left, died, or is finishing), or None."""
         why = self.exits.get(peer)
-        if why is None and peer in self.digests:
+        if why is None and self.finishing(peer):
             why = "it called finalize()"
         return why
 
