@@ -1,4 +1,4 @@
-"""Connections between ranks, and the one place where I/O failures become errors.
+"""Connections between ranks: listeners, the authenticated handshake, the sticky failure.
 
 Every rank listens on a TCP port (bound to the interface that routes to the
 coordinator, never 0.0.0.0) and on an abstract Unix socket. A connection
@@ -15,6 +15,8 @@ rank blocked in a collective (GIL released) still lets its peers connect.
 
 Failure is process-wide and sticky: `fail()` records the first error and
 makes the wake pipe readable, which interrupts every blocked step (`_io.pyx`).
+How a step's status becomes an error is `diagnose.py`'s job; what the
+coordinator says about other ranks is `notices.py`'s.
 """
 import contextlib
 import hashlib
@@ -38,8 +40,6 @@ SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
 SERVER_HANDSHAKE_S = 3.0  # server side: a silent client is dropped after this (slow-loris bound)
 MAX_PENDING_HANDSHAKES = 64
-NOTICE_GRACE_S = 0.6  # how long a closed connection waits for the job's failure notice
-LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
 _CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
