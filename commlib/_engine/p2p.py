@@ -497,7 +497,9 @@ class Engine:
 
     def _adopt_all(self):
         for key, sock in self.p2p.in_socks().items():
-            if key not in self._in:
+            conn = self._in.get(key)
+            if conn is None or conn.sock is not sock:  # new, or the transport replaced a dead attempt
+                self._partial.discard(conn)
                 self._in[key] = _In(sock, *key)
 
     def _adopt(self, key):
@@ -616,12 +618,16 @@ class Engine:
     def _conn_lost(self, conn, why):
         """EOF or an error on an incoming connection: the sender left (or died)."""
         conn.eof = True
-        gone = self.p2p.gone(conn.src) or why or "connection closed"
-        ctx = self.contexts.get(conn.gid)
+        gone = self.p2p.gone(conn.src)
         if conn.msg is not None:
-            self._protocol_error(conn, f"connection closed in the middle of a message ({gone})", lost=True)
+            self._protocol_error(conn, f"connection closed in the middle of a message "
+                                       f"({gone or why or 'connection closed'})", lost=True)
             return
-        if ctx is not None:
+        # Between messages: a sender that left is an error for the receives that wait on it;
+        # one that is still here closed a handshake attempt it gave up on, and its retry
+        # replaces this connection (_adopt_all). If it died instead, the job's notice says so.
+        ctx = self.contexts.get(conn.gid)
+        if ctx is not None and gone is not None:
             self._fail_posted_from(ctx, conn.src, gone)
 
     def _fail_posted_from(self, ctx, src_w, gone):

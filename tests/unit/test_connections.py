@@ -78,3 +78,40 @@ def test_connecting_to_a_rank_that_left_is_peer_lost_for_that_call_only(pair):
     with pytest.raises(PeerLost, match="finalize"):
         a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "send")
     assert a.failure is None  # not sticky: other operations of this rank go on
+
+
+def test_the_engine_reads_from_the_retry_that_replaced_a_dead_attempt(pair):
+    """The engine had adopted the first attempt and saw it hang up: that is no lost sender (it is
+    still here), and the receive posted on it completes from the replacing connection."""
+    import numpy as np
+
+    from commlib._dtypes import dtype_code
+    from commlib._engine import Engine, Group
+    from commlib._transport import Transport
+    from commlib._wire import message_header
+
+    a, b = pair
+    engine = Engine(Transport(b))
+    g = Group(engine.transport, engine, 0, [0, 1], 1, 5.0)
+    u8 = dtype_code(np.dtype(np.uint8))
+    req = engine.recv(g.p2p, 0, 7, np.empty(4, np.uint8), lambda msg, payload: bytes(payload), what="irecv",
+                      check=(u8, 4))
+    a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
+    _registered(b, (0, 0))
+    with engine.lock:
+        engine._adopt_all()
+    a._out.pop((0, CH_P2P, 1)).close()  # the client gives up on its first attempt ...
+    a.fds.pop((0, CH_P2P, 1, 1), None)
+    end = time.monotonic() + 5
+    while not engine._in[(0, 0)].eof and time.monotonic() < end:
+        with engine.lock:
+            engine._read(engine._in[(0, 0)])
+        time.sleep(0.01)
+    assert engine._in[(0, 0)].eof and not req.test()  # ... which fails nobody
+    a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")  # ... and retries
+    hdr = message_header(group=0, source=0, tag=7, dtype=u8, count=4, nbytes=4)
+    a.out_sock(0, CH_P2P, 1).sendall(hdr + b"data")
+    try:
+        assert req.wait() == b"data"
+    finally:
+        engine.close("test over")
