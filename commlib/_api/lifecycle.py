@@ -39,11 +39,6 @@ def is_available():
     return True
 
 
-def world():
-    """The world group, initialising on first use."""
-    return _world if _world is not None else init()
-
-
 def init(strict=False, timeout=None):
     """The world group; the second call returns the same group.
 

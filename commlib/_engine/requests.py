@@ -25,7 +25,7 @@ class Request:
         self.what = what
         self.cancelled = False
         self.timeout = timeout  # seconds a wait() may take, or None: the operation bounds itself
-        self._waiter = waiter  # callable(req, deadline): drives progress until done or deadline
+        self._waiter = waiter  # callable(req, deadline, any_of=None): makes progress until done or deadline
         self._cancel = cancel  # callable(req) -> bool, for a receive not yet matched
 
     # -- completion (any thread)

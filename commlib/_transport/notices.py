@@ -182,7 +182,7 @@ class Notices:
         self.current = ("finalize() (waiting for every rank to finish)", None, None)
         with self._cond:
             while True:
-                heard = set(self.digests) | {r for r in self.exits}
+                heard = set(self.digests) | set(self.exits)
                 if all(r in heard for r in range(size) if r != self.rank) or self.ep.failure is not None:
                     break
                 left = deadline - time.monotonic()
