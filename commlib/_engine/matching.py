@@ -24,12 +24,14 @@ def matches(source, tag, msg_source, msg_tag):
 class Message:
     """A message that has arrived, or is arriving: header facts plus its payload buffer."""
 
-    __slots__ = ("source", "tag", "nbytes", "dtype", "count", "flags", "seq", "data", "complete", "taker")
+    __slots__ = ("source", "tag", "nbytes", "dtype", "count", "flags", "seq", "data", "complete", "taker",
+                 "local_sender")
 
     def __init__(self, source, tag, nbytes, dtype=0, count=0, flags=0, seq=0, data=None, complete=False):
         self.source, self.tag, self.nbytes, self.dtype, self.count = source, tag, nbytes, dtype, count
         self.flags, self.seq, self.data, self.complete = flags, seq, data, complete
         self.taker = None  # the Posted receive that took it while its payload was still arriving
+        self.local_sender = None  # a send to self: the issend Request that completes when it is matched
 
     def __repr__(self):
         return (f"Message(source={self.source}, tag={self.tag}, nbytes={self.nbytes}, "

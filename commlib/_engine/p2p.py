@@ -255,7 +255,7 @@ class Engine:
         with self.lock:
             if sync:
                 msg.flags |= FLAG_SYNC
-                msg.seq = req  # a local issend completes when matched
+                msg.local_sender = req  # a local issend completes when matched
             taker, probes = ctx.matcher.arrive(msg)
             self._satisfy_probes(ctx, probes, msg)
             if taker is not None:
@@ -375,8 +375,8 @@ class Engine:
         """A receive took msg: acknowledge it if the sender waits for that (issend)."""
         if not msg.flags & FLAG_SYNC:
             return
-        if isinstance(msg.seq, Request):  # local
-            msg.seq._finish(None)
+        if msg.local_sender is not None:  # a send to self: no acknowledgement frame
+            msg.local_sender._finish(None)
             return
         src_w = ctx.world[msg.source]
         sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
