@@ -101,14 +101,22 @@ def _all_reduce(g, x, op="sum", out=None):
     return out if out is not None else res
 
 
-def _all_gather(g, x):
-    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
+def _all_gather(g, x, out=None):
+    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)).
+
+    out: a C-contiguous array of x's dtype and size * x.size elements to gather
+    into (commlib.MPI); x may already be this rank's block of it (in place).
+    """
     a, code = _array(x)
     n = g._size
-    shape = (n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:]
-    out = np.empty(shape, a.dtype)
+    if out is None:
+        out = np.empty((n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:], a.dtype)
+    else:
+        _check_out(out, a, n * a.size)
     flat = out.reshape(-1)
-    flat[g._rank * a.size:(g._rank + 1) * a.size] = a.reshape(-1)
+    mine = flat[g._rank * a.size:(g._rank + 1) * a.size]
+    if a.size and _addr(mine) != _addr(a):
+        mine[...] = a.reshape(-1)
     if n > 1:
         o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
         ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
@@ -160,42 +168,72 @@ def _broadcast(g, x, root=0):
     return buf
 
 
-def _reduce(g, x, op="sum", root=0):
-    """Reduction of x over ranks on root; None elsewhere."""
+def _reduce(g, x, op="sum", root=0, out=None):
+    """Reduction of x over ranks on root; None elsewhere.
+
+    out: on root, a C-contiguous array of x's dtype and size to reduce into
+    (commlib.MPI); it may be x itself.
+    """
     root = g.check_rank(root, "root")
     a, code = _array(x)
     opc = _reduction(op, code)
     is_root = g._rank == root
+    if is_root and out is not None:
+        _check_out(out, a, a.size)
     if g._size == 1:
-        out = np.empty(a.shape, a.dtype)
-        _identity(out, a, opc)
-        return out
+        res = np.empty(a.shape, a.dtype) if out is None else out.reshape(a.shape)
+        _identity(res, a, opc)
+        return res if out is None else out
     o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
     chain = choose("reduce", a.nbytes, g._size) == "chain"
-    acc = np.empty(a.shape, a.dtype) if reduce_needs_accumulator(g._rank, root, g._size, chain) else None
+    acc = None
+    if reduce_needs_accumulator(g._rank, root, g._size, chain):
+        if is_root and out is not None and _addr(out) != _addr(a):
+            acc = out.reshape(a.shape)
+        else:
+            acc = np.empty(a.shape, a.dtype)
     (tree.reduce_chain if chain else tree.reduce_tree)(o, _addr(a), _addr(acc) if acc is not None else 0,
                                                         a.nbytes, root)
-    return acc if is_root else None
+    if not is_root:
+        return None
+    if out is None:
+        return acc
+    if acc is None or _addr(acc) != _addr(out):
+        out.reshape(-1)[...] = (a if acc is None else acc).reshape(-1)
+    return out
 
 
-def _gather(g, x, root=0):
-    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere."""
+def _gather(g, x, root=0, out=None):
+    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere.
+
+    out: on root, a C-contiguous array of x's dtype and size * x.size elements
+    to gather into (commlib.MPI); x may already be root's block of it.
+    """
     root = g.check_rank(root, "root")
     a, code = _array(x)
     n = g._size
-    out = None
-    if g._rank == root:
+    if g._rank != root:
+        out = None
+    elif out is None:
         out = np.empty((n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:], a.dtype)
+    else:
+        _check_out(out, a, n * a.size)
     if n == 1:
-        out.reshape(-1)[:] = a.reshape(-1)
+        if a.size and _addr(out) != _addr(a):
+            out.reshape(-1)[:] = a.reshape(-1)
         return out
     o = g.op("gather", code, 0, a.size, root, dims=a.shape)
     tree.gather_linear(o, _addr(a), _addr(out) if out is not None else 0, a.nbytes, root)
     return out
 
 
-def _scatter(g, x, root=0):
-    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored."""
+def _scatter(g, x, root=0, out=None):
+    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored.
+
+    out: a C-contiguous array to receive the block into (commlib.MPI; every
+    rank knows the block's dtype and size, so no metadata goes first); on root
+    it may already be root's block of x.
+    """
     root = g.check_rank(root, "root")
     n = g._size
     if g._rank == root:
@@ -204,8 +242,19 @@ def _scatter(g, x, root=0):
             raise ValueError(f"scatter: root's x.shape[0] must be divisible by the group size {n}, "
                              f"got shape {a.shape}")
         meta = np.array([code, a.ndim] + [a.shape[0] // n] + list(a.shape[1:]), dtype=np.int64)
+        if out is not None:
+            _check_out(out, a, a.size // n)
     else:
         a, meta = None, None
+    if out is not None:
+        code = dtype_code(out.dtype)
+        if n == 1:
+            if out.size and _addr(out) != _addr(a):
+                out.reshape(-1)[...] = a.reshape(-1)
+            return out
+        o = g.op("scatter", code, 0, out.size * n, root, dims=(out.size,))
+        tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
+        return out
     if n == 1:
         return a.copy()
     # Only the root knows the block's dtype and shape: send them first (one
@@ -217,6 +266,12 @@ def _scatter(g, x, root=0):
     o = g.op("scatter", code, 0, out.size * n, root, dims=shape)
     tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
     return out
+
+
+def _check_out(out, a, count):
+    """An `out` the internal callers pass must be exactly right: they checked the user's arguments."""
+    if type(out) is not np.ndarray or out.dtype != a.dtype or out.size != count or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {a.dtype} array of {count} elements")
 
 
 def _broadcast_meta(meta, root, g):

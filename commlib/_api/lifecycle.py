@@ -177,6 +177,23 @@ def _finalize_at_exit():
         os._exit(1)
 
 
+def abort(code, message):
+    """Stop the whole job at once (MPI_Abort): say why, tell the peers, exit with `code` (1 for 0).
+
+    Under commrun this rank's non-zero exit stops every other rank and becomes
+    commrun's exit code; under other launchers the peers raise PeerLost.
+    """
+    global _aborting
+    _aborting = True
+    code = code & 0xFF or 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        os.write(2, f"commlib: {message}\n".encode())
+    os._exit(code)
+
+
 def _install_excepthook(client, rank):
     """An uncaught exception tells the job at once, so peers raise PeerLost instead of waiting."""
     previous = sys.excepthook

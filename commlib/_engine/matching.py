@@ -18,7 +18,9 @@ ANY_TAG = -1
 
 
 def matches(source, tag, msg_source, msg_tag):
-    return (source == ANY_SOURCE or source == msg_source) and (tag == ANY_TAG or tag == msg_tag)
+    """ANY_TAG matches the user's tags (>= 0) only: negative tags are reserved for layers above
+    (commlib.MPI's collectives over point-to-point), so a wildcard receive never takes them."""
+    return (source == ANY_SOURCE or source == msg_source) and (tag == msg_tag or (tag == ANY_TAG and msg_tag >= 0))
 
 
 class Message:

@@ -144,6 +144,10 @@ class Engine:
             ctx = self.contexts.get(gid)
             if ctx is None:
                 ctx = self.contexts[gid] = _Context(gid, world, rank, timeout)
+                if self.p2p is not None:  # connections of this group that arrived before it existed here
+                    self._adopt_all()
+                    if any(key[0] == gid for key in self._in):
+                        self._kick()
             return ctx
 
     def idle(self):
@@ -273,11 +277,16 @@ class Engine:
             return None
         return req
 
-    def recv(self, ctx, src, tag, into, finish, *, what="recv", block=False, check=None):
+    def recv(self, ctx, src, tag, into, finish, *, what="recv", block=False, check=None, raw=False):
         """Post a receive of (src, tag) into the uint8 array `into` (None: allocate on arrival).
 
         finish(msg, payload) gives the result. With `block` the result is
-        returned, else a Request.
+        returned, else a Request. check: (dtype code, capacity in bytes) the
+        message must fit, None for an object (send_obj) message. raw: take any
+        message, array or object, of any dtype (commlib.MPI's semantics);
+        check's dtype then only names the header the fast path expects, and a
+        message over the capacity is not copied: finish() sees msg.nbytes
+        larger than `into` and reports the truncation.
         """
         if block and self.transport is not None and src != ANY_SOURCE and src != ctx.rank and into is not None:
             got = self._recv_fast(ctx, src, tag, into, finish, what, check)
@@ -286,7 +295,7 @@ class Engine:
         if self.transport is not None:
             self.transport.raise_if_failed()
         req = Request(what, timeout=ctx.timeout, waiter=self.wait)
-        posted = Posted(src, tag, into=into, req=req, extra=(finish, check))
+        posted = Posted(src, tag, into=into, req=req, extra=(finish, check, raw))
         req._cancel = lambda r: self._cancel_posted(ctx, posted)
         with self.lock:
             msg = ctx.matcher.post(posted)
@@ -386,11 +395,12 @@ class Engine:
 
     def _deliver(self, ctx, posted, msg, payload):
         """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
-        finish, check = posted.extra
+        finish, check, raw = posted.extra
         req = posted.req
         try:
-            _check_fit(ctx, msg, posted, check, self.me)
-            if posted.into is not None and payload is not posted.into:
+            if not raw:
+                _check_fit(ctx, msg, posted, check, self.me)
+            if posted.into is not None and payload is not posted.into and msg.nbytes <= posted.into.nbytes:
                 posted.into[:msg.nbytes] = payload[:msg.nbytes]
                 payload = posted.into
             req._finish(finish(msg, payload))
@@ -496,7 +506,11 @@ class Engine:
             self._read(conn)
 
     def _adopt_all(self):
+        # A connection of a group this rank has not created yet (a peer left split() first and
+        # sent at once) stays unread in the transport until context() registers the group.
         for key, sock in self.p2p.in_socks().items():
+            if key[0] not in self.contexts:
+                continue
             conn = self._in.get(key)
             if conn is None or conn.sock is not sock:  # new, or the transport replaced a dead attempt
                 self._partial.discard(conn)
@@ -504,7 +518,7 @@ class Engine:
 
     def _adopt(self, key):
         sock = self.p2p.in_socks().get(key)
-        if sock is None:
+        if sock is None or key[0] not in self.contexts:
             return None
         conn = self._in[key] = _In(sock, *key)
         return conn
@@ -568,8 +582,8 @@ class Engine:
             self.n_posted -= 1
             msg.taker = taker
             self._matched(ctx, msg)
-            finish, check = taker.extra
-            if taker.into is not None and msg.nbytes <= taker.into.nbytes and _fits(msg, check):
+            finish, check, raw = taker.extra
+            if taker.into is not None and msg.nbytes <= taker.into.nbytes and (raw or _fits(msg, check)):
                 conn.view = memoryview(taker.into)[:msg.nbytes]
             else:
                 msg.data = np.empty(msg.nbytes, dtype=np.uint8)

@@ -1,0 +1,225 @@
+"""`from commlib import MPI`: the part of mpi4py's `MPI` module that real scripts use, over commlib.
+
+Change `from mpi4py import MPI` to `from commlib import MPI`, run under
+`commrun -n N`, and the program behaves as it does under mpirun; no MPI
+library is needed. The covered subset and its semantics are those of
+mpi4py 4.1 on intra-communicators (research/mpi4py-subset.md); importing
+initialises, as mpi4py does by default. Outside a launcher COMM_WORLD is a
+size-1 singleton.
+
+This is a front-end: parsing of mpi4py's arguments (`_message`), datatypes,
+ops, requests and communicators, over commlib's groups, engine and
+collectives. `python -m commlib.MPI --version` says what it provides.
+"""
+import pickle as _pickle
+import threading as _threading
+import time as _time
+
+from .. import __version__ as _version
+from .._api import finalize as _finalize
+from ._comm import Cartcomm, Comm, Compute_dims, Group, Intracomm, processor_name as _processor_name, world_comms
+from ._constants import *  # noqa: F401,F403
+from ._constants import MPIException, THREAD_MULTIPLE
+from ._datatypes import DATATYPE_NULL, NAMED as _NAMED, Datatype
+from ._ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM,
+                   Op)
+from ._requests import Prequest, Request, Status
+
+Exception = MPIException  # noqa: A001  (mpi4py's name: MPI.Exception)
+
+globals().update(_NAMED)  # MPI.DOUBLE, MPI.INT, MPI.BYTE, ...
+
+COMM_WORLD, COMM_SELF = world_comms()
+COMM_NULL = Intracomm()
+COMM_NULL._c.name = "MPI_COMM_NULL"
+REQUEST_NULL = Request()
+GROUP_NULL = Group()
+GROUP_EMPTY = Group()
+GROUP_NULL_NAME = "MPI_GROUP_NULL"
+
+_finalized = False
+
+
+# ------------------------------------------------------------------ environment
+def Init():
+    """Already initialised at import (as mpi4py by default): nothing to do."""
+
+
+def Init_thread(required=THREAD_MULTIPLE):
+    return THREAD_MULTIPLE
+
+
+def Finalize():
+    """Leave the job (flush, compare collectives with every rank, close); atexit does it otherwise."""
+    global _finalized
+    if not _finalized:
+        _finalized = True
+        _finalize()
+
+
+def Is_initialized():
+    return True
+
+
+def Is_finalized():
+    return _finalized
+
+
+def Query_thread():
+    """THREAD_MULTIPLE: point-to-point calls are safe from any thread; each communicator's collectives
+    run in program order (calling them from several threads at once is erroneous, as in MPI)."""
+    return THREAD_MULTIPLE
+
+
+def Is_thread_main():
+    return _threading.current_thread() is _threading.main_thread()
+
+
+def Get_version():
+    return (3, 1)
+
+
+def Get_library_version():
+    return f"commlib {_version} (Python over sockets; no MPI library)"
+
+
+def get_vendor():
+    return ("commlib", tuple(int(x) for x in _version.split(".")[:3]))
+
+
+def Get_abi_version():
+    return (-1, -1)
+
+
+def Get_processor_name():
+    return _processor_name()
+
+
+def Wtime():
+    return _time.perf_counter()
+
+
+def Wtick():
+    return _time.get_clock_info("perf_counter").resolution
+
+
+def Pcontrol(level):
+    return None
+
+
+def Get_error_class(errorcode):
+    return int(errorcode)
+
+
+def Get_error_string(errorcode):
+    return MPIException(int(errorcode)).Get_error_string()
+
+
+def Attach_buffer(buf):
+    global _attached
+    _attached = buf
+
+
+def Detach_buffer():
+    global _attached
+    buf, _attached = _attached, None
+    return buf
+
+
+_attached = None
+
+
+def Alloc_mem(size, info=None):
+    return memoryview(bytearray(int(size)))
+
+
+def Free_mem(mem):
+    return None
+
+
+def _not_provided(what):
+    def fail(*args, **kwargs):
+        raise NotImplementedError(f"{what} is not provided by commlib.MPI (see the README's mpi4py section)")
+    return fail
+
+
+class Info:
+    """MPI_Info: accepted and ignored, as commlib takes no hints."""
+
+    def __init__(self):
+        self._d = {}
+
+    @classmethod
+    def Create(cls, items=None):
+        info = cls()
+        info._d.update(dict(items or {}))
+        return info
+
+    def Set(self, key, value):
+        self._d[key] = value
+
+    def Get(self, key, default=None):
+        return self._d.get(key, default)
+
+    def Delete(self, key):
+        self._d.pop(key, None)
+
+    def Get_nkeys(self):
+        return len(self._d)
+
+    def Dup(self):
+        return Info.Create(self._d)
+
+    def Free(self):
+        self._d = {}
+
+
+INFO_NULL = Info()
+INFO_ENV = Info()
+
+
+class Errhandler:
+    """Errors always raise MPI.Exception here; error handlers are accepted and ignored."""
+
+    def Free(self):
+        return None
+
+
+ERRORS_RETURN = ERRORS_ARE_FATAL = ERRORS_ABORT = ERRHANDLER_NULL = Errhandler()
+Comm.Set_errhandler = lambda self, errhandler: None
+Comm.Get_errhandler = lambda self: ERRORS_RETURN
+Comm.Call_errhandler = lambda self, errorcode: None
+for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Mprobe",
+              "Improbe", "mprobe", "improbe", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
+              "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Alltoallw", "Neighbor_allgather",
+              "Neighbor_alltoall", "Barrier_init", "Bcast_init", "Allreduce_init", "Psend_init", "Precv_init"):
+    setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
+
+
+class Win:
+    """One-sided communication (RMA) is out of scope."""
+
+    Create = Allocate = Allocate_shared = Create_dynamic = staticmethod(_not_provided("MPI.Win (RMA)"))
+
+
+class File:
+    """MPI-IO is out of scope."""
+
+    Open = staticmethod(_not_provided("MPI.File (MPI-IO)"))
+
+
+class Pickle:
+    """MPI.pickle: how object messages are serialised (pickle, highest protocol)."""
+
+    def __init__(self, dumps=_pickle.dumps, loads=_pickle.loads, protocol=_pickle.HIGHEST_PROTOCOL):
+        self._dumps, self._loads, self.PROTOCOL = dumps, loads, protocol
+
+    def dumps(self, obj):
+        return self._dumps(obj, self.PROTOCOL)
+
+    def loads(self, data):
+        return self._loads(data)
+
+
+pickle = Pickle()
+

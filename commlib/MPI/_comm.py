@@ -1,0 +1,1162 @@
+"""Communicators: `Comm`, `Intracomm`, `Cartcomm` and process `Group`s, over commlib groups.
+
+A communicator handle holds a `_State`: the commlib Group (its matching
+context and ordered collective stream), a name and a topology. Handles made
+by `Intracomm(comm)` share the state (`==`, not `is`); `Free()` empties the
+handle. Point-to-point calls go to the matching engine with raw receives
+(any dtype, truncation reported as ERR_TRUNCATE). Collectives run on the
+group's stream, so blocking and non-blocking ones keep program order: buffer
+collectives with predefined ops go to commlib's own algorithms on views of
+the caller's memory; vector collectives, scans and user ops run over the
+engine with tags below zero, which no user receive (ANY_TAG included) can
+match.
+"""
+import math
+import pickle
+import socket
+
+import numpy as np
+
+from .. import _api
+from .._api import collectives as _coll
+from .._api import lifecycle as _lifecycle
+from .._dtypes import DT_BYTES
+from .._engine import EAGER_BYTES, Group as _Group, wait_all as _wait_all
+from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG,
+                         ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
+                         UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, MPIException)
+from ._message import block_count, is_in_place, parse_recv, parse_send, parse_vector
+from ._ops import SUM, Op
+from ._requests import Prequest, Request
+
+_ENGINE_ANY_TAG = -1
+_UNBOUNDED = 1 << 62
+# Tags of the collectives that run over point-to-point (negative: never a user's).
+TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = -101, -102, -103, -104, \
+    -105, -106
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class _State:
+    __slots__ = ("g", "name", "topo", "builtin")
+
+    def __init__(self, g, name="", topo=None, builtin=False):
+        self.g, self.name, self.topo, self.builtin = g, name, topo, builtin
+
+
+_NULL = _State(None, "MPI_COMM_NULL")
+
+
+# ------------------------------------------------------------------ argument checks
+def _group(comm):
+    g = comm._c.g
+    if g is None:
+        raise MPIException(ERR_COMM, "operation on MPI.COMM_NULL (a freed or excluded communicator)")
+    return g
+
+
+def _dest(g, dest, what):
+    if isinstance(dest, (int, np.integer)) and not isinstance(dest, bool) and 0 <= dest < g._size:
+        return int(dest)
+    raise MPIException(ERR_RANK, f"rank {g._rank}: {what}: {dest!r} is not a rank of this communicator "
+                                 f"(size {g._size}) nor MPI.PROC_NULL")
+
+
+def _source(g, source, what):
+    if source == ANY_SOURCE:
+        return ANY_SOURCE
+    return _dest(g, source, what)
+
+
+def _stag(g, tag, what):
+    if isinstance(tag, (int, np.integer)) and not isinstance(tag, bool) and 0 <= tag <= TAG_UB_VALUE:
+        return int(tag)
+    raise MPIException(ERR_TAG, f"rank {g._rank}: {what}: tag {tag!r} is not in 0..MPI.TAG_UB")
+
+
+def _rtag(g, tag, what):
+    return _ENGINE_ANY_TAG if tag == ANY_TAG else _stag(g, tag, what)
+
+
+def _root(g, root, what):
+    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g._size:
+        return int(root)
+    raise MPIException(ERR_ROOT, f"rank {g._rank}: {what}: root={root!r} is not a rank of this communicator "
+                                 f"(size {g._size})")
+
+
+def _proc_null(status):
+    if status is not None:
+        status._fill(PROC_NULL, ANY_TAG, 0)
+
+
+def _user_tag(tag):
+    return ANY_TAG if tag == _ENGINE_ANY_TAG else tag
+
+
+def _fill(status, msg):
+    if status is not None:
+        status._fill(msg.source, msg.tag, msg.nbytes)
+
+
+# ------------------------------------------------------------------ engine calls
+def _send(g, m_u8, wire, count, dest, tag, *, sync=False, block=True, what="Send"):
+    return g.engine.send(g.p2p, dest, [m_u8], tag=tag, dtype=wire, count=count, sync=sync, what=what, block=block)
+
+
+def _truncating(capacity, what, me):
+    def finish(msg, payload):
+        if msg.nbytes > capacity:
+            raise MPIException(ERR_TRUNCATE, f"rank {me}: {what}: message of {msg.nbytes} bytes from rank "
+                                             f"{msg.source} (tag {msg.tag}) is longer than the {capacity}-byte "
+                                             f"receive buffer")
+        return msg
+    return finish
+
+
+def _recv_buf(g, m, source, tag, block, what):
+    u8 = m.u8
+    return g.engine.recv(g.p2p, source, tag, u8, _truncating(u8.nbytes, what, g._rank), what=what, block=block,
+                         check=(m.datatype._wire, u8.nbytes), raw=True)
+
+
+def _unpickle(msg, payload):
+    return msg, payload
+
+
+def _recv_obj(g, source, tag, block, what):
+    return g.engine.recv(g.p2p, source, tag, None, _unpickle, what=what, block=block, check=(DT_BYTES, _UNBOUNDED),
+                         raw=True)
+
+
+def _loads(payload):
+    return pickle.loads(payload) if len(payload) else None
+
+
+def _dumps(obj):
+    data = pickle.dumps(obj, _PROTOCOL)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _done_buf(msg, status):
+    _fill(status, msg)
+    return None
+
+
+def _done_obj(result, status):
+    msg, payload = result
+    _fill(status, msg)
+    return _loads(payload)
+
+
+def _done_proc_null(result, status):
+    _proc_null(status)
+    return None
+
+
+# ------------------------------------------------------------------ collectives over point-to-point
+def _p2p_send(g, arr, dest, tag, block=True):
+    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return g.engine.send(g.p2p, dest, [u8], tag=tag, dtype=DT_BYTES, count=u8.nbytes, what="collective",
+                         block=block)
+
+
+def _p2p_recv(g, arr, source, tag, block=True):
+    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return g.engine.recv(g.p2p, source, tag, u8, _truncating(u8.nbytes, "collective", g._rank),
+                         what="collective", block=block, check=(DT_BYTES, u8.nbytes), raw=True)
+
+
+def _fold_buffers(blocks, op, dt, out):
+    """out = blocks[0] op blocks[1] op ... (MPI order: acc = lower op acc, from the top rank down)."""
+    acc = np.array(blocks[-1], copy=True)
+    for b in reversed(blocks[:-1]):
+        op.combine(b, acc, dt)
+    out[...] = acc
+
+
+def _fold(values, op):
+    acc = values[0]
+    for v in values[1:]:
+        acc = op(acc, v)
+    return acc
+
+
+def _allreduce_body(g, s, out, op, dt):
+    if op._kernel is not None:
+        _coll._all_reduce(g, s, op._kernel, out)
+        return
+    gathered = _coll._all_gather(g, s)
+    _fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+
+
+def _reduce_body(g, s, out, op, dt, root):
+    if op._kernel is not None:
+        _coll._reduce(g, s, op._kernel, root, out)
+        return
+    gathered = _coll._gather(g, s, root)
+    if g._rank == root:
+        _fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+
+
+def _scan_body(g, s, out, op, dt, exclusive):
+    n, me = g._size, g._rank
+    mine = np.array(s, copy=True)  # s may be out itself (IN_PLACE)
+    prev = None
+    if me > 0:
+        prev = np.empty_like(mine)
+        _p2p_recv(g, prev, me - 1, TAG_SCAN)
+        op.combine(prev, mine, dt)  # mine = prefix op mine
+    if exclusive:
+        if prev is not None:
+            out[...] = prev
+    else:
+        out[...] = mine
+    if me < n - 1:
+        _p2p_send(g, mine, me + 1, TAG_SCAN)
+
+
+def _gatherv_body(g, s, R, root):
+    me, n = g._rank, g._size
+    if me != root:
+        _p2p_send(g, s, root, TAG_GATHERV)
+        return
+    reqs = [_p2p_recv(g, R.block(i), i, TAG_GATHERV, block=False) for i in range(n) if i != root]
+    if s is not None:
+        R.block(root)[...] = s
+    _wait_all(reqs)
+
+
+def _scatterv_body(g, S, r, root):
+    me, n = g._rank, g._size
+    if me != root:
+        _p2p_recv(g, r, root, TAG_SCATTERV)
+        return
+    reqs = [_p2p_send(g, S.block(i), i, TAG_SCATTERV, block=False) for i in range(n) if i != root]
+    if r is not None:
+        r[...] = S.block(root)
+    _wait_all([q for q in reqs if q is not None])
+
+
+def _exchange_body(g, send_block, recv_block, tag):
+    """Every rank sends send_block(j) to j and receives recv_block(i) from i (all-to-all pattern)."""
+    me, n = g._rank, g._size
+    reqs = [_p2p_recv(g, recv_block(i), i, tag, block=False) for i in range(n) if i != me]
+    reqs += [_p2p_send(g, send_block(j), j, tag, block=False) for j in range(n) if j != me]
+    mine = send_block(me)
+    if mine is not None:
+        recv_block(me)[...] = mine
+    _wait_all([q for q in reqs if q is not None])
+
+
+def _alltoall_obj_body(g, objs):
+    me, n = g._rank, g._size
+    recvs = {i: _recv_obj(g, i, TAG_ALLTOALL_OBJ, False, "alltoall") for i in range(n) if i != me}
+    sends = [_p2p_send(g, _dumps(objs[j]), j, TAG_ALLTOALL_OBJ, block=False) for j in range(n) if j != me]
+    _wait_all([q for q in sends if q is not None])
+    out = []
+    for i in range(n):
+        if i == me:
+            out.append(pickle.loads(pickle.dumps(objs[i], _PROTOCOL)))
+        else:
+            msg, payload = recvs[i].wait()
+            out.append(_loads(payload))
+    return out
+
+
+# ------------------------------------------------------------------ communicators
+class Comm:
+    """An MPI communicator handle."""
+
+    __slots__ = ("_c", "__weakref__")
+
+    def __new__(cls, comm=None):
+        self = object.__new__(cls)
+        self._c = comm._c if comm is not None else _NULL
+        return self
+
+    @classmethod
+    def _of(cls, state):
+        self = object.__new__(cls)
+        self._c = state
+        return self
+
+    # ---------------------------------------------------------------- queries
+    def Get_rank(self):
+        return _group(self)._rank
+
+    def Get_size(self):
+        return _group(self)._size
+
+    rank = property(Get_rank)
+    size = property(Get_size)
+
+    def Get_group(self):
+        g = _group(self)
+        return Group._of(g.world, g.world[g._rank])
+
+    group = property(Get_group)
+
+    def Get_name(self):
+        return self._c.name
+
+    def Set_name(self, name):
+        if self._c is _NULL:
+            raise MPIException(ERR_COMM, "cannot name MPI.COMM_NULL")
+        self._c.name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Is_inter(self):
+        return False
+
+    def Is_intra(self):
+        return True
+
+    is_inter = property(Is_inter)
+    is_intra = property(Is_intra)
+
+    def Get_topology(self):
+        return UNDEFINED if self._c.topo is None else CART
+
+    topology = property(Get_topology)
+
+    def Get_attr(self, keyval):
+        g = _group(self)
+        if keyval == TAG_UB:
+            return TAG_UB_VALUE
+        if keyval == WTIME_IS_GLOBAL:
+            return False
+        if keyval == UNIVERSE_SIZE:
+            return len(g.world) if self._c.builtin else None
+        if keyval == APPNUM:
+            return 0
+        if keyval in (HOST, IO):
+            return PROC_NULL if keyval == HOST else g._rank
+        return None
+
+    def Compare(self, comm2, comm=None):
+        """IDENT, CONGRUENT (a dup), SIMILAR (same ranks, other order) or UNEQUAL.
+        Also callable as MPI.Comm.Compare(a, b)."""
+        a, b = (self, comm2) if comm is None else (comm2, comm)
+        if a._c is b._c:
+            return IDENT
+        if a._c.g is None or b._c.g is None:
+            return UNEQUAL
+        wa, wb = list(a._c.g.world), list(b._c.g.world)
+        if wa == wb:
+            return CONGRUENT
+        return SIMILAR if sorted(wa) == sorted(wb) else UNEQUAL
+
+    def Free(self):
+        if self._c.builtin:
+            raise MPIException(ERR_COMM, f"cannot free {self._c.name}")
+        if self._c is _NULL:
+            raise MPIException(ERR_COMM, "cannot free MPI.COMM_NULL")
+        self._c = _NULL
+
+    def Abort(self, errorcode=0):
+        """Stop every rank of the job: this process exits with errorcode (1 for 0), and commrun stops the rest."""
+        g = self._c.g
+        _lifecycle.abort(int(errorcode), f"MPI_Abort was called on rank {g._rank if g else '?'} "
+                                         f"with error code {int(errorcode)}")
+
+    def __eq__(self, other):
+        if not isinstance(other, Comm):
+            return NotImplemented
+        return self._c is other._c
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return id(self._c)
+
+    def __bool__(self):
+        return self._c is not _NULL
+
+    def __repr__(self):
+        return f"<MPI.{type(self).__name__} {self._c.name or hex(id(self._c))}>"
+
+    # ---------------------------------------------------------------- point-to-point, buffers
+    def Send(self, buf, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return
+        m = parse_send(buf)
+        _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+
+    Bsend = Rsend = Send
+
+    def Ssend(self, buf, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return
+        m = parse_send(buf)
+        _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Ssend"), _stag(g, tag, "Ssend"), sync=True,
+              what="Ssend")
+
+    def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            _proc_null(status)
+            return
+        m = parse_recv(buf)
+        msg = _recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
+        _fill(status, msg)
+
+    def Isend(self, buf, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return Request._completed(fill=_done_proc_null)
+        m = parse_send(buf)
+        r = _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Isend"), _stag(g, tag, "Isend"),
+                  block=False, what="Isend")
+        return Request._wrap(r, _done_buf_send)
+
+    Ibsend = Irsend = Isend
+
+    def Issend(self, buf, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return Request._completed(fill=_done_proc_null)
+        m = parse_send(buf)
+        r = _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Issend"), _stag(g, tag, "Issend"),
+                  sync=True, block=False, what="Issend")
+        return Request._wrap(r, _done_buf_send)
+
+    def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+        g = _group(self)
+        if source == PROC_NULL:
+            return Request._completed(fill=_done_proc_null)
+        m = parse_recv(buf)
+        r = _recv_buf(g, m, _source(g, source, "Irecv"), _rtag(g, tag, "Irecv"), False, "Irecv")
+        return Request._wrap(r, _done_buf)
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+        g = _group(self)
+        s = None if dest == PROC_NULL else parse_send(sendbuf)
+        r = None if source == PROC_NULL else parse_recv(recvbuf)
+        dest_r = None if s is None else _dest(g, dest, "Sendrecv")
+        stag = _stag(g, sendtag, "Sendrecv")
+        src_r = None if r is None else _source(g, source, "Sendrecv")
+        rtag = _rtag(g, recvtag, "Sendrecv")
+        if s is not None and s.nbytes <= EAGER_BYTES:
+            # a small send completes into the socket buffer: then the receive's fast path
+            _send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
+            s = None
+        req = None if r is None else _recv_buf(g, r, src_r, rtag, s is None, "Sendrecv")
+        if s is not None:
+            _send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
+            if req is not None:
+                req = req.wait()
+        if r is None:
+            _proc_null(status)
+        else:
+            _fill(status, req)
+
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+        g = _group(self)
+        m = parse_recv(buf)
+        copy = m.array.copy()
+        req = None
+        if source != PROC_NULL:
+            req = _recv_buf(g, m, _source(g, source, "Sendrecv_replace"), _rtag(g, recvtag, "Sendrecv_replace"),
+                            False, "Sendrecv_replace")
+        if dest != PROC_NULL:
+            _send(g, copy.view(np.uint8), m.datatype._wire, copy.size, _dest(g, dest, "Sendrecv_replace"),
+                  _stag(g, sendtag, "Sendrecv_replace"), what="Sendrecv_replace")
+        if req is None:
+            _proc_null(status)
+        else:
+            _fill(status, req.wait())
+
+    def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            _proc_null(status)
+            return True
+        msg = g.engine.probe(g.p2p, _source(g, source, "Probe"), _rtag(g, tag, "Probe"), True)
+        _fill(status, msg)
+        return True
+
+    def Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            _proc_null(status)
+            return True
+        msg = g.engine.probe(g.p2p, _source(g, source, "Iprobe"), _rtag(g, tag, "Iprobe"), False)
+        if msg is None:
+            return False
+        _fill(status, msg)
+        return True
+
+    def Send_init(self, buf, dest, tag=0):
+        return Prequest._make(lambda: self.Isend(buf, dest, tag))
+
+    Bsend_init = Rsend_init = Send_init
+
+    def Ssend_init(self, buf, dest, tag=0):
+        return Prequest._make(lambda: self.Issend(buf, dest, tag))
+
+    def Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+        return Prequest._make(lambda: self.Irecv(buf, source, tag))
+
+    # ---------------------------------------------------------------- point-to-point, objects
+    def send(self, obj, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return
+        data = _dumps(obj)
+        _send(g, data, DT_BYTES, data.size, _dest(g, dest, "send"), _stag(g, tag, "send"), what="send")
+
+    bsend = send
+
+    def ssend(self, obj, dest, tag=0):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return
+        data = _dumps(obj)
+        _send(g, data, DT_BYTES, data.size, _dest(g, dest, "ssend"), _stag(g, tag, "ssend"), sync=True,
+              what="ssend")
+
+    def isend(self, obj, dest, tag=0):
+        return self._isend_obj(obj, dest, tag, False, "isend")
+
+    ibsend = isend
+
+    def issend(self, obj, dest, tag=0):
+        return self._isend_obj(obj, dest, tag, True, "issend")
+
+    def _isend_obj(self, obj, dest, tag, sync, what):
+        g = _group(self)
+        if dest == PROC_NULL:
+            return Request._completed(fill=_done_proc_null)
+        data = _dumps(obj)
+        r = _send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=False,
+                  what=what)
+        return Request._wrap(r, _done_buf_send)
+
+    def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            _proc_null(status)
+            return None
+        msg, payload = _recv_obj(g, _source(g, source, "recv"), _rtag(g, tag, "recv"), True, "recv")
+        _fill(status, msg)
+        return _loads(payload)
+
+    def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+        g = _group(self)
+        if source == PROC_NULL:
+            return Request._completed(fill=_done_proc_null)
+        r = _recv_obj(g, _source(g, source, "irecv"), _rtag(g, tag, "irecv"), False, "irecv")
+        return Request._wrap(r, _done_obj)
+
+    def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+        g = _group(self)
+        req = None
+        if source != PROC_NULL:
+            req = _recv_obj(g, _source(g, source, "sendrecv"), _rtag(g, recvtag, "sendrecv"), False, "sendrecv")
+        if dest != PROC_NULL:
+            self.send(sendobj, dest, sendtag)
+        if req is None:
+            _proc_null(status)
+            return None
+        msg, payload = req.wait()
+        _fill(status, msg)
+        return _loads(payload)
+
+    def probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        return self.Probe(source, tag, status)
+
+    def iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        return self.Iprobe(source, tag, status)
+
+    # ---------------------------------------------------------------- collectives
+    def _run(self, fn, *args):
+        g = _group(self)
+        return g.stream.run(fn, g, *args)
+
+    def _start(self, what, fn, *args):
+        g = _group(self)
+        return Request._wrap(g.stream.submit(what, fn, g, *args), _done_coll)
+
+    def Barrier(self):
+        self._run(_coll._barrier)
+
+    barrier = Barrier
+
+    def Ibarrier(self):
+        return self._start("Ibarrier", _coll._barrier)
+
+    def _bcast_args(self, buf, root):
+        g = _group(self)
+        root = _root(g, root, "Bcast")
+        m = parse_send(buf) if g._rank == root else parse_recv(buf)
+        return m.array, root
+
+    def Bcast(self, buf, root=0):
+        self._run(_coll._broadcast, *self._bcast_args(buf, root))
+
+    def Ibcast(self, buf, root=0):
+        return self._start("Ibcast", _coll._broadcast, *self._bcast_args(buf, root))
+
+    def _reduce_args(self, sendbuf, recvbuf, op, what):
+        r = parse_recv(recvbuf)
+        if is_in_place(sendbuf):
+            return r.array, r.array, _as_op(op), r.datatype
+        s = parse_send(sendbuf)
+        return s.array, _match(s, r, s.array.size, what), _as_op(op), s.datatype
+
+    def Allreduce(self, sendbuf, recvbuf, op=SUM):
+        self._run(_allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
+
+    def Iallreduce(self, sendbuf, recvbuf, op=SUM):
+        return self._start("Iallreduce", _allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Iallreduce"))
+
+    def _rooted_reduce_args(self, sendbuf, recvbuf, op, root, what):
+        g = _group(self)
+        root = _root(g, root, what)
+        if g._rank == root:
+            s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, what)
+        else:
+            m = parse_send(sendbuf)
+            s, out, op, dt = m.array, None, _as_op(op), m.datatype
+        return s, out, op, dt, root
+
+    def Reduce(self, sendbuf, recvbuf, op=SUM, root=0):
+        self._run(_reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Reduce"))
+
+    def Ireduce(self, sendbuf, recvbuf, op=SUM, root=0):
+        return self._start("Ireduce", _reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Ireduce"))
+
+    def Scan(self, sendbuf, recvbuf, op=SUM):
+        self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Scan"), False)
+
+    def Exscan(self, sendbuf, recvbuf, op=SUM):
+        self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Exscan"), True)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
+        g = _group(self)
+        r = parse_recv(recvbuf)
+        if is_in_place(sendbuf):
+            per = block_count(r, g._size, "Reduce_scatter_block")
+            s, out = r.array, r.array[:per * r.datatype._mult]
+        else:
+            s = parse_send(sendbuf).array
+            out = r.array
+            if s.size != out.size * g._size:
+                raise ValueError(f"Reduce_scatter_block: sendbuf has {s.size} elements, expected {g._size} blocks "
+                                 f"of the recvbuf's {out.size}")
+        self._run(_reduce_scatter_body, s, out, _as_op(op), r.datatype, None)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
+        g = _group(self)
+        r = parse_recv(recvbuf)
+        s = r.array if is_in_place(sendbuf) else parse_send(sendbuf).array
+        mult = r.datatype._mult
+        total = s.size // mult
+        if recvcounts is None:
+            counts = [total // g._size + (1 if i < total % g._size else 0) for i in range(g._size)]
+        else:
+            counts = [int(c) for c in recvcounts]
+            if len(counts) != g._size or sum(counts) != total:
+                raise ValueError(f"Reduce_scatter: recvcounts {counts} do not split {total} elements over "
+                                 f"{g._size} ranks")
+        lo = sum(counts[:g._rank]) * mult
+        n = counts[g._rank] * mult
+        if r.array.size < n:
+            raise ValueError(f"Reduce_scatter: recvbuf holds {r.array.size} elements, rank {g._rank} gets {n}")
+        self._run(_reduce_scatter_body, s, r.array[:n], _as_op(op), r.datatype, lo)
+
+    def _gather_args(self, sendbuf, recvbuf, root, what):
+        g = _group(self)
+        root = _root(g, root, what)
+        if g._rank != root:
+            return parse_send(sendbuf).array, root, None
+        r = parse_recv(recvbuf)
+        per = block_count(r, g._size, what) * r.datatype._mult
+        out = r.array
+        if is_in_place(sendbuf):
+            return out[g._rank * per:(g._rank + 1) * per], root, out
+        s = parse_send(sendbuf)
+        return _match(s, r, per, what, send_side=True), root, out
+
+    def Gather(self, sendbuf, recvbuf, root=0):
+        self._run(_coll._gather, *self._gather_args(sendbuf, recvbuf, root, "Gather"))
+
+    def Igather(self, sendbuf, recvbuf, root=0):
+        return self._start("Igather", _coll._gather, *self._gather_args(sendbuf, recvbuf, root, "Igather"))
+
+    def _scatter_args(self, sendbuf, recvbuf, root, what):
+        g = _group(self)
+        root = _root(g, root, what)
+        if g._rank != root:
+            return None, root, parse_recv(recvbuf).array
+        s = parse_send(sendbuf)
+        per = block_count(s, g._size, what) * s.datatype._mult
+        if is_in_place(recvbuf):
+            return s.array, root, s.array[g._rank * per:(g._rank + 1) * per]
+        r = parse_recv(recvbuf)
+        return s.array, root, _match(r, s, per, what, send_side=True)
+
+    def Scatter(self, sendbuf, recvbuf, root=0):
+        self._run(_coll._scatter, *self._scatter_args(sendbuf, recvbuf, root, "Scatter"))
+
+    def Iscatter(self, sendbuf, recvbuf, root=0):
+        return self._start("Iscatter", _coll._scatter, *self._scatter_args(sendbuf, recvbuf, root, "Iscatter"))
+
+    def _allgather_args(self, sendbuf, recvbuf, what):
+        g = _group(self)
+        r = parse_recv(recvbuf)
+        per = block_count(r, g._size, what) * r.datatype._mult
+        if is_in_place(sendbuf):
+            return r.array[g._rank * per:(g._rank + 1) * per], r.array
+        return _match(parse_send(sendbuf), r, per, what, send_side=True), r.array
+
+    def Allgather(self, sendbuf, recvbuf):
+        self._run(_coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Allgather"))
+
+    def Iallgather(self, sendbuf, recvbuf):
+        return self._start("Iallgather", _coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Iallgather"))
+
+    def _alltoall_args(self, sendbuf, recvbuf, what):
+        g = _group(self)
+        r = parse_recv(recvbuf)
+        block_count(r, g._size, what)
+        if is_in_place(sendbuf):
+            return r.array.copy(), r.array
+        s = parse_send(sendbuf)
+        return _match(s, r, r.array.size, what, send_side=True), r.array
+
+    def Alltoall(self, sendbuf, recvbuf):
+        self._run(_alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
+
+    def Ialltoall(self, sendbuf, recvbuf):
+        return self._start("Ialltoall", _alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
+
+    # vector collectives
+    def Gatherv(self, sendbuf, recvbuf, root=0):
+        g = _group(self)
+        root = _root(g, root, "Gatherv")
+        if g._rank != root:
+            return self._run(_gatherv_body, parse_send(sendbuf).array, None, root)
+        R = parse_vector(recvbuf, g._size, True)
+        s = None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
+        self._run(_gatherv_body, s, R, root)
+
+    def Scatterv(self, sendbuf, recvbuf, root=0):
+        g = _group(self)
+        root = _root(g, root, "Scatterv")
+        if g._rank != root:
+            return self._run(_scatterv_body, None, parse_recv(recvbuf).array, root)
+        S = parse_vector(sendbuf, g._size, False)
+        r = None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype)
+        self._run(_scatterv_body, S, r, root)
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        g = _group(self)
+        R = parse_vector(recvbuf, g._size, True)
+        s = R.block(g._rank).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
+        self._run(_exchange_body, lambda j: s, R.block, TAG_ALLGATHERV)
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        g = _group(self)
+        R = parse_vector(recvbuf, g._size, True)
+        if is_in_place(sendbuf):
+            S = parse_vector(recvbuf, g._size, False)
+            S.array = S.array.copy()
+        else:
+            S = parse_vector(sendbuf, g._size, False)
+        self._run(_exchange_body, S.block, R.block, TAG_ALLTOALLV)
+
+    # object collectives
+    def bcast(self, obj=None, root=0):
+        g = _group(self)
+        return _api.broadcast_obj(obj, _root(g, root, "bcast"), group=g)
+
+    def gather(self, sendobj, root=0):
+        g = _group(self)
+        return _api.gather_obj(sendobj, _root(g, root, "gather"), group=g)
+
+    def scatter(self, sendobj, root=0):
+        g = _group(self)
+        root = _root(g, root, "scatter")
+        if g._rank == root:
+            if sendobj is None or len(sendobj) != g._size:
+                raise ValueError(f"scatter: root needs a sequence of {g._size} objects, got "
+                                 f"{'None' if sendobj is None else len(sendobj)}")
+        return _api.scatter_obj(list(sendobj) if g._rank == root else None, root, group=g)
+
+    def allgather(self, sendobj):
+        return _api.all_gather_obj(sendobj, group=_group(self))
+
+    def alltoall(self, sendobj):
+        g = _group(self)
+        if sendobj is None or len(sendobj) != g._size:
+            raise ValueError(f"alltoall: needs a sequence of {g._size} objects")
+        return self._run(_alltoall_obj_body, list(sendobj))
+
+    def reduce(self, sendobj, op=SUM, root=0):
+        g = _group(self)
+        values = _api.gather_obj(sendobj, _root(g, root, "reduce"), group=g)
+        return None if values is None else _fold(values, op)
+
+    def allreduce(self, sendobj, op=SUM):
+        return _fold(_api.all_gather_obj(sendobj, group=_group(self)), op)
+
+    def scan(self, sendobj, op=SUM):
+        g = _group(self)
+        return _fold(_api.all_gather_obj(sendobj, group=g)[:g._rank + 1], op)
+
+    def exscan(self, sendobj, op=SUM):
+        g = _group(self)
+        values = _api.all_gather_obj(sendobj, group=g)[:g._rank]
+        return _fold(values, op) if values else None
+
+
+def _done_buf_send(result, status):
+    if status is not None:
+        status._fill(ANY_SOURCE, ANY_TAG, 0)
+    return None
+
+
+def _done_coll(result, status):
+    if status is not None:
+        status._fill(ANY_SOURCE, ANY_TAG, 0)
+    return None
+
+
+def _as_op(op):
+    if isinstance(op, Op):
+        if not op:
+            raise MPIException(10, "MPI.OP_NULL is not a reduction")
+        return op
+    if callable(op):
+        return _callable_op(op)
+    raise TypeError(f"op must be an MPI.Op or a callable, got {type(op).__name__}")
+
+
+def _callable_op(fn):
+    op = Op.Create(fn, True)
+    op._user = None  # a plain callable reduces objects only
+    return op
+
+
+def _cast(arr, dt):
+    """arr (a send side) viewed as dt's base dtype, reinterpreting bytes where the datatypes differ."""
+    if arr.dtype == dt._base:
+        return arr
+    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    if u8.nbytes % dt._base.itemsize:
+        raise MPIException(ERR_TYPE, f"a buffer of {u8.nbytes} bytes is not a whole number of "
+                                     f"{dt.Get_name()} elements")
+    return u8.view(dt._base)
+
+
+def _match(s, r, count, what, send_side=False):
+    """The send side's array (send_side) or the receive side's first `count` elements, checked to agree."""
+    if send_side:
+        arr = _cast(s.array, r.datatype)
+        if arr.size != count:
+            raise ValueError(f"{what}: the send buffer holds {arr.size} {r.datatype.Get_name()} elements, "
+                             f"the receive side expects {count}")
+        return arr
+    out = r.array
+    if s.array.dtype != out.dtype:
+        out = _cast(out, s.datatype)
+    if out.size < count:
+        raise ValueError(f"{what}: the receive buffer holds {out.size} elements, the send buffer {count}")
+    return out[:count] if out.size != count else out
+
+
+def _reduce_scatter_body(g, s, out, op, dt, lo):
+    n = g._size
+    if lo is None and op._kernel is not None and s.size == out.size * n:
+        res = _coll._reduce_scatter(g, s, op._kernel)
+        out[...] = res
+        return
+    full = np.empty_like(s)
+    _allreduce_body(g, s, full, op, dt)
+    start = g._rank * out.size if lo is None else lo
+    out[...] = full[start:start + out.size]
+
+
+def _alltoall_body(g, s, out):
+    res = _coll._all_to_all(g, s)
+    out[...] = res
+
+
+class Intracomm(Comm):
+    """An intra-communicator: every collective, Split, Dup, Create_cart."""
+
+    __slots__ = ()
+
+    def _derive(self, sub, cls=None, topo=None):
+        if sub is None:
+            return COMM_NULL_HANDLE()
+        return (cls or Intracomm)._of(_State(sub, "", topo))
+
+    def Split(self, color=0, key=0):
+        g = _group(self)
+        if color == UNDEFINED:
+            c = -1
+        elif isinstance(color, (int, np.integer)) and not isinstance(color, bool) and color >= 0:
+            c = int(color)
+        else:
+            raise MPIException(ERR_ARG, f"rank {g._rank}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
+        return self._derive(g.split(c, int(key)))
+
+    def Dup(self, info=None):
+        g = _group(self)
+        dup = self._derive(g.split(0, g._rank), type(self) if isinstance(self, Cartcomm) else Intracomm,
+                           self._c.topo)
+        return dup
+
+    Clone = Dup
+
+    def Idup(self, info=None):
+        """(new communicator, a completed request): the dup itself is made at once."""
+        return self.Dup(), Request._completed()
+
+    def Create(self, group):
+        g = _group(self)
+        me = g.world[g._rank]
+        members = list(group._ranks)
+        if me in members:
+            return self._derive(g.split(0, members.index(me)))
+        g.split(-1, 0)
+        return COMM_NULL_HANDLE()
+
+    def Create_cart(self, dims, periods=None, reorder=False):
+        g = _group(self)
+        dims = [int(d) for d in dims]
+        if any(d <= 0 for d in dims):
+            raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
+        periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
+        if len(periods) != len(dims):
+            raise MPIException(ERR_ARG, f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
+        n = math.prod(dims)
+        if n > g._size:
+            raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {g._size}")
+        sub = g.split(0 if g._rank < n else -1, g._rank)
+        return self._derive(sub, Cartcomm, (tuple(dims), tuple(periods)))
+
+
+def COMM_NULL_HANDLE():
+    return Intracomm._of(_NULL)
+
+
+class Cartcomm(Intracomm):
+    """A communicator with a Cartesian topology (row-major rank order)."""
+
+    __slots__ = ()
+
+    def _topo(self):
+        if self._c.topo is None:
+            raise MPIException(ERR_TOPOLOGY, "communicator has no Cartesian topology")
+        return self._c.topo
+
+    def Get_dim(self):
+        return len(self._topo()[0])
+
+    ndim = dim = property(Get_dim)
+
+    def Get_topo(self):
+        dims, periods = self._topo()
+        return list(dims), [int(p) for p in periods], self.Get_coords(self.Get_rank())
+
+    topo = property(Get_topo)
+    dims = property(lambda self: list(self._topo()[0]))
+    periods = property(lambda self: [int(p) for p in self._topo()[1]])
+    coords = property(lambda self: self.Get_coords(self.Get_rank()))
+
+    def Get_coords(self, rank):
+        dims, _ = self._topo()
+        g = _group(self)
+        if not 0 <= rank < g._size:
+            raise MPIException(ERR_RANK, f"Get_coords: {rank} is not a rank of this communicator")
+        coords = []
+        for d in reversed(dims):
+            coords.append(rank % d)
+            rank //= d
+        return coords[::-1]
+
+    def Get_cart_rank(self, coords):
+        dims, periods = self._topo()
+        rank = 0
+        for c, d, p in zip(coords, dims, periods):
+            c = int(c)
+            if p:
+                c %= d
+            elif not 0 <= c < d:
+                raise MPIException(ERR_RANK, f"Get_cart_rank: coordinate {c} is outside the non-periodic "
+                                             f"dimension of size {d}")
+            rank = rank * d + c
+        return rank
+
+    def Shift(self, direction, disp):
+        """(source, dest) ranks for a shift by disp along direction; PROC_NULL past a non-periodic edge."""
+        dims, periods = self._topo()
+        if not 0 <= direction < len(dims):
+            raise MPIException(ERR_ARG, f"Shift: direction {direction} out of range for {len(dims)} dimensions")
+        coords = self.Get_coords(self.Get_rank())
+
+        def neighbour(step):
+            c = list(coords)
+            c[direction] += step
+            if not periods[direction] and not 0 <= c[direction] < dims[direction]:
+                return PROC_NULL
+            return self.Get_cart_rank(c)
+
+        return neighbour(-disp), neighbour(disp)
+
+    def Sub(self, remain_dims):
+        dims, periods = self._topo()
+        coords = self.Get_coords(self.Get_rank())
+        keep = [bool(r) for r in remain_dims]
+        color = 0
+        for c, d, k in zip(coords, dims, keep):
+            if not k:
+                color = color * d + c
+        key = 0
+        for c, d, k in zip(coords, dims, keep):
+            if k:
+                key = key * d + c
+        sub = _group(self).split(color, key)
+        topo = (tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
+        return self._derive(sub, Cartcomm, topo)
+
+
+def Compute_dims(nnodes, dims):
+    """MPI_Dims_create: fill the zero entries of dims (or `dims` zeros) with a balanced factorisation."""
+    out = [0] * dims if isinstance(dims, int) else [int(d) for d in dims]
+    fixed = math.prod(d for d in out if d > 0)
+    free = [i for i, d in enumerate(out) if d == 0]
+    if fixed == 0 or nnodes % fixed:
+        raise MPIException(ERR_ARG, f"Compute_dims: {nnodes} nodes do not fit the fixed dims {out}")
+    rest = nnodes // fixed
+    if not free:
+        if rest != 1:
+            raise MPIException(ERR_ARG, f"Compute_dims: dims {out} do not multiply to {nnodes}")
+        return out
+    factors, p, m = [], 2, rest
+    while p * p <= m:
+        while m % p == 0:
+            factors.append(p)
+            m //= p
+        p += 1
+    if m > 1:
+        factors.append(m)
+    vals = [1] * len(free)
+    for f in sorted(factors, reverse=True):
+        i = vals.index(min(vals))
+        vals[i] *= f
+    vals.sort(reverse=True)
+    for i, v in zip(free, vals):
+        out[i] = v
+    return out
+
+
+class Group:
+    """An ordered set of processes (world ranks)."""
+
+    __slots__ = ("_ranks", "_me")
+
+    def __new__(cls, group=None):
+        self = object.__new__(cls)
+        self._ranks, self._me = (group._ranks, group._me) if group is not None else ((), None)
+        return self
+
+    @classmethod
+    def _of(cls, ranks, me):
+        self = object.__new__(cls)
+        self._ranks, self._me = tuple(ranks), me
+        return self
+
+    def Get_size(self):
+        return len(self._ranks)
+
+    def Get_rank(self):
+        return self._ranks.index(self._me) if self._me in self._ranks else UNDEFINED
+
+    size = property(Get_size)
+    rank = property(Get_rank)
+
+    def _check(self, ranks):
+        ranks = [int(r) for r in ranks]
+        for r in ranks:
+            if not 0 <= r < len(self._ranks):
+                raise MPIException(ERR_RANK, f"Group: rank {r} is not in a group of size {len(self._ranks)}")
+        return ranks
+
+    def Incl(self, ranks):
+        return Group._of([self._ranks[r] for r in self._check(ranks)], self._me)
+
+    def Excl(self, ranks):
+        drop = set(self._check(ranks))
+        return Group._of([w for i, w in enumerate(self._ranks) if i not in drop], self._me)
+
+    def Translate_ranks(self, ranks=None, group=None):
+        ranks = range(len(self._ranks)) if ranks is None else self._check(ranks)
+        if group is None:
+            return list(ranks)
+        out = []
+        for r in ranks:
+            if r == PROC_NULL:
+                out.append(PROC_NULL)
+                continue
+            w = self._ranks[r]
+            out.append(group._ranks.index(w) if w in group._ranks else UNDEFINED)
+        return out
+
+    def Compare(self, group2, group=None):
+        a, b = (self, group2) if group is None else (group2, group)
+        if a._ranks == b._ranks:
+            return IDENT
+        return SIMILAR if sorted(a._ranks) == sorted(b._ranks) else UNEQUAL
+
+    def Union(self, group2, group=None):
+        a, b = (self, group2) if group is None else (group2, group)
+        return Group._of(list(a._ranks) + [w for w in b._ranks if w not in a._ranks], a._me)
+
+    def Intersection(self, group2, group=None):
+        a, b = (self, group2) if group is None else (group2, group)
+        return Group._of([w for w in a._ranks if w in b._ranks], a._me)
+
+    def Difference(self, group2, group=None):
+        a, b = (self, group2) if group is None else (group2, group)
+        return Group._of([w for w in a._ranks if w not in b._ranks], a._me)
+
+    def Dup(self):
+        return Group._of(self._ranks, self._me)
+
+    def Free(self):
+        self._ranks = ()
+
+    def __eq__(self, other):
+        if not isinstance(other, Group):
+            return NotImplemented
+        return self._ranks == other._ranks
+
+    __hash__ = None
+
+    def __bool__(self):
+        return bool(self._ranks)
+
+    def __repr__(self):
+        return f"<MPI.Group of {len(self._ranks)}>"
+
+
+def world_comms():
+    """(COMM_WORLD, COMM_SELF) handles over commlib's world group (initialising it)."""
+    world = _api.init()
+    self_group = _Group(world.transport, world.engine, 0x5E1F5E1F, [world.world[world.rank()]], 0, world.timeout)
+    return (Intracomm._of(_State(world, "MPI_COMM_WORLD", builtin=True)),
+            Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
+
+
+def processor_name():
+    return socket.gethostname()

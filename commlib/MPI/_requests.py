@@ -1,0 +1,388 @@
+"""Status and the Request family of mpi4py, over commlib's engine requests.
+
+An MPI Request wraps one engine request (`commlib._engine.Request`) and a
+`done(result)` that turns the engine's result into what MPI reports: it
+fills the Status and gives the received object (lower case) or None.
+Completion mutates the request in place: it becomes inactive, falsy and
+equal to REQUEST_NULL, as mpi4py's do.
+"""
+from .._engine import Request as _EngineRequest, wait_any as _wait_any
+from ._constants import ANY_SOURCE, ANY_TAG, ERR_REQUEST, SUCCESS, UNDEFINED, MPIException
+from ._datatypes import NAMED
+
+
+class Status:
+    """What a receive or probe matched: source, tag, error and the byte count."""
+
+    __slots__ = ("source", "tag", "error", "_nbytes", "_cancelled")
+
+    def __init__(self, status=None):
+        if status is None:
+            self.source, self.tag, self.error, self._nbytes, self._cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+        else:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self._nbytes, self._cancelled = status._nbytes, status._cancelled
+
+    def _fill(self, source, tag, nbytes, cancelled=False):
+        self.source, self.tag, self.error, self._nbytes, self._cancelled = source, tag, SUCCESS, nbytes, cancelled
+
+    def Get_source(self):
+        return self.source
+
+    def Set_source(self, source):
+        self.source = source
+
+    def Get_tag(self):
+        return self.tag
+
+    def Set_tag(self, tag):
+        self.tag = tag
+
+    def Get_error(self):
+        return self.error
+
+    def Set_error(self, error):
+        self.error = error
+
+    def Get_count(self, datatype=None):
+        """Elements of datatype received (bytes by default); UNDEFINED if not a whole number."""
+        size = 1 if datatype is None else datatype.Get_size()
+        if size == 0:
+            return 0 if self._nbytes == 0 else UNDEFINED
+        return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
+
+    def Get_elements(self, datatype):
+        base = datatype._base.itemsize if datatype._base is not None else 1
+        return self._nbytes // base
+
+    def Set_elements(self, datatype, count):
+        self._nbytes = int(count) * datatype.Get_size()
+
+    def Is_cancelled(self):
+        return self._cancelled
+
+    def Set_cancelled(self, flag):
+        self._cancelled = bool(flag)
+
+    count = property(lambda self: self.Get_count())
+    cancelled = property(Is_cancelled)
+
+    def __eq__(self, other):
+        if not isinstance(other, Status):
+            return NotImplemented
+        return (self.source, self.tag, self.error, self._nbytes, self._cancelled) == \
+            (other.source, other.tag, other.error, other._nbytes, other._cancelled)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<MPI.Status source={self.source} tag={self.tag} error={self.error} count={self._nbytes}>"
+
+
+_BYTE = NAMED["BYTE"]
+
+
+def _done_none(result, status):
+    if status is not None:
+        status._fill(ANY_SOURCE, ANY_TAG, 0)
+    return None
+
+
+class Request:
+    """A non-blocking operation; `Request()` is the null request."""
+
+    __slots__ = ("_r", "_done", "_value", "_persist", "__weakref__")
+
+    def __new__(cls, request=None):
+        self = object.__new__(cls)
+        if request is None:
+            self._r, self._done, self._value, self._persist = None, None, None, None
+        else:
+            self._r, self._done, self._value, self._persist = request._r, request._done, request._value, \
+                request._persist
+        return self
+
+    @classmethod
+    def _wrap(cls, r, done):
+        self = object.__new__(cls)
+        self._r, self._done, self._value, self._persist = r, done, None, None
+        return self
+
+    @classmethod
+    def _completed(cls, value=None, fill=None):
+        """A request that is already complete (PROC_NULL, a send that finished at once)."""
+        r = _EngineRequest("completed")
+        r._finish(value)
+        return cls._wrap(r, fill or _done_none)
+
+    # ------------------------------------------------------------ completion
+    def _complete(self, status):
+        """The engine request finished: run done(), deactivate, return the value."""
+        r = self._r
+        if r is None:
+            if status is not None:
+                status._fill(ANY_SOURCE, ANY_TAG, 0)
+            return None
+        if r.cancelled:
+            value = None
+            if status is not None:
+                status._fill(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+        else:
+            try:
+                result = r.wait()
+            finally:
+                self._r = None  # inactive (a persistent request can be started again)
+            value = self._done(result, status)
+        self._r = None
+        return value
+
+    # ------------------------------------------------------------ upper case
+    def Wait(self, status=None):
+        self._complete(status)
+        return True
+
+    def Test(self, status=None):
+        if self._r is not None and not self._r.test():
+            return False
+        self._complete(status)
+        return True
+
+    def Get_status(self, status=None):
+        """True when complete (filling status), without deactivating the request."""
+        r = self._r
+        if r is None:
+            if status is not None:
+                status._fill(ANY_SOURCE, ANY_TAG, 0)
+            return True
+        if not r.test():
+            return False
+        if status is not None:
+            if r.cancelled:
+                status._fill(ANY_SOURCE, ANY_TAG, 0, cancelled=True)
+            elif r._error is None:
+                self._done(r._result, status)
+        return True
+
+    def Cancel(self):
+        if self._r is not None:
+            self._r.cancel()
+
+    def Free(self):
+        self._r = None
+        self._persist = None
+
+    # ------------------------------------------------------------ lower case
+    def wait(self, status=None):
+        return self._complete(status)
+
+    def test(self, status=None):
+        if self._r is not None and not self._r.test():
+            return False, None
+        return True, self._complete(status)
+
+    def get_status(self, status=None):
+        return self.Get_status(status)
+
+    def cancel(self):
+        self.Cancel()
+
+    # ------------------------------------------------------------ many at once
+    @staticmethod
+    def Waitall(requests, statuses=None):
+        _waitall(requests, statuses)
+        return True
+
+    @staticmethod
+    def waitall(requests, statuses=None):
+        return _waitall(requests, statuses)
+
+    @staticmethod
+    def Testall(requests, statuses=None):
+        return _testall(requests, statuses)[0]
+
+    @staticmethod
+    def testall(requests, statuses=None):
+        return _testall(requests, statuses)
+
+    @staticmethod
+    def Waitany(requests, status=None):
+        return _waitany(requests, status)[0]
+
+    @staticmethod
+    def waitany(requests, status=None):
+        return _waitany(requests, status)
+
+    @staticmethod
+    def Testany(requests, status=None):
+        i, flag, _ = _testany(requests, status)
+        return i, flag
+
+    @staticmethod
+    def testany(requests, status=None):
+        return _testany(requests, status)
+
+    @staticmethod
+    def Waitsome(requests, statuses=None):
+        return _waitsome(requests, statuses)[0]
+
+    @staticmethod
+    def waitsome(requests, statuses=None):
+        return _waitsome(requests, statuses)
+
+    @staticmethod
+    def Testsome(requests, statuses=None):
+        return _testsome(requests, statuses)[0]
+
+    @staticmethod
+    def testsome(requests, statuses=None):
+        return _testsome(requests, statuses)
+
+    # ------------------------------------------------------------ handle semantics
+    def __bool__(self):
+        return self._r is not None
+
+    def __eq__(self, other):
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self._r is other._r
+
+    def __hash__(self):
+        return id(self._r)
+
+    def __repr__(self):
+        return f"<MPI.Request {'inactive' if self._r is None else self._r.what}>"
+
+
+class Prequest(Request):
+    """A persistent request (Send_init/Recv_init): inactive until Start(), restartable."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _make(cls, start):
+        self = object.__new__(cls)
+        self._r, self._done, self._value, self._persist = None, None, None, start
+        return self
+
+    def Start(self):
+        if self._persist is None:
+            raise MPIException(ERR_REQUEST, "Start() on a freed persistent request")
+        if self._r is not None:
+            raise MPIException(ERR_REQUEST, "Start() on a persistent request that is still active")
+        inner = self._persist()
+        self._r, self._done = inner._r, inner._done
+
+    start = Start
+
+    @staticmethod
+    def Startall(requests):
+        for r in requests:
+            r.Start()
+
+    startall = Startall
+
+    def Free(self):
+        self._r = None
+        self._persist = None
+
+    def __bool__(self):
+        return self._persist is not None
+
+    def __eq__(self, other):
+        if not isinstance(other, Request):
+            return NotImplemented
+        if self._persist is None or getattr(other, "_persist", None) is None:
+            return not self and not other
+        return self is other
+
+    def __hash__(self):
+        return id(self)
+
+
+def _status_at(statuses, i):
+    if statuses is None:
+        return None
+    while len(statuses) <= i:
+        statuses.append(Status())
+    return statuses[i]
+
+
+def _check(requests):
+    for r in requests:
+        if not isinstance(r, Request):
+            raise TypeError(f"expected MPI.Request objects, got {type(r).__name__}")
+    return requests
+
+
+def _waitall(requests, statuses):
+    requests = _check(requests)
+    values, first = [], None
+    for i, r in enumerate(requests):
+        try:
+            values.append(r._complete(_status_at(statuses, i)))
+        except MPIException as exc:
+            first = first or exc
+            values.append(None)
+    if first is not None:
+        raise first
+    return values
+
+
+def _active(r):
+    return r._r is not None
+
+
+def _testall(requests, statuses):
+    requests = _check(requests)
+    if not all(r._r is None or r._r.test() for r in requests):
+        return False, None
+    return True, _waitall(requests, statuses)
+
+
+def _waitany(requests, status):
+    requests = _check(requests)
+    active = [(i, r) for i, r in enumerate(requests) if _active(r)]
+    if not active:
+        if status is not None:
+            status._fill(ANY_SOURCE, ANY_TAG, 0)
+        return UNDEFINED, None
+    k, _ = _wait_any([r._r for _, r in active])
+    i, r = active[k]
+    return i, r._complete(status)
+
+
+def _testany(requests, status):
+    requests = _check(requests)
+    active = False
+    for i, r in enumerate(requests):
+        if not _active(r):
+            continue
+        active = True
+        if r._r.test():
+            return i, True, r._complete(status)
+    if not active:
+        if status is not None:
+            status._fill(ANY_SOURCE, ANY_TAG, 0)
+        return UNDEFINED, True, None
+    return UNDEFINED, False, None
+
+
+def _testsome(requests, statuses):
+    requests = _check(requests)
+    if not any(_active(r) for r in requests):
+        return None, None
+    indices, values = [], []
+    for i, r in enumerate(requests):
+        if _active(r) and r._r.test():
+            indices.append(i)
+            values.append(r._complete(_status_at(statuses, len(indices) - 1)))
+    return indices, values
+
+
+def _waitsome(requests, statuses):
+    requests = _check(requests)
+    active = [r._r for r in requests if _active(r)]
+    if not active:
+        return None, None
+    _wait_any(active)  # at least one is complete now; report every one that is
+    return _testsome(requests, statuses)
