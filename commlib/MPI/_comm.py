@@ -25,6 +25,7 @@ from .._engine import EAGER_BYTES, Group as _Group, wait_all as _wait_all
 from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG,
                          ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
                          UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, MPIException)
+from ._datatypes import BY_CHAR
 from ._message import block_count, is_in_place, parse_recv, parse_send, parse_vector
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
@@ -35,6 +36,7 @@ _UNBOUNDED = 1 << 62
 TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = -101, -102, -103, -104, \
     -105, -106
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire code, for the fast paths
 
 
 class _State:
@@ -384,6 +386,12 @@ class Comm:
         g = _group(self)
         if dest == PROC_NULL:
             return
+        if type(buf) is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
+            wire = _WIRE.get(buf.dtype)
+            if wire is not None:
+                g.engine.send(g.p2p, _dest(g, dest, "Send"), [buf if buf.ndim == 1 else buf.reshape(-1)],
+                              tag=_stag(g, tag, "Send"), dtype=wire, count=buf.size, what="Send", block=True)
+                return
         m = parse_send(buf)
         _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
 
@@ -402,6 +410,17 @@ class Comm:
         if source == PROC_NULL:
             _proc_null(status)
             return
+        if type(buf) is np.ndarray:  # the common case, with the least Python
+            f = buf.flags
+            wire = _WIRE.get(buf.dtype)
+            if f.c_contiguous and f.writeable and wire is not None:
+                u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
+                msg = g.engine.recv(g.p2p, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), u8,
+                                    _truncating(u8.nbytes, "Recv", g._rank), what="Recv", block=True,
+                                    check=(wire, u8.nbytes), raw=True)
+                if status is not None:
+                    status._fill(msg.source, msg.tag, msg.nbytes)
+                return
         m = parse_recv(buf)
         msg = _recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
         _fill(status, msg)
@@ -598,6 +617,12 @@ class Comm:
         return m.array, root
 
     def Bcast(self, buf, root=0):
+        g = self._c.g
+        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g._size:
+            f = buf.flags
+            if f.c_contiguous and (f.writeable or root == g._rank):
+                g.stream.run(_coll._broadcast, g, buf, root)
+                return
         self._run(_coll._broadcast, *self._bcast_args(buf, root))
 
     def Ibcast(self, buf, root=0):
@@ -611,6 +636,13 @@ class Comm:
         return s.array, _match(s, r, s.array.size, what), _as_op(op), s.datatype
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM):
+        g = self._c.g
+        if (type(op) is Op and op._kernel is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
+                and g is not None and sendbuf.dtype is recvbuf.dtype and sendbuf.shape == recvbuf.shape):
+            f = recvbuf.flags
+            if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:  # straight to commlib's all_reduce
+                g.stream.run(_coll._all_reduce, g, sendbuf, op._kernel, recvbuf)
+                return
         self._run(_allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
@@ -717,6 +749,13 @@ class Comm:
         return _match(parse_send(sendbuf), r, per, what, send_side=True), r.array
 
     def Allgather(self, sendbuf, recvbuf):
+        g = self._c.g
+        if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and g is not None
+                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g._size):
+            f = recvbuf.flags
+            if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
+                g.stream.run(_coll._all_gather, g, sendbuf, recvbuf)
+                return
         self._run(_coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Allgather"))
 
     def Iallgather(self, sendbuf, recvbuf):

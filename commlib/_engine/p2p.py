@@ -42,7 +42,7 @@ from .._transport import address as _address, spin_seconds
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
                      message_header)
-from .matching import ANY_SOURCE, Matcher, Message, Posted
+from .matching import ANY_SOURCE, ANY_TAG, Matcher, Message, Posted
 from .requests import Request
 
 EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
@@ -129,6 +129,7 @@ class Engine:
         self.n_sending = 0  # sends queued or partly written
         self._partial = set()  # incoming connections in the middle of a frame
         self._expect = {}  # (gid, src, tag, dtype, nbytes) -> (header a plain send of that carries, count)
+        self._last_tag = {}  # (gid, src) -> tag of the last message received: an ANY_TAG fast path expects it
         self._thread = None
         self._driver = None  # the caller thread driving progress from wait(), if any
         self._polling = False  # the progress thread is in poll(2)
@@ -317,6 +318,8 @@ class Engine:
     def _recv_fast(self, ctx, src, tag, into, finish, what, check):
         src_w = ctx.world[src]
         key = (ctx.gid, src_w)
+        if tag == ANY_TAG:  # expect the tag this source used last; any other frame hands over to the engine
+            tag = self._last_tag.get((ctx.gid, src), 0)
         dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
         hkey = (ctx.gid, src, tag, dtype, nbytes)
         cached = self._expect.get(hkey)
@@ -348,6 +351,7 @@ class Engine:
                     notices.current = None
                 if got is None:
                     msg = Message(src, tag, nbytes, dtype, count)
+                    self._last_tag[ctx.gid, src] = tag
                     return finish(msg, into)
                 if isinstance(got, bytes):  # another frame came first: the engine takes it from here
                     conn.hbuf[:] = got
@@ -397,6 +401,8 @@ class Engine:
         """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
         finish, check, raw = posted.extra
         req = posted.req
+        if msg.tag >= 0:
+            self._last_tag[ctx.gid, msg.source] = msg.tag
         try:
             if not raw:
                 _check_fit(ctx, msg, posted, check, self.me)
