@@ -1,0 +1,198 @@
+"""commlib.MPI pieces that need no second rank: the message parser, datatypes, ops, Status,
+requests and Compute_dims, checked in-process on the size-1 world."""
+import array
+import pickle
+
+import numpy as np
+import pytest
+
+from commlib import MPI
+from commlib.MPI._message import parse_recv, parse_send, parse_vector
+
+
+# ------------------------------------------------------------------ the message argument
+def test_bare_buffers_infer_datatype_and_count():
+    for buf, dt, count in [(np.zeros(5, "d"), MPI.DOUBLE, 5), (np.zeros((2, 3), "i"), MPI.INT, 6),
+                           (array.array("f", [1, 2]), MPI.FLOAT, 2), (bytearray(7), MPI.BYTE, 7),
+                           (b"abc", MPI.BYTE, 3), (np.array(3, "l"), MPI.LONG, 1),
+                           (np.zeros(4, np.complex128), MPI.C_DOUBLE_COMPLEX, 4),
+                           (np.zeros(2, np.bool_), MPI.C_BOOL, 2)]:
+        m = parse_send(buf)
+        assert (m.datatype, m.count) == (dt, count), buf
+
+
+def test_datatype_wins_and_reinterprets_bytes():
+    a = np.arange(4, dtype="d")
+    m = parse_send([a, "i"])
+    assert m.datatype == MPI.INT and m.count == 8
+    assert m.array.tobytes() == a.tobytes()
+    m = parse_send([a, MPI.BYTE])
+    assert m.count == 32
+
+
+@pytest.mark.parametrize("spec, count, first", [
+    (lambda a: [a, 3], 3, 0), (lambda a: [a, 3, MPI.INT], 3, 0), (lambda a: [a, (3, 2), MPI.INT], 3, 2),
+    (lambda a: [a, 3, 2, MPI.INT], 3, 2), (lambda a: (a, 4, "i"), 4, 0)])
+def test_count_and_displacement_forms(spec, count, first):
+    a = np.arange(10, dtype="i")
+    m = parse_recv(spec(a))
+    assert m.count == count and list(m.array) == list(range(first, first + count))
+    m.array[0] = -1  # a view: a receive writes in place
+    assert a[first] == -1
+
+
+def test_none_and_zero_length_messages():
+    for spec in (None, [None, MPI.INT], [None, 0, MPI.INT], [None, (0, None), MPI.DOUBLE]):
+        assert parse_send(spec).count == 0
+
+
+def test_fortran_and_slice_views_are_written_in_place():
+    f = np.zeros((3, 4), order="F")
+    col = f[:, 1]
+    m = parse_recv(col)
+    m.array[:] = 7
+    assert (f[:, 1] == 7).all() and f.sum() == 21
+    parse_recv(f).array[:] = 1  # Fortran-contiguous as a whole
+    assert (f == 1).all()
+    a = np.zeros(10)
+    parse_recv(a[2:5]).array[:] = 3
+    assert list(a) == [0, 0, 3, 3, 3, 0, 0, 0, 0, 0]
+
+
+def test_bad_buffers_raise_buffer_error():
+    with pytest.raises(BufferError):
+        parse_recv(np.zeros(10)[::2])
+    with pytest.raises(BufferError):
+        parse_send(np.zeros((4, 4))[:, :2])
+    with pytest.raises(BufferError):
+        parse_recv(b"read only")
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError):
+        parse_recv(ro)
+    parse_send(ro)  # sending from read-only memory is fine
+
+
+def test_counts_that_do_not_fit_raise():
+    with pytest.raises(ValueError):
+        parse_send([np.zeros(4, "i"), 5, MPI.INT])
+    with pytest.raises(ValueError):
+        parse_send([np.zeros(4, "i"), 2, 3, MPI.INT])
+    with pytest.raises(ValueError):
+        parse_send([bytearray(7), MPI.INT])  # 7 bytes are not whole ints
+    with pytest.raises(TypeError):
+        parse_send(object())
+
+
+def test_vector_forms():
+    buf = np.arange(10, dtype="d")
+    for spec in ([buf, [1, 2, 3]], [buf, ([1, 2, 3], None)], [buf, ([1, 2, 3], [0, 1, 3]), MPI.DOUBLE],
+                 [buf, np.array([1, 2, 3]), [0, 1, 3], "d"]):
+        v = parse_vector(spec, 3, False)
+        assert [list(v.block(i)) for i in range(3)] == [[0.0], [1.0, 2.0], [3.0, 4.0, 5.0]]
+    v = parse_vector([buf, 2, 4, "d"], 2, False)  # one count for all, displs as a stride
+    assert [list(v.block(i)) for i in range(2)] == [[0.0, 1.0], [4.0, 5.0]]
+    v = parse_vector(np.arange(6.0), 3, False)  # no counts: equal blocks
+    assert v.counts == [2, 2, 2]
+    with pytest.raises(ValueError):
+        parse_vector(np.arange(7.0), 3, False)
+    with pytest.raises(ValueError):
+        parse_vector([buf, [4, 4, 4]], 3, False)
+
+
+# ------------------------------------------------------------------ datatypes
+def test_datatype_objects():
+    assert MPI.DOUBLE.Get_size() == MPI.DOUBLE.size == 8 and MPI.DOUBLE.Get_extent() == (0, 8)
+    assert MPI.INT.tocode() == "i" and MPI.Datatype.fromcode("d") == MPI.DOUBLE
+    assert MPI.DOUBLE.Get_name() == "MPI_DOUBLE" and MPI.DOUBLE.Commit() is MPI.DOUBLE
+    with pytest.raises(MPI.Exception):
+        MPI.INT.Free()
+    row = MPI.DOUBLE.Create_contiguous(3).Commit()
+    assert row.size == 24 and not row.is_predefined
+    m = parse_send([np.zeros((4, 3)), 2, row])
+    assert m.count == 2 and m.array.size == 6
+    dup = MPI.INT.Dup()
+    assert dup == MPI.INT
+    dup.Free()
+    assert not dup and MPI.LONG_DOUBLE == MPI.DATATYPE_NULL
+    with pytest.raises(MPI.Exception):
+        parse_send([np.zeros(2), MPI.DATATYPE_NULL])
+
+
+# ------------------------------------------------------------------ ops
+def test_ops_on_objects_and_buffers():
+    assert MPI.SUM(2, 3) == 5 and MPI.SUM([1], [2]) == [1, 2] and MPI.MAX(1, 5) == 5 and MPI.MIN(1, 5) == 1
+    assert MPI.LAND(1, 0) is False and MPI.LOR(0, 2) is True and MPI.LXOR(1, 1) is False
+    assert MPI.MAXLOC((3, 2), (3, 1)) == (3, 1) and MPI.MINLOC((1, 5), (2, 0)) == (1, 5)
+    assert MPI.REPLACE(1, 2) == 2 and MPI.NO_OP(1, 2) == 1
+    assert MPI.SUM.Is_commutative() and MPI.SUM.is_predefined
+    inout = np.array([1, 2, 3], "i")
+    MPI.SUM.Reduce_local(np.array([10, 20, 30], "i"), inout)
+    assert list(inout) == [11, 22, 33]
+    MPI.LAND.Reduce_local(np.array([1, 0, 2], "i"), inout)
+    assert list(inout) == [1, 0, 1]
+    with pytest.raises(ValueError):
+        MPI.SUM.Reduce_local(np.zeros(2, "i"), np.zeros(3, "i"))
+
+
+def test_user_op():
+    def minus(a, b, datatype=None):
+        if datatype is None:
+            return a - b
+        x = np.frombuffer(a, dtype=datatype.Get_name() == "MPI_INT" and "i" or "d")
+        y = np.frombuffer(b, dtype=x.dtype)
+        y[:] = x - y
+
+    op = MPI.Op.Create(minus, commute=False)
+    assert not op.Is_commutative() and not op.is_predefined and op(10, 3) == 7
+    inout = np.array([1, 1], "i")
+    op.Reduce_local(np.array([5, 7], "i"), inout)
+    assert list(inout) == [4, 6]
+    op.Free()
+    assert op == MPI.OP_NULL
+
+
+# ------------------------------------------------------------------ status, requests, exceptions
+def test_status():
+    s = MPI.Status()
+    assert (s.source, s.tag, s.error, s.Get_count()) == (MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0)
+    s.source, s.tag = 3, 4
+    t = MPI.Status(s)
+    assert (t.Get_source(), t.Get_tag()) == (3, 4) and not t.Is_cancelled()
+
+
+def test_null_requests_and_self_messages():
+    comm = MPI.COMM_SELF
+    assert MPI.Request().Wait() and MPI.Request.Waitany([MPI.REQUEST_NULL]) == MPI.UNDEFINED
+    assert MPI.Request.Testall([]) and MPI.Request.waitsome([MPI.Request()]) == (None, None)
+    req = comm.isend({"x": 1}, 0, tag=5)
+    st = MPI.Status()
+    assert comm.recv(source=0, tag=5, status=st) == {"x": 1}
+    assert st.Get_count() == len(pickle.dumps({"x": 1}, pickle.HIGHEST_PROTOCOL))
+    assert req.wait() is None and not req and req == MPI.REQUEST_NULL
+    r = comm.Irecv(np.empty(3, "i"), 0, 6)
+    assert not r.Test() and r
+    r.Cancel()
+    r.Wait(st)
+    assert st.Is_cancelled()
+
+
+def test_exceptions_and_constants():
+    import commlib as cl
+
+    assert issubclass(cl.CommError, MPI.Exception) and issubclass(MPI.Exception, RuntimeError)
+    e = MPI.Exception(MPI.ERR_TRUNCATE)
+    assert e.Get_error_class() == MPI.ERR_TRUNCATE and e == MPI.ERR_TRUNCATE and "TRUNCATE" in e.Get_error_string()
+    assert len({MPI.ANY_SOURCE, MPI.PROC_NULL, MPI.ROOT, MPI.ANY_TAG}) == 4
+    assert MPI.Get_version() == (3, 1) and MPI.get_vendor()[0] == "commlib" and MPI.Is_initialized()
+    assert MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) >= 32767
+    with pytest.raises(MPI.Exception):
+        MPI.COMM_WORLD.Free()
+    with pytest.raises(NotImplementedError):
+        MPI.Win.Create(None)
+
+
+@pytest.mark.parametrize("n, dims, want", [(12, 2, [4, 3]), (16, 2, [4, 4]), (6, 3, [3, 2, 1]),
+                                           (24, [0, 2, 0], [4, 2, 3]), (7, 2, [7, 1]), (1, 2, [1, 1])])
+def test_compute_dims(n, dims, want):
+    assert MPI.Compute_dims(n, dims) == want
