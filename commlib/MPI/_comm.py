@@ -896,19 +896,17 @@ def _cast(arr, dt):
 
 
 def _match(s, r, count, what, send_side=False):
-    """The send side's array (send_side) or the receive side's first `count` elements, checked to agree."""
-    if send_side:
-        arr = _cast(s.array, r.datatype)
-        if arr.size != count:
-            raise ValueError(f"{what}: the send buffer holds {arr.size} {r.datatype.Get_name()} elements, "
-                             f"the receive side expects {count}")
-        return arr
-    out = r.array
-    if s.array.dtype != out.dtype:
-        out = _cast(out, s.datatype)
-    if out.size < count:
-        raise ValueError(f"{what}: the receive buffer holds {out.size} elements, the send buffer {count}")
-    return out[:count] if out.size != count else out
+    """The send side's array (send_side) or the receive side's array, checked to agree with the other
+    side as mpi4py checks them: the same datatype, and `count` elements."""
+    if s.datatype._base != r.datatype._base or s.datatype._mult != r.datatype._mult:
+        raise ValueError(f"{what}: mismatch in send and receive MPI datatypes ({s.datatype.Get_name()} and "
+                         f"{r.datatype.Get_name()})")
+    arr = s.array if send_side else r.array
+    if arr.size != count:
+        mult = r.datatype._mult
+        sent, got = (arr.size // mult, count // mult) if send_side else (count // mult, arr.size // mult)
+        raise ValueError(f"{what}: mismatch in send count {sent} and receive count {got}")
+    return arr
 
 
 def _reduce_scatter_body(g, s, out, op, dt, lo):
