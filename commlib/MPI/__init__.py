@@ -11,13 +11,12 @@ This is a front-end: parsing of mpi4py's arguments (`_message`), datatypes,
 ops, requests and communicators, over commlib's groups, engine and
 collectives. `python -m commlib.MPI --version` says what it provides.
 """
-import pickle as _pickle
 import threading as _threading
 import time as _time
 
 from .. import __version__ as _version
 from .._api import finalize as _finalize
-from ._comm import Cartcomm, Comm, Compute_dims, Group, Intracomm, processor_name as _processor_name, world_comms
+from ._comm import PICKLE, Cartcomm, Pickle, Comm, Compute_dims, Group, Intracomm, processor_name as _processor_name, world_comms
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
 from ._datatypes import DATATYPE_NULL, NAMED as _NAMED, Datatype
@@ -34,8 +33,7 @@ COMM_NULL = Intracomm()
 COMM_NULL._c.name = "MPI_COMM_NULL"
 REQUEST_NULL = Request()
 GROUP_NULL = Group()
-GROUP_EMPTY = Group()
-GROUP_NULL_NAME = "MPI_GROUP_NULL"
+GROUP_EMPTY = Group._of((), None)
 
 _finalized = False
 
@@ -146,36 +144,56 @@ def _not_provided(what):
 class Info:
     """MPI_Info: accepted and ignored, as commlib takes no hints."""
 
-    def __init__(self):
-        self._d = {}
+    def __new__(cls, info=None):
+        self = object.__new__(cls)
+        self._d = None if info is None else info._d
+        return self
 
     @classmethod
     def Create(cls, items=None):
         info = cls()
-        info._d.update(dict(items or {}))
+        info._d = dict(items or {})
         return info
 
+    def _items(self):
+        if self._d is None:
+            raise MPIException(ERR_INFO, "operation on MPI.INFO_NULL")
+        return self._d
+
     def Set(self, key, value):
-        self._d[key] = value
+        self._items()[key] = value
 
     def Get(self, key, default=None):
-        return self._d.get(key, default)
+        return self._items().get(key, default)
 
     def Delete(self, key):
-        self._d.pop(key, None)
+        self._items().pop(key, None)
 
     def Get_nkeys(self):
-        return len(self._d)
+        return len(self._items())
+
+    def Get_nthkey(self, n):
+        return list(self._items())[n]
 
     def Dup(self):
-        return Info.Create(self._d)
+        return Info.Create(self._items())
 
     def Free(self):
-        self._d = {}
+        self._items()
+        self._d = None
+
+    def __bool__(self):
+        return self._d is not None
+
+    def __eq__(self, other):
+        return isinstance(other, Info) and self._d is other._d
+
+    __hash__ = object.__hash__
 
 
+ERR_INFO = 28
 INFO_NULL = Info()
-INFO_ENV = Info()
+INFO_ENV = Info.Create()
 
 
 class Errhandler:
@@ -196,30 +214,76 @@ for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Joi
     setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
 
 
-class Win:
-    """One-sided communication (RMA) is out of scope."""
+class _OutOfScope:
+    """A class of mpi4py's that commlib does not provide: making one raises NotImplementedError
+    (mpi4py's own tests skip on it)."""
 
-    Create = Allocate = Allocate_shared = Create_dynamic = staticmethod(_not_provided("MPI.Win (RMA)"))
+    _what = "this class"
 
+    def __new__(cls, *args, **kwargs):
+        raise NotImplementedError(f"{cls._what} is not provided by commlib.MPI (see the README's mpi4py section)")
 
-class File:
-    """MPI-IO is out of scope."""
-
-    Open = staticmethod(_not_provided("MPI.File (MPI-IO)"))
-
-
-class Pickle:
-    """MPI.pickle: how object messages are serialised (pickle, highest protocol)."""
-
-    def __init__(self, dumps=_pickle.dumps, loads=_pickle.loads, protocol=_pickle.HIGHEST_PROTOCOL):
-        self._dumps, self._loads, self.PROTOCOL = dumps, loads, protocol
-
-    def dumps(self, obj):
-        return self._dumps(obj, self.PROTOCOL)
-
-    def loads(self, data):
-        return self._loads(data)
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("Create", "Allocate", "Allocate_shared", "Create_dynamic", "Open", "Init", "Start",
+                     "Create_from_groups"):
+            setattr(cls, name, staticmethod(_not_provided(f"{cls._what}.{name}")))
 
 
-pickle = Pickle()
+class Win(_OutOfScope):
+    _what = "MPI.Win (one-sided RMA)"
+
+
+class File(_OutOfScope):
+    _what = "MPI.File (MPI-IO)"
+
+
+class Session(_OutOfScope):
+    _what = "MPI.Session (MPI-4 sessions)"
+
+
+class Grequest(Request):
+    """Generalized requests are out of scope."""
+
+    Start = staticmethod(_not_provided("MPI.Grequest"))
+
+
+class Topocomm(Intracomm):
+    __slots__ = ()
+
+
+class Graphcomm(Topocomm):
+    __slots__ = ()
+
+
+class Distgraphcomm(Topocomm):
+    __slots__ = ()
+
+
+class Intercomm(Comm):
+    """Intercommunicators are out of scope; none can be made."""
+
+    __slots__ = ()
+
+
+class Message(_OutOfScope):
+    _what = "MPI.Message (matched probe)"
+
+
+WIN_NULL = FILE_NULL = SESSION_NULL = MESSAGE_NULL = MESSAGE_NO_PROC = None
+BUFFER_AUTOMATIC = None
+UNWEIGHTED = WEIGHTS_EMPTY = None
+COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4
+(COMBINER_NAMED, COMBINER_DUP, COMBINER_CONTIGUOUS, COMBINER_VECTOR, COMBINER_HVECTOR, COMBINER_INDEXED,
+ COMBINER_HINDEXED, COMBINER_INDEXED_BLOCK, COMBINER_HINDEXED_BLOCK, COMBINER_STRUCT, COMBINER_SUBARRAY,
+ COMBINER_DARRAY, COMBINER_F90_REAL, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_RESIZED,
+ COMBINER_VALUE_INDEX) = range(1, 18)
+TYPECLASS_INTEGER, TYPECLASS_REAL, TYPECLASS_COMPLEX = 1, 2, 3
+Get_address = _not_provided("MPI.Get_address (absolute addresses)")
+Open_port = Close_port = Publish_name = Unpublish_name = Lookup_name = _not_provided("MPI ports (dynamic processes)")
+Get_hw_resource_info = _not_provided("MPI.Get_hw_resource_info")
+buffer = memory = _not_provided("MPI.buffer")
+
+
+pickle = PICKLE  # the serialiser object messages use: replace its dumps/loads to change it
 

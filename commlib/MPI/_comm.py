@@ -14,6 +14,7 @@ match.
 import math
 import pickle
 import socket
+import zlib
 
 import numpy as np
 
@@ -22,11 +23,12 @@ from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
 from .._engine import EAGER_BYTES, Group as _Group, wait_all as _wait_all
-from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_RANK, ERR_ROOT, ERR_TAG,
+from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_ROOT, ERR_TAG,
                          ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
-                         UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, MPIException)
+                         UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, LASTUSEDCODE,
+                         KEYVAL_INVALID, ERR_LASTCODE, ERR_OTHER, MPIException)
 from ._datatypes import BY_CHAR
-from ._message import block_count, is_in_place, parse_recv, parse_send, parse_vector
+from ._message import blocks, is_in_place, parse_recv, parse_send, parse_vector
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
 
@@ -47,6 +49,7 @@ class _State:
 
 
 _NULL = _State(None, "MPI_COMM_NULL")
+_GROUP_SERIAL = {}  # (parent gid, members, tag) -> Create_group calls so far: each call a new context
 
 
 # ------------------------------------------------------------------ argument checks
@@ -132,12 +135,29 @@ def _recv_obj(g, source, tag, block, what):
 
 
 def _loads(payload):
-    return pickle.loads(payload) if len(payload) else None
+    return PICKLE.loads(payload) if len(payload) else None
 
 
 def _dumps(obj):
-    data = pickle.dumps(obj, _PROTOCOL)
+    data = PICKLE.dumps(obj)
     return np.frombuffer(data, dtype=np.uint8)
+
+
+class Pickle:
+    """MPI.pickle: how object messages are serialised (pickle's highest protocol by default)."""
+
+    def __init__(self, dumps=pickle.dumps, loads=pickle.loads, protocol=None):
+        self._dumps, self._loads = dumps, loads
+        self.PROTOCOL = _PROTOCOL if protocol is None and dumps is pickle.dumps else protocol
+
+    def dumps(self, obj):
+        return self._dumps(obj) if self.PROTOCOL is None else self._dumps(obj, self.PROTOCOL)
+
+    def loads(self, data):
+        return self._loads(data)
+
+
+PICKLE = Pickle()
 
 
 def _done_buf(msg, status):
@@ -273,9 +293,17 @@ class Comm:
     __slots__ = ("_c", "__weakref__")
 
     def __new__(cls, comm=None):
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"expected an MPI.Comm, got {type(comm).__name__}")
         self = object.__new__(cls)
         self._c = comm._c if comm is not None else _NULL
         return self
+
+    def __reduce__(self):
+        for name in ("COMM_WORLD", "COMM_SELF", "COMM_NULL"):
+            if self._c is _builtin(name)._c:
+                return (_builtin, (name,))
+        raise ValueError(f"cannot pickle {self!r}: only COMM_WORLD, COMM_SELF and COMM_NULL can be pickled")
 
     @classmethod
     def _of(cls, state):
@@ -310,15 +338,18 @@ class Comm:
     name = property(Get_name, Set_name)
 
     def Is_inter(self):
+        _group(self)
         return False
 
     def Is_intra(self):
+        _group(self)
         return True
 
     is_inter = property(Is_inter)
     is_intra = property(Is_intra)
 
     def Get_topology(self):
+        _group(self)
         return UNDEFINED if self._c.topo is None else CART
 
     topology = property(Get_topology)
@@ -335,16 +366,19 @@ class Comm:
             return 0
         if keyval in (HOST, IO):
             return PROC_NULL if keyval == HOST else g._rank
+        if keyval == LASTUSEDCODE:
+            return ERR_LASTCODE
+        if keyval == KEYVAL_INVALID:
+            raise MPIException(ERR_OTHER, "Get_attr: MPI.KEYVAL_INVALID is not an attribute key")
         return None
 
     def Compare(self, comm2, comm=None):
         """IDENT, CONGRUENT (a dup), SIMILAR (same ranks, other order) or UNEQUAL.
         Also callable as MPI.Comm.Compare(a, b)."""
         a, b = (self, comm2) if comm is None else (comm2, comm)
+        _group(a), _group(b)
         if a._c is b._c:
             return IDENT
-        if a._c.g is None or b._c.g is None:
-            return UNEQUAL
         wa, wb = list(a._c.g.world), list(b._c.g.world)
         if wa == wb:
             return CONGRUENT
@@ -380,6 +414,90 @@ class Comm:
 
     def __repr__(self):
         return f"<MPI.{type(self).__name__} {self._c.name or hex(id(self._c))}>"
+
+    # ---------------------------------------------------------------- new communicators
+
+    def _derive(self, sub, cls=None, topo=None):
+        if sub is None:
+            return COMM_NULL_HANDLE()
+        return (cls or Intracomm)._of(_State(sub, "", topo))
+
+    def Split(self, color=0, key=0):
+        g = _group(self)
+        if color == UNDEFINED:
+            c = -1
+        elif isinstance(color, (int, np.integer)) and not isinstance(color, bool) and color >= 0:
+            c = int(color)
+        else:
+            raise MPIException(ERR_ARG, f"rank {g._rank}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
+        return self._derive(g.split(c, int(key)))
+
+    def Dup(self, info=None):
+        """A new communicator over the same ranks, with its own matching context; the same class."""
+        g = _group(self)
+        return self._derive(g.split(0, g._rank), type(self), self._c.topo)
+
+    Clone = Dup
+    Dup_with_info = Dup
+
+    def Idup_with_info(self, info=None):
+        return self.Idup(info)
+
+    def Split_type(self, split_type, key=0, info=None):
+        """COMM_TYPE_SHARED (or any type but UNDEFINED): the ranks on this host."""
+        g = _group(self)
+        if split_type == UNDEFINED:
+            return self._derive(g.split(-1, int(key)))
+        hosts = _api.all_gather_obj(socket.gethostname(), group=g)
+        return self._derive(g.split(sorted(set(hosts)).index(hosts[g._rank]), int(key)))
+
+    def Create_group(self, group, tag=0):
+        """A communicator of group's processes, called by those processes only (no other rank takes part)."""
+        g = _group(self)
+        me = g.world[g._rank]
+        members = list(group._ranks or ())
+        if me not in members:
+            raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group called by a process outside the group")
+        key = (g.gid, tuple(members), int(tag))
+        n = _GROUP_SERIAL[key] = _GROUP_SERIAL.get(key, 0) + 1
+        gid = zlib.crc32(repr((key, n)).encode()) | 1
+        return Intracomm._of(_State(_Group(g.transport, g.engine, gid, members, members.index(me), g.timeout)))
+
+    def Set_info(self, info):
+        return None
+
+    def Get_info(self):
+        from . import Info  # the module's Info class (no communication involved)
+        return Info.Create()
+
+    info = property(Get_info, Set_info)
+
+    def Idup(self, info=None):
+        """(new communicator, a completed request): the dup itself is made at once."""
+        return self.Dup(), Request._completed()
+
+    def Create(self, group):
+        g = _group(self)
+        me = g.world[g._rank]
+        members = list(group._ranks)
+        if me in members:
+            return self._derive(g.split(0, members.index(me)))
+        g.split(-1, 0)
+        return COMM_NULL_HANDLE()
+
+    def Create_cart(self, dims, periods=None, reorder=False):
+        g = _group(self)
+        dims = [int(d) for d in dims]
+        if any(d <= 0 for d in dims):
+            raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
+        periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
+        if len(periods) != len(dims):
+            raise ValueError(f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
+        n = math.prod(dims)
+        if n > g._size:
+            raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {g._size}")
+        sub = g.split(0 if g._rank < n else -1, g._rank)
+        return self._derive(sub, Cartcomm, (tuple(dims), tuple(periods)))
 
     # ---------------------------------------------------------------- point-to-point, buffers
     def Send(self, buf, dest, tag=0):
@@ -667,41 +785,61 @@ class Comm:
     def Scan(self, sendbuf, recvbuf, op=SUM):
         self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Scan"), False)
 
+    def Iscan(self, sendbuf, recvbuf, op=SUM):
+        return self._start("Iscan", _scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iscan"), False)
+
     def Exscan(self, sendbuf, recvbuf, op=SUM):
         self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Exscan"), True)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
+    def Iexscan(self, sendbuf, recvbuf, op=SUM):
+        return self._start("Iexscan", _scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iexscan"), True)
+
+    def _rsb_args(self, sendbuf, recvbuf, op, what):
         g = _group(self)
         r = parse_recv(recvbuf)
         if is_in_place(sendbuf):
-            per = block_count(r, g._size, "Reduce_scatter_block")
-            s, out = r.array, r.array[:per * r.datatype._mult]
-        else:
-            s = parse_send(sendbuf).array
-            out = r.array
-            if s.size != out.size * g._size:
-                raise ValueError(f"Reduce_scatter_block: sendbuf has {s.size} elements, expected {g._size} blocks "
-                                 f"of the recvbuf's {out.size}")
-        self._run(_reduce_scatter_body, s, out, _as_op(op), r.datatype, None)
+            arr, per = blocks(r, g._size, what)
+            return arr, arr[:per], _as_op(op), r.datatype, None
+        s = parse_send(sendbuf)
+        _same_type(s, r, what)
+        if s.array.size != r.array.size * g._size:
+            raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g._size} ranks")
+        return s.array, r.array, _as_op(op), r.datatype, None
 
-    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
+        self._run(_reduce_scatter_body, *self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block"))
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
+        return self._start("Ireduce_scatter_block", _reduce_scatter_body,
+                           *self._rsb_args(sendbuf, recvbuf, op, "Ireduce_scatter_block"))
+
+    def _rs_args(self, sendbuf, recvbuf, recvcounts, op, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        s = r.array if is_in_place(sendbuf) else parse_send(sendbuf).array
-        mult = r.datatype._mult
-        total = s.size // mult
-        if recvcounts is None:
-            counts = [total // g._size + (1 if i < total % g._size else 0) for i in range(g._size)]
+        if is_in_place(sendbuf):
+            s = r
         else:
-            counts = [int(c) for c in recvcounts]
-            if len(counts) != g._size or sum(counts) != total:
-                raise ValueError(f"Reduce_scatter: recvcounts {counts} do not split {total} elements over "
-                                 f"{g._size} ranks")
-        lo = sum(counts[:g._rank]) * mult
+            s = parse_send(sendbuf)
+            _same_type(s, r, what)
+        mult = r.datatype._mult
+        if recvcounts is None:  # each rank's receive buffer says how much it gets (as mpi4py)
+            counts = [int(c) for c in _api.all_gather(np.array([r.count], np.int64), group=g)]
+        else:
+            counts = [int(c) for c in (recvcounts.tolist() if isinstance(recvcounts, np.ndarray) else recvcounts)]
+        if len(counts) != g._size or sum(counts) * mult != s.array.size:
+            raise ValueError(f"{what}: recvcounts {counts} do not split the {s.array.size // mult} elements of "
+                             f"sendbuf over {g._size} ranks")
         n = counts[g._rank] * mult
         if r.array.size < n:
-            raise ValueError(f"Reduce_scatter: recvbuf holds {r.array.size} elements, rank {g._rank} gets {n}")
-        self._run(_reduce_scatter_body, s, r.array[:n], _as_op(op), r.datatype, lo)
+            raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g._rank} gets {n // mult}")
+        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g._rank]) * mult
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
+        self._run(_reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
+        return self._start("Ireduce_scatter", _reduce_scatter_body,
+                           *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter"))
 
     def _gather_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
@@ -709,8 +847,7 @@ class Comm:
         if g._rank != root:
             return parse_send(sendbuf).array, root, None
         r = parse_recv(recvbuf)
-        per = block_count(r, g._size, what) * r.datatype._mult
-        out = r.array
+        out, per = blocks(r, g._size, what)
         if is_in_place(sendbuf):
             return out[g._rank * per:(g._rank + 1) * per], root, out
         s = parse_send(sendbuf)
@@ -728,11 +865,11 @@ class Comm:
         if g._rank != root:
             return None, root, parse_recv(recvbuf).array
         s = parse_send(sendbuf)
-        per = block_count(s, g._size, what) * s.datatype._mult
+        src, per = blocks(s, g._size, what)
         if is_in_place(recvbuf):
-            return s.array, root, s.array[g._rank * per:(g._rank + 1) * per]
+            return src, root, src[g._rank * per:(g._rank + 1) * per]
         r = parse_recv(recvbuf)
-        return s.array, root, _match(r, s, per, what, send_side=True)
+        return src, root, _match(r, s, per, what, send_side=True)
 
     def Scatter(self, sendbuf, recvbuf, root=0):
         self._run(_coll._scatter, *self._scatter_args(sendbuf, recvbuf, root, "Scatter"))
@@ -743,10 +880,10 @@ class Comm:
     def _allgather_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        per = block_count(r, g._size, what) * r.datatype._mult
+        out, per = blocks(r, g._size, what)
         if is_in_place(sendbuf):
-            return r.array[g._rank * per:(g._rank + 1) * per], r.array
-        return _match(parse_send(sendbuf), r, per, what, send_side=True), r.array
+            return out[g._rank * per:(g._rank + 1) * per], out
+        return _match(parse_send(sendbuf), r, per, what, send_side=True), out
 
     def Allgather(self, sendbuf, recvbuf):
         g = self._c.g
@@ -764,11 +901,15 @@ class Comm:
     def _alltoall_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        block_count(r, g._size, what)
+        out, per = blocks(r, g._size, what)
         if is_in_place(sendbuf):
-            return r.array.copy(), r.array
+            return out.copy(), out
         s = parse_send(sendbuf)
-        return _match(s, r, r.array.size, what, send_side=True), r.array
+        src, sper = blocks(s, g._size, what)
+        _same_type(s, r, what)
+        if sper != per:
+            raise ValueError(f"{what}: mismatch in send count {sper} and receive count {per} per rank")
+        return src, out
 
     def Alltoall(self, sendbuf, recvbuf):
         self._run(_alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
@@ -777,31 +918,47 @@ class Comm:
         return self._start("Ialltoall", _alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
 
     # vector collectives
-    def Gatherv(self, sendbuf, recvbuf, root=0):
+    def _gatherv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
-        root = _root(g, root, "Gatherv")
+        root = _root(g, root, what)
         if g._rank != root:
-            return self._run(_gatherv_body, parse_send(sendbuf).array, None, root)
+            return parse_send(sendbuf).array, None, root
         R = parse_vector(recvbuf, g._size, True)
-        s = None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
-        self._run(_gatherv_body, s, R, root)
+        return None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype), R, root
+
+    def Gatherv(self, sendbuf, recvbuf, root=0):
+        self._run(_gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Gatherv"))
+
+    def Igatherv(self, sendbuf, recvbuf, root=0):
+        return self._start("Igatherv", _gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Igatherv"))
+
+    def _scatterv_args(self, sendbuf, recvbuf, root, what):
+        g = _group(self)
+        root = _root(g, root, what)
+        if g._rank != root:
+            return None, parse_recv(recvbuf).array, root
+        S = parse_vector(sendbuf, g._size, False)
+        return S, None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype), root
 
     def Scatterv(self, sendbuf, recvbuf, root=0):
-        g = _group(self)
-        root = _root(g, root, "Scatterv")
-        if g._rank != root:
-            return self._run(_scatterv_body, None, parse_recv(recvbuf).array, root)
-        S = parse_vector(sendbuf, g._size, False)
-        r = None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype)
-        self._run(_scatterv_body, S, r, root)
+        self._run(_scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Scatterv"))
 
-    def Allgatherv(self, sendbuf, recvbuf):
+    def Iscatterv(self, sendbuf, recvbuf, root=0):
+        return self._start("Iscatterv", _scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Iscatterv"))
+
+    def _allgatherv_args(self, sendbuf, recvbuf):
         g = _group(self)
         R = parse_vector(recvbuf, g._size, True)
         s = R.block(g._rank).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
-        self._run(_exchange_body, lambda j: s, R.block, TAG_ALLGATHERV)
+        return lambda j: s, R.block, TAG_ALLGATHERV
 
-    def Alltoallv(self, sendbuf, recvbuf):
+    def Allgatherv(self, sendbuf, recvbuf):
+        self._run(_exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
+
+    def Iallgatherv(self, sendbuf, recvbuf):
+        return self._start("Iallgatherv", _exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
+
+    def _alltoallv_args(self, sendbuf, recvbuf):
         g = _group(self)
         R = parse_vector(recvbuf, g._size, True)
         if is_in_place(sendbuf):
@@ -809,7 +966,13 @@ class Comm:
             S.array = S.array.copy()
         else:
             S = parse_vector(sendbuf, g._size, False)
-        self._run(_exchange_body, S.block, R.block, TAG_ALLTOALLV)
+        return S.block, R.block, TAG_ALLTOALLV
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        self._run(_exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        return self._start("Ialltoallv", _exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
 
     # object collectives
     def bcast(self, obj=None, root=0):
@@ -880,7 +1043,7 @@ def _as_op(op):
 
 def _callable_op(fn):
     op = Op.Create(fn, True)
-    op._user = None  # a plain callable reduces objects only
+    op._obj, op._user = fn, None  # a plain callable reduces objects only
     return op
 
 
@@ -895,12 +1058,16 @@ def _cast(arr, dt):
     return u8.view(dt._base)
 
 
-def _match(s, r, count, what, send_side=False):
-    """The send side's array (send_side) or the receive side's array, checked to agree with the other
-    side as mpi4py checks them: the same datatype, and `count` elements."""
+def _same_type(s, r, what):
     if s.datatype._base != r.datatype._base or s.datatype._mult != r.datatype._mult:
         raise ValueError(f"{what}: mismatch in send and receive MPI datatypes ({s.datatype.Get_name()} and "
                          f"{r.datatype.Get_name()})")
+
+
+def _match(s, r, count, what, send_side=False):
+    """The send side's array (send_side) or the receive side's array, checked to agree with the other
+    side as mpi4py checks them: the same datatype, and `count` elements."""
+    _same_type(s, r, what)
     arr = s.array if send_side else r.array
     if arr.size != count:
         mult = r.datatype._mult
@@ -927,59 +1094,9 @@ def _alltoall_body(g, s, out):
 
 
 class Intracomm(Comm):
-    """An intra-communicator: every collective, Split, Dup, Create_cart."""
+    """An intra-communicator (every communicator here is one)."""
 
     __slots__ = ()
-
-    def _derive(self, sub, cls=None, topo=None):
-        if sub is None:
-            return COMM_NULL_HANDLE()
-        return (cls or Intracomm)._of(_State(sub, "", topo))
-
-    def Split(self, color=0, key=0):
-        g = _group(self)
-        if color == UNDEFINED:
-            c = -1
-        elif isinstance(color, (int, np.integer)) and not isinstance(color, bool) and color >= 0:
-            c = int(color)
-        else:
-            raise MPIException(ERR_ARG, f"rank {g._rank}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
-        return self._derive(g.split(c, int(key)))
-
-    def Dup(self, info=None):
-        g = _group(self)
-        dup = self._derive(g.split(0, g._rank), type(self) if isinstance(self, Cartcomm) else Intracomm,
-                           self._c.topo)
-        return dup
-
-    Clone = Dup
-
-    def Idup(self, info=None):
-        """(new communicator, a completed request): the dup itself is made at once."""
-        return self.Dup(), Request._completed()
-
-    def Create(self, group):
-        g = _group(self)
-        me = g.world[g._rank]
-        members = list(group._ranks)
-        if me in members:
-            return self._derive(g.split(0, members.index(me)))
-        g.split(-1, 0)
-        return COMM_NULL_HANDLE()
-
-    def Create_cart(self, dims, periods=None, reorder=False):
-        g = _group(self)
-        dims = [int(d) for d in dims]
-        if any(d <= 0 for d in dims):
-            raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
-        periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
-        if len(periods) != len(dims):
-            raise MPIException(ERR_ARG, f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
-        n = math.prod(dims)
-        if n > g._size:
-            raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {g._size}")
-        sub = g.split(0 if g._rank < n else -1, g._rank)
-        return self._derive(sub, Cartcomm, (tuple(dims), tuple(periods)))
 
 
 def COMM_NULL_HANDLE():
@@ -990,6 +1107,7 @@ class Cartcomm(Intracomm):
     """A communicator with a Cartesian topology (row-major rank order)."""
 
     __slots__ = ()
+    is_topo = property(lambda self: True)
 
     def _topo(self):
         if self._c.topo is None:
@@ -1098,13 +1216,15 @@ def Compute_dims(nnodes, dims):
 
 
 class Group:
-    """An ordered set of processes (world ranks)."""
+    """An ordered set of processes (world ranks). GROUP_NULL holds nothing; GROUP_EMPTY is a group of none."""
 
     __slots__ = ("_ranks", "_me")
 
     def __new__(cls, group=None):
+        if group is not None and not isinstance(group, Group):
+            raise TypeError(f"expected an MPI.Group, got {type(group).__name__}")
         self = object.__new__(cls)
-        self._ranks, self._me = (group._ranks, group._me) if group is not None else ((), None)
+        self._ranks, self._me = (group._ranks, group._me) if group is not None else (None, None)
         return self
 
     @classmethod
@@ -1113,20 +1233,27 @@ class Group:
         self._ranks, self._me = tuple(ranks), me
         return self
 
+    def _r(self):
+        if self._ranks is None:
+            raise MPIException(ERR_GROUP, "operation on MPI.GROUP_NULL")
+        return self._ranks
+
     def Get_size(self):
-        return len(self._ranks)
+        return len(self._r())
 
     def Get_rank(self):
-        return self._ranks.index(self._me) if self._me in self._ranks else UNDEFINED
+        ranks = self._r()
+        return ranks.index(self._me) if self._me in ranks else UNDEFINED
 
     size = property(Get_size)
     rank = property(Get_rank)
 
     def _check(self, ranks):
+        n = len(self._r())
         ranks = [int(r) for r in ranks]
         for r in ranks:
-            if not 0 <= r < len(self._ranks):
-                raise MPIException(ERR_RANK, f"Group: rank {r} is not in a group of size {len(self._ranks)}")
+            if not 0 <= r < n:
+                raise MPIException(ERR_RANK, f"Group: rank {r} is not in a group of size {n}")
         return ranks
 
     def Incl(self, ranks):
@@ -1136,42 +1263,62 @@ class Group:
         drop = set(self._check(ranks))
         return Group._of([w for i, w in enumerate(self._ranks) if i not in drop], self._me)
 
+    @staticmethod
+    def _expand(ranges):
+        out = []
+        for first, last, stride in ranges:
+            if stride == 0:
+                raise MPIException(ERR_ARG, "Group range with stride 0")
+            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+        return out
+
+    def Range_incl(self, ranks):
+        return self.Incl(self._expand(ranks))
+
+    def Range_excl(self, ranks):
+        return self.Excl(self._expand(ranks))
+
     def Translate_ranks(self, ranks=None, group=None):
-        ranks = range(len(self._ranks)) if ranks is None else self._check(ranks)
+        mine = self._r()
+        ranks = range(len(mine)) if ranks is None else [int(r) for r in ranks]
         if group is None:
             return list(ranks)
+        other = group._r()
         out = []
         for r in ranks:
             if r == PROC_NULL:
                 out.append(PROC_NULL)
                 continue
-            w = self._ranks[r]
-            out.append(group._ranks.index(w) if w in group._ranks else UNDEFINED)
+            self._check([r])
+            w = mine[r]
+            out.append(other.index(w) if w in other else UNDEFINED)
         return out
 
     def Compare(self, group2, group=None):
         a, b = (self, group2) if group is None else (group2, group)
-        if a._ranks == b._ranks:
+        ra, rb = a._r(), b._r()
+        if ra == rb:
             return IDENT
-        return SIMILAR if sorted(a._ranks) == sorted(b._ranks) else UNEQUAL
+        return SIMILAR if sorted(ra) == sorted(rb) else UNEQUAL
 
     def Union(self, group2, group=None):
         a, b = (self, group2) if group is None else (group2, group)
-        return Group._of(list(a._ranks) + [w for w in b._ranks if w not in a._ranks], a._me)
+        return Group._of(list(a._r()) + [w for w in b._r() if w not in a._ranks], a._me)
 
     def Intersection(self, group2, group=None):
         a, b = (self, group2) if group is None else (group2, group)
-        return Group._of([w for w in a._ranks if w in b._ranks], a._me)
+        return Group._of([w for w in a._r() if w in b._r()], a._me)
 
     def Difference(self, group2, group=None):
         a, b = (self, group2) if group is None else (group2, group)
-        return Group._of([w for w in a._ranks if w not in b._ranks], a._me)
+        return Group._of([w for w in a._r() if w not in b._r()], a._me)
 
     def Dup(self):
-        return Group._of(self._ranks, self._me)
+        return Group._of(self._r(), self._me)
 
     def Free(self):
-        self._ranks = ()
+        self._r()
+        self._ranks = None
 
     def __eq__(self, other):
         if not isinstance(other, Group):
@@ -1181,10 +1328,10 @@ class Group:
     __hash__ = None
 
     def __bool__(self):
-        return bool(self._ranks)
+        return self._ranks is not None
 
     def __repr__(self):
-        return f"<MPI.Group of {len(self._ranks)}>"
+        return "<MPI.Group NULL>" if self._ranks is None else f"<MPI.Group of {len(self._ranks)}>"
 
 
 def world_comms():
@@ -1193,6 +1340,11 @@ def world_comms():
     self_group = _Group(world.transport, world.engine, 0x5E1F5E1F, [world.world[world.rank()]], 0, world.timeout)
     return (Intracomm._of(_State(world, "MPI_COMM_WORLD", builtin=True)),
             Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
+
+
+def _builtin(name):
+    from .. import MPI  # COMM_WORLD, COMM_SELF and COMM_NULL unpickle to the very same handles
+    return getattr(MPI, name)
 
 
 def processor_name():

@@ -5,6 +5,8 @@ types, n for `Create_contiguous(n)`): a message of `count` elements of it is
 `count * mult` elements of the base dtype, which is how commlib's kernels
 see it. Types commlib cannot carry (long double) are `DATATYPE_NULL`.
 """
+import sys
+
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_code
@@ -128,6 +130,16 @@ class Datatype:
     def __repr__(self):
         return f"<MPI.Datatype {self._name}>"
 
+    def __reduce__(self):
+        if self._predefined:
+            return (_restore, (self._name[4:],))
+        raise ValueError(f"cannot pickle the derived datatype {self._name}")
+
+
+def _restore(name):
+    from .. import MPI  # predefined handles unpickle to the very same object
+    return getattr(MPI, name)
+
 
 def _predefined(name, np_name, code=None):
     dt = object.__new__(Datatype)
@@ -161,9 +173,21 @@ for _name, _np, _code in _TABLE:
     if _code is not None:
         _BY_CODE.setdefault(_code, NAMED[_name])
 # commlib has no float128: long double types exist but are DATATYPE_NULL.
+for _name, _np in (("FLOAT32_T", "float32"), ("FLOAT64_T", "float64"), ("C_FLOAT32_COMPLEX", "complex64"),
+                   ("C_FLOAT64_COMPLEX", "complex128"), ("INTEGER1", "int8"), ("INTEGER2", "int16"),
+                   ("INTEGER4", "int32"), ("INTEGER8", "int64"), ("REAL4", "float32"), ("REAL8", "float64"),
+                   ("COMPLEX8", "complex64"), ("COMPLEX16", "complex128"), ("DOUBLE_COMPLEX_F", "complex128"),
+                   ("LOGICAL1", "int8"), ("LOGICAL2", "int16"), ("LOGICAL4", "int32"), ("LOGICAL8", "int64"),
+                   ("CHARACTER", "int8")):
+    NAMED[_name] = _predefined(f"MPI_{_name}", _np)
+# Types commlib has no buffer layout for (long double, value-index pairs, 16-bit floats by MPI name,
+# Fortran extended precision): they exist, as DATATYPE_NULL.
 for _name in ("LONG_DOUBLE", "C_LONG_DOUBLE_COMPLEX", "CXX_LONG_DOUBLE_COMPLEX", "FLOAT_INT", "DOUBLE_INT",
-              "LONG_INT", "SHORT_INT", "TWOINT", "LONG_DOUBLE_INT", "UB", "LB"):
-    NAMED[_name] = DATATYPE_NULL
+              "LONG_INT", "SHORT_INT", "TWOINT", "INT_INT", "LONG_DOUBLE_INT", "UB", "LB", "2INT", "PAIR_INT",
+              "REAL2", "REAL16", "COMPLEX4", "COMPLEX32", "INTEGER16", "LOGICAL16", "DOUBLE_PRECISION_F",
+              "FLOAT16_T_MPI", "BFLOAT16_T", "C_FLOAT16_COMPLEX", "C_BFLOAT16_COMPLEX", "FLOAT128_T",
+              "C_FLOAT128_COMPLEX", "TWOREAL", "TWODOUBLE_PRECISION", "TWOINTEGER", "COUNT_T", "AINT_T"):
+    NAMED.setdefault(_name, DATATYPE_NULL)
 _BY_CODE.update({"b1": NAMED["C_BOOL"], "f4": NAMED["FLOAT"], "f8": NAMED["DOUBLE"], "c8": NAMED["C_FLOAT_COMPLEX"],
                  "c16": NAMED["C_DOUBLE_COMPLEX"], "f2": NAMED["FLOAT16_T"], "int": NAMED["LONG"],
                  "float": NAMED["DOUBLE"], "complex": NAMED["C_DOUBLE_COMPLEX"], "bool": NAMED["C_BOOL"]})
@@ -187,7 +211,9 @@ def of_dtype(dtype):
         return dt
     if _BF16 is not None and dtype == _BF16._base:
         return _BF16
-    if dtype.kind == "V" or not dtype.isnative:
+    if not dtype.isnative:
+        raise BufferError(f"buffers of non-native byte order ({dtype}) cannot be communicated")
+    if dtype.kind == "V":
         raise MPIException(ERR_TYPE, f"buffers of dtype {dtype} have no MPI datatype")
     raise MPIException(ERR_TYPE, f"buffers of dtype {dtype} cannot be communicated (no commlib datatype)")
 
@@ -197,6 +223,8 @@ _FORMAT = {"Zf": "F", "Zd": "D", "c": "B", "s": "B", "x": "B"}
 
 def of_format(fmt):
     """The Datatype of a buffer-protocol format string ("d", "<i", "Zd", "B")."""
+    if fmt[:1] in (">!" if sys.byteorder == "little" else "<"):
+        raise BufferError(f"buffers of non-native byte order (format {fmt!r}) cannot be communicated")
     f = fmt.lstrip("@=<>!")
     f = _FORMAT.get(f, f)
     dt = _BY_CODE.get(f)
@@ -206,18 +234,15 @@ def of_format(fmt):
 
 
 def as_datatype(spec):
-    """A Datatype from a Datatype or a typecode string."""
+    """A Datatype from a Datatype or a typecode string (KeyError for an unknown typecode, as mpi4py)."""
     if isinstance(spec, Datatype):
         if spec._base is None:
-            raise MPIException(ERR_TYPE, "MPI.DATATYPE_NULL (or a type commlib cannot carry, such as "
-                                         "long double) cannot be used in a message")
+            raise ValueError("MPI.DATATYPE_NULL (or a type commlib cannot carry, such as long double) "
+                             "cannot be used in a message")
         return spec
     if isinstance(spec, str):
         dt = _BY_CODE.get(spec)
         if dt is None:
-            try:
-                dt = of_dtype(np.dtype(spec))
-            except TypeError:
-                raise MPIException(ERR_TYPE, f"cannot map typecode {spec!r} to an MPI datatype") from None
+            raise KeyError(f"cannot map typecode {spec!r} to an MPI datatype")
         return dt
     raise TypeError(f"expected an MPI.Datatype or a typecode string, got {type(spec).__name__}")

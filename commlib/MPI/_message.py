@@ -25,12 +25,14 @@ _EMPTY = np.empty(0, dtype=np.uint8)
 
 class Msg:
     """A parsed message: `array` is a flat view of `count` elements of `datatype` in the caller's
-    memory (count * datatype's multiplicity elements of its NumPy base dtype)."""
+    memory (count * datatype's multiplicity elements of its NumPy base dtype). `given`: the count
+    was explicit; `rest` then views the buffer from the displacement to its end (a block
+    collective's explicit count is per rank: it may need more than `count` elements)."""
 
-    __slots__ = ("array", "count", "datatype")
+    __slots__ = ("array", "count", "datatype", "given", "rest")
 
-    def __init__(self, array, count, datatype):
-        self.array, self.count, self.datatype = array, count, datatype
+    def __init__(self, array, count, datatype, given=False, rest=None):
+        self.array, self.count, self.datatype, self.given, self.rest = array, count, datatype, given, rest
 
     @property
     def u8(self):
@@ -73,16 +75,23 @@ def _flat(obj, writable):
 
 
 def _split(spec):
-    """(buf, count items, datatype or None) of a list/tuple message."""
+    """(buf, count slot, displ slot, datatype or None) of a list/tuple message, read by position as
+    mpi4py does: [buf, datatype-or-count], [buf, count, datatype], [buf, count, displ, datatype]."""
     n = len(spec)
     if n == 0 or n > 4:
         raise ValueError(f"message: expected [buf], [buf, datatype], [buf, count, datatype] or "
                          f"[buf, count, displ, datatype], got a sequence of {n} items")
-    buf, rest = spec[0], list(spec[1:])
-    dt = None
-    if rest and (isinstance(rest[-1], (Datatype, str))):
-        dt = as_datatype(rest.pop())
-    return buf, rest, dt
+    buf, count, displ, dt = spec[0], None, None, None
+    if n == 2:
+        if spec[1] is None or isinstance(spec[1], (Datatype, str)):
+            dt = spec[1]
+        else:
+            count = spec[1]
+    elif n == 3:
+        count, dt = spec[1], spec[2]
+    elif n == 4:
+        count, displ, dt = spec[1], spec[2], spec[3]
+    return buf, count, displ, None if dt is None else as_datatype(dt)
 
 
 def _view(flat, fdt, dt, writable):
@@ -118,18 +127,11 @@ def _parse(spec, writable):
             return Msg(spec.reshape(-1), spec.size, dt)
     count = displ = None
     if isinstance(spec, (list, tuple)):
-        buf, rest, dt = _split(spec)
-        if len(rest) == 1:
-            if isinstance(rest[0], (list, tuple)):
-                if len(rest[0]) != 2:
-                    raise ValueError(f"message: expected (count, displ), got {rest[0]!r}")
-                count, displ = rest[0]
-            else:
-                count = rest[0]
-        elif len(rest) == 2:
-            count, displ = rest
-        elif rest:
-            raise ValueError(f"message: cannot interpret {spec!r}")
+        buf, count, displ, dt = _split(spec)
+        if isinstance(count, tuple):
+            if displ is not None or len(count) != 2:
+                raise ValueError(f"message: expected (count, displ), got {count!r}")
+            count, displ = count
         if buf is None:
             if (count or 0) or (displ or 0):
                 raise ValueError(f"message: a None buffer can only carry 0 elements, got count {count}")
@@ -140,7 +142,8 @@ def _parse(spec, writable):
     flat, dt = _view(flat, fdt, dt, writable)
     mult = dt._mult
     displ = 0 if displ is None else _int(displ, "displacement")
-    if count is None:
+    given = count is not None
+    if not given:
         avail = flat.size - displ * mult
         if avail < 0 or avail % mult:
             raise ValueError(f"message: buffer of {flat.size} {flat.dtype} elements does not hold whole "
@@ -152,7 +155,7 @@ def _parse(spec, writable):
     if hi > flat.size:
         raise ValueError(f"message: count {count} at displacement {displ} needs {hi * flat.itemsize} bytes, "
                          f"the buffer has {flat.nbytes}")
-    return Msg(flat[lo:hi] if (lo or hi != flat.size) else flat, count, dt)
+    return Msg(flat[lo:hi] if (lo or hi != flat.size) else flat, count, dt, given, flat[lo:] if given else None)
 
 
 def parse_send(spec):
@@ -189,8 +192,8 @@ class VMsg:
 def _ints(x, size, what):
     if x is None:
         return None
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return [_int(x, what)] * size
+    if _is_int(x):
+        return [_int(int(x), what)] * size
     vals = [_int(v, what) for v in (x.tolist() if isinstance(x, np.ndarray) else list(x))]
     if len(vals) < size:
         raise ValueError(f"message: {what}s has {len(vals)} entries for {size} ranks")
@@ -201,19 +204,11 @@ def parse_vector(spec, size, writable):
     """The message of a vector collective's buffer, for a communicator of `size` ranks."""
     counts = displs = None
     if isinstance(spec, (list, tuple)):
-        buf, rest, dt = _split(spec)
-        if len(rest) == 1:
-            if isinstance(rest[0], tuple) and len(rest[0]) == 2 and not all(
-                    isinstance(v, (int, np.integer)) for v in rest[0]):
-                counts, displs = rest[0]
-            elif isinstance(rest[0], tuple) and len(rest[0]) == 2 and size != 2:
-                counts, displs = rest[0]
-            else:
-                counts = rest[0]
-        elif len(rest) == 2:
-            counts, displs = rest
-        elif rest:
-            raise ValueError(f"message: cannot interpret {spec!r}")
+        buf, counts, displs, dt = _split(spec)
+        if isinstance(counts, tuple):  # a tuple in the counts slot is always (counts, displs)
+            if displs is not None or len(counts) != 2:
+                raise ValueError(f"message: expected (counts, displs), got {counts!r}")
+            counts, displs = counts
     else:
         buf, dt = spec, None
     if buf is None:
@@ -223,18 +218,15 @@ def parse_vector(spec, size, writable):
         flat, dt = _view(flat, fdt, dt, writable)
     mult = dt._mult
     counts = _ints(counts, size, "count")
-    if counts is None:
+    if counts is None:  # as even as possible: the first len % size ranks get one more
         total = flat.size // mult
-        if flat.size % mult or total % size:
-            raise ValueError(f"message: buffer of {total} {dt.Get_name()} elements does not split into "
-                             f"{size} equal blocks")
-        counts = [total // size] * size
+        counts = [total // size + (1 if i < total % size else 0) for i in range(size)]
     if displs is None:
         displs, pos = [], 0
         for c in counts:
             displs.append(pos)
             pos += c
-    elif isinstance(displs, (int, np.integer)) and not isinstance(displs, bool):
+    elif _is_int(displs):
         displs = [i * _int(displs, "displacement") for i in range(size)]
     else:
         displs = _ints(displs, size, "displacement")
@@ -244,9 +236,27 @@ def parse_vector(spec, size, writable):
     return VMsg(flat, counts, displs, dt)
 
 
+def _is_int(x):
+    return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (
+        isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu")
+
+
 def block_count(msg, size, what):
-    """The per-rank count of a buffer holding one block per rank (count = len / size)."""
+    """The per-rank count of a buffer holding one block per rank: the explicit count when one was
+    given (MPI's per-process count), else len / size."""
+    if msg.given:
+        return msg.count
     if msg.count % size:
         raise ValueError(f"{what}: buffer of {msg.count} {msg.datatype.Get_name()} elements does not split into "
                          f"{size} equal blocks")
     return msg.count // size
+
+
+def blocks(msg, size, what):
+    """(flat view of the size blocks, elements per block in base units) of a one-block-per-rank buffer."""
+    per = block_count(msg, size, what) * msg.datatype._mult
+    arr = msg.rest if msg.given else msg.array
+    if arr.size < per * size:
+        raise ValueError(f"{what}: a count of {per // msg.datatype._mult} per rank needs {per * size} elements, "
+                         f"the buffer has {arr.size}")
+    return arr[:per * size], per

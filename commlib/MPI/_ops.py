@@ -33,14 +33,20 @@ class Op:
         if not callable(function):
             raise TypeError("Op.Create needs a callable")
         op = object.__new__(cls)
-        op._set(f"user op {getattr(function, '__name__', 'function')}", function, None, None, bool(commute), False,
-                function)
+        op._set(f"user op {getattr(function, '__name__', 'function')}", lambda x, y: function(x, y, None), None,
+                None, bool(commute), False, function)
         return op
 
     def __call__(self, x, y):
+        """x op y on Python objects (a user function gets (x, y, None), as in mpi4py)."""
         if self._obj is None:
-            raise MPIException(ERR_OP, "MPI.OP_NULL cannot be applied")
+            raise ValueError("MPI.OP_NULL cannot be applied")
         return self._obj(x, y)
+
+    def __reduce__(self):
+        if self._predefined:
+            return (_restore, (self._name[4:],))
+        raise ValueError(f"cannot pickle {self._name}")
 
     def Is_commutative(self):
         return self._commute
@@ -160,3 +166,8 @@ MAXLOC = _predefined("MAXLOC", _maxloc, None, None)
 MINLOC = _predefined("MINLOC", _minloc, None, None)
 REPLACE = _predefined("REPLACE", lambda x, y: y, _replace, None)
 NO_OP = _predefined("NO_OP", lambda x, y: x, _no_op, None)
+
+
+def _restore(name):
+    from .. import MPI  # predefined handles unpickle to the very same object
+    return getattr(MPI, name)

@@ -17,6 +17,8 @@ class Status:
     __slots__ = ("source", "tag", "error", "_nbytes", "_cancelled")
 
     def __init__(self, status=None):
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"expected an MPI.Status, got {type(status).__name__}")
         if status is None:
             self.source, self.tag, self.error, self._nbytes, self._cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
         else:
@@ -52,8 +54,9 @@ class Status:
         return self._nbytes // size if self._nbytes % size == 0 else UNDEFINED
 
     def Get_elements(self, datatype):
-        base = datatype._base.itemsize if datatype._base is not None else 1
-        return self._nbytes // base
+        if datatype._base is None:
+            raise MPIException(3, "Get_elements: MPI.DATATYPE_NULL")
+        return self._nbytes // datatype._base.itemsize
 
     def Set_elements(self, datatype, count):
         self._nbytes = int(count) * datatype.Get_size()
@@ -64,8 +67,8 @@ class Status:
     def Set_cancelled(self, flag):
         self._cancelled = bool(flag)
 
-    count = property(lambda self: self.Get_count())
-    cancelled = property(Is_cancelled)
+    count = property(lambda self: self.Get_count(), lambda self, n: setattr(self, "_nbytes", int(n)))
+    cancelled = property(Is_cancelled, Set_cancelled)
 
     def __eq__(self, other):
         if not isinstance(other, Status):
@@ -164,10 +167,13 @@ class Request:
         return True
 
     def Cancel(self):
-        if self._r is not None:
-            self._r.cancel()
+        if self._r is None:
+            raise MPIException(ERR_REQUEST, "Cancel() of MPI.REQUEST_NULL")
+        self._r.cancel()
 
     def Free(self):
+        if self._r is None and self._persist is None:
+            raise MPIException(ERR_REQUEST, "Free() of MPI.REQUEST_NULL")
         self._r = None
         self._persist = None
 
@@ -237,6 +243,36 @@ class Request:
     def testsome(requests, statuses=None):
         return _testsome(requests, statuses)
 
+    @staticmethod
+    def Get_status_any(requests, status=None):
+        """(index, flag) of a complete request, without deactivating it; (UNDEFINED, True) if none is active."""
+        requests = _check(requests)
+        if not any(_active(r) for r in requests):
+            return UNDEFINED, True
+        for i, r in enumerate(requests):
+            if _active(r) and r.Get_status(status):
+                return i, True
+        return UNDEFINED, False
+
+    @staticmethod
+    def Get_status_all(requests, statuses=None):
+        requests = _check(requests)
+        if not all(r.Get_status() for r in requests):
+            return False
+        for i, r in enumerate(requests):
+            r.Get_status(_status_at(statuses, i))
+        return True
+
+    @staticmethod
+    def Get_status_some(requests, statuses=None):
+        requests = _check(requests)
+        if not any(_active(r) for r in requests):
+            return None
+        done = [i for i, r in enumerate(requests) if _active(r) and r.Get_status()]
+        for k, i in enumerate(done):
+            requests[i].Get_status(_status_at(statuses, k))
+        return done
+
     # ------------------------------------------------------------ handle semantics
     def __bool__(self):
         return self._r is not None
@@ -282,6 +318,8 @@ class Prequest(Request):
     startall = Startall
 
     def Free(self):
+        if self._persist is None:
+            raise MPIException(ERR_REQUEST, "Free() of MPI.REQUEST_NULL")
         self._r = None
         self._persist = None
 
@@ -291,20 +329,25 @@ class Prequest(Request):
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        if self._persist is None or getattr(other, "_persist", None) is None:
+        if self._persist is None or other._persist is None:
             return not self and not other
-        return self is other
+        return self._persist is other._persist
 
     def __hash__(self):
-        return id(self)
+        return id(self._persist)
 
 
 def _status_at(statuses, i):
+    """statuses[i]; a list grows to hold it, any other sequence is only filled."""
     if statuses is None:
         return None
-    while len(statuses) <= i:
-        statuses.append(Status())
-    return statuses[i]
+    if i < len(statuses):
+        return statuses[i]
+    if isinstance(statuses, list):
+        while len(statuses) <= i:
+            statuses.append(Status())
+        return statuses[i]
+    return None
 
 
 def _check(requests):

@@ -94,8 +94,11 @@ def test_vector_forms():
     assert [list(v.block(i)) for i in range(2)] == [[0.0, 1.0], [4.0, 5.0]]
     v = parse_vector(np.arange(6.0), 3, False)  # no counts: equal blocks
     assert v.counts == [2, 2, 2]
-    with pytest.raises(ValueError):
-        parse_vector(np.arange(7.0), 3, False)
+    assert parse_vector(np.arange(7.0), 3, False).counts == [3, 2, 2]  # the first len % size get one more
+    v = parse_vector([np.arange(6.0), (2, 4), "d"], 2, False)  # a tuple is always (counts, displs)
+    assert [list(v.block(i)) for i in range(2)] == [[0.0, 1.0], [4.0, 5.0]]
+    v = parse_vector([np.arange(6.0), [2, 4]], 2, False)  # a list is counts
+    assert v.counts == [2, 4]
     with pytest.raises(ValueError):
         parse_vector([buf, [4, 4, 4]], 3, False)
 
@@ -115,8 +118,15 @@ def test_datatype_objects():
     assert dup == MPI.INT
     dup.Free()
     assert not dup and MPI.LONG_DOUBLE == MPI.DATATYPE_NULL
-    with pytest.raises(MPI.Exception):
+    with pytest.raises(ValueError):
         parse_send([np.zeros(2), MPI.DATATYPE_NULL])
+    with pytest.raises(KeyError):
+        parse_send([np.zeros(2), "\0"])
+    with pytest.raises(BufferError):
+        parse_send(np.zeros(2, ">f8"))
+    m = parse_send([np.arange(4.0), 1, 1, None])  # None in the datatype slot: inferred
+    assert m.count == 1 and m.array[0] == 1.0
+    assert parse_send([np.arange(4.0), (2, None), None]).count == 2
 
 
 # ------------------------------------------------------------------ ops
