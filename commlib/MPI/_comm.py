@@ -14,6 +14,7 @@ match.
 import math
 import pickle
 import socket
+import warnings
 import zlib
 
 import numpy as np
@@ -290,7 +291,7 @@ def _alltoall_obj_body(g, objs):
 class Comm:
     """An MPI communicator handle."""
 
-    __slots__ = ("_c", "__weakref__")
+    __slots__ = ("_c", "_buffer", "__weakref__")
 
     def __new__(cls, comm=None):
         if comm is not None and not isinstance(comm, Comm):
@@ -301,9 +302,23 @@ class Comm:
 
     def __reduce__(self):
         for name in ("COMM_WORLD", "COMM_SELF", "COMM_NULL"):
-            if self._c is _builtin(name)._c:
-                return (_builtin, (name,))
+            h = _builtin(name)
+            if self is h:
+                return (_builtin, (name,))  # the predefined handle itself
+            if self._c is h._c:
+                return (_builtin_handle, (name,))  # a new handle, equal to the predefined one
         raise ValueError(f"cannot pickle {self!r}: only COMM_WORLD, COMM_SELF and COMM_NULL can be pickled")
+
+    def Attach_buffer(self, buf):
+        self._buffer = buf
+
+    def Detach_buffer(self):
+        buf, self._buffer = getattr(self, "_buffer", None), None
+        return buf
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None, errhandler=None):
+        raise NotImplementedError("Intracomm.Create_from_group (MPI-4 sessions) is not provided by commlib.MPI")
 
     @classmethod
     def _of(cls, state):
@@ -446,10 +461,9 @@ class Comm:
     def Split_type(self, split_type, key=0, info=None):
         """COMM_TYPE_SHARED (or any type but UNDEFINED): the ranks on this host."""
         g = _group(self)
-        if split_type == UNDEFINED:
-            return self._derive(g.split(-1, int(key)))
-        hosts = _api.all_gather_obj(socket.gethostname(), group=g)
-        return self._derive(g.split(sorted(set(hosts)).index(hosts[g._rank]), int(key)))
+        hosts = _api.all_gather_obj(None if split_type == UNDEFINED else socket.gethostname(), group=g)
+        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g._rank])
+        return self._derive(g.split(color, int(key)))
 
     def Create_group(self, group, tag=0):
         """A communicator of group's processes, called by those processes only (no other rank takes part)."""
@@ -677,6 +691,8 @@ class Comm:
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
+        if buf is not None:
+            warnings.warn("the 'buf' argument of recv() is deprecated (and ignored)", UserWarning, stacklevel=2)
         if source == PROC_NULL:
             _proc_null(status)
             return None
@@ -1330,6 +1346,11 @@ class Group:
     def __bool__(self):
         return self._ranks is not None
 
+    def __reduce__(self):
+        if self._ranks is None or self._ranks == ():
+            return (_builtin, ("GROUP_NULL" if self._ranks is None else "GROUP_EMPTY",))
+        raise ValueError(f"cannot pickle {self!r}")
+
     def __repr__(self):
         return "<MPI.Group NULL>" if self._ranks is None else f"<MPI.Group of {len(self._ranks)}>"
 
@@ -1340,6 +1361,11 @@ def world_comms():
     self_group = _Group(world.transport, world.engine, 0x5E1F5E1F, [world.world[world.rank()]], 0, world.timeout)
     return (Intracomm._of(_State(world, "MPI_COMM_WORLD", builtin=True)),
             Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
+
+
+def _builtin_handle(name):
+    h = _builtin(name)
+    return type(h)(h)
 
 
 def _builtin(name):

@@ -111,6 +111,8 @@ def _view(flat, fdt, dt, writable):
 
 
 def _int(x, what):
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
+        x = int(x)
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise TypeError(f"message: {what} must be an int, got {type(x).__name__}")
     if x < 0:

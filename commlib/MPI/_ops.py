@@ -45,8 +45,8 @@ class Op:
 
     def __reduce__(self):
         if self._predefined:
-            return (_restore, (self._name[4:],))
-        raise ValueError(f"cannot pickle {self._name}")
+            return (_restore, (self._name[4:], self is _named(self._name[4:])))
+        return (Op.Create, (self._user, self._commute))
 
     def Is_commutative(self):
         return self._commute
@@ -79,7 +79,7 @@ class Op:
     def combine(self, lower, acc, datatype):
         """acc[...] = lower op acc (typed flat arrays of equal length)."""
         if self._user is not None:
-            self._user(memoryview(lower).cast("B"), memoryview(acc).cast("B"), datatype)
+            self._user(memoryview(lower), memoryview(acc), datatype)
             return
         if self._buf is None:
             raise MPIException(ERR_OP, f"{self._name} cannot reduce buffers")
@@ -168,6 +168,11 @@ REPLACE = _predefined("REPLACE", lambda x, y: y, _replace, None)
 NO_OP = _predefined("NO_OP", lambda x, y: x, _no_op, None)
 
 
-def _restore(name):
-    from .. import MPI  # predefined handles unpickle to the very same object
+def _named(name):
+    from .. import MPI
     return getattr(MPI, name)
+
+
+def _restore(name, same):
+    """A predefined op unpickles to itself, a copy of its handle to a new equal handle."""
+    return _named(name) if same else Op(_named(name))

@@ -248,6 +248,8 @@ class Request:
         """(index, flag) of a complete request, without deactivating it; (UNDEFINED, True) if none is active."""
         requests = _check(requests)
         if not any(_active(r) for r in requests):
+            if status is not None:
+                status._fill(ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, True
         for i, r in enumerate(requests):
             if _active(r) and r.Get_status(status):
@@ -272,6 +274,10 @@ class Request:
         for k, i in enumerate(done):
             requests[i].Get_status(_status_at(statuses, k))
         return done
+
+    get_status_any = Get_status_any
+    get_status_all = Get_status_all
+    get_status_some = Get_status_some
 
     # ------------------------------------------------------------ handle semantics
     def __bool__(self):
