@@ -410,7 +410,7 @@ class Engine:
                 posted.into[:msg.nbytes] = payload[:msg.nbytes]
                 payload = posted.into
             req._finish(finish(msg, payload))
-        except (CommError, ValueError, TypeError) as exc:
+        except Exception as exc:  # the layer above reports it (truncation, unpickling): the receive's error
             req._finish(error=exc)
 
     def _satisfy_probes(self, ctx, probes, msg):

@@ -206,3 +206,16 @@ def test_exceptions_and_constants():
                                            (24, [0, 2, 0], [4, 2, 3]), (7, 2, [7, 1]), (1, 2, [1, 1])])
 def test_compute_dims(n, dims, want):
     assert MPI.Compute_dims(n, dims) == want
+
+
+def test_truncation_to_self_is_the_receivers_error():
+    comm = MPI.COMM_SELF
+    r = comm.Irecv(np.zeros(2), 0, 7)
+    comm.Send(np.arange(5.0), 0, 7)  # the sender is not hurt by the receiver's short buffer
+    with pytest.raises(MPI.Exception) as err:
+        r.Wait()
+    assert err.value.Get_error_class() == MPI.ERR_TRUNCATE
+    comm.Send(np.arange(2.0), 0, 8)  # and the communicator goes on working
+    got = np.zeros(2)
+    comm.Recv(got, 0, 8)
+    assert list(got) == [0.0, 1.0]
