@@ -52,7 +52,7 @@ _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sende
 class _In:
     """Read state of one incoming point-to-point connection."""
 
-    __slots__ = ("sock", "fd", "gid", "src", "hbuf", "hpos", "msg", "view", "pos", "eof")
+    __slots__ = ("sock", "fd", "gid", "src", "hbuf", "hpos", "msg", "view", "pos", "eof", "busy")
 
     def __init__(self, sock, gid, src):
         self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
@@ -62,6 +62,7 @@ class _In:
         self.view = None  # where it lands
         self.pos = 0
         self.eof = False
+        self.busy = False  # a blocking fast path is reading this socket itself: the engine keeps off it
 
     @property
     def idle(self):
@@ -289,8 +290,13 @@ class Engine:
         message over the capacity is not copied: finish() sees msg.nbytes
         larger than `into` and reports the truncation.
         """
-        if block and self.transport is not None and src != ANY_SOURCE and src != ctx.rank and into is not None:
-            got = self._recv_fast(ctx, src, tag, into, finish, what, check)
+        if block and self.transport is not None and src != ANY_SOURCE and src != ctx.rank:
+            if into is not None:
+                got = self._recv_fast(ctx, src, tag, into, finish, what, check)
+            elif raw:
+                got = self._recv_fast_sized(ctx, src, tag, finish, what)
+            else:
+                got = _FALLBACK
             if got is not _FALLBACK:
                 return got
         if self.transport is not None:
@@ -331,15 +337,23 @@ class Engine:
                                                           count=count, nbytes=nbytes), count)
         expect, count = cached
         deadline = time.monotonic() + ctx.timeout
-        addr = self.transport_address(into)
-        resume = False
         with self.lock:
             conn = self._in.get(key)
             if conn is None:
                 conn = self._adopt(key)
-            if conn is None or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
+            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
                 return _FALLBACK
+            conn.busy = True  # until this returns, the engine keeps off the socket (a frame may be half read)
+        try:
+            return self._read_exact(ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what,
+                                    deadline)
+        finally:
+            conn.busy = False
+
+    def _read_exact(self, ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what, deadline):
+        addr = self.transport_address(into)
         notices = self.p2p.notices
+        resume = False
         while True:
             with self.lock:
                 if not resume and not self.idle():
@@ -356,6 +370,7 @@ class Engine:
                 if isinstance(got, bytes):  # another frame came first: the engine takes it from here
                     conn.hbuf[:] = got
                     conn.hpos = HEADER_NBYTES
+                    conn.busy = False
                     self._header_done(conn)
                     self._mark(conn)
                     return _FALLBACK
@@ -365,6 +380,78 @@ class Engine:
                     raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
                                    rank=src_w, op=what)
                 resume = got > 0 or resume
+
+    def _recv_fast_sized(self, ctx, src, tag, finish, what):
+        """A blocking receive of a message of any size from a named source (commlib.MPI's recv() of an
+        object): the header, then a buffer of its size, then the payload, as steps of the C loop.
+
+        Reading "expecting" a header no frame can carry returns the real one with no payload byte
+        read; a frame this receive does not take (another tag, an acknowledgement) goes to the
+        engine exactly as the plain fast path hands over a mismatch.
+        """
+        src_w = ctx.world[src]
+        key = (ctx.gid, src_w)
+        deadline = time.monotonic() + ctx.timeout
+        with self.lock:
+            conn = self._in.get(key)
+            if conn is None:
+                conn = self._adopt(key)
+            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
+                return _FALLBACK
+            conn.busy = True
+        try:
+            return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline)
+        finally:
+            conn.busy = False
+
+    def _read_sized(self, ctx, conn, src, src_w, tag, finish, what, deadline):
+        notices = self.p2p.notices
+        resume = False
+        while True:
+            with self.lock:
+                if not resume and not self.idle():
+                    return _FALLBACK
+                notices.current = (what, src_w, None)
+                try:
+                    got = self.p2p.recv_step(conn.sock, _NO_FRAME, 0, 0, deadline, what, src_w, resume)
+                finally:
+                    notices.current = None
+                if isinstance(got, bytes):
+                    break
+                if got is None:
+                    self._protocol_error(conn, "a frame of all-zero bytes")
+                    return _FALLBACK
+                if got == 0 and not self.idle():
+                    return _FALLBACK
+                if got == 0 and not resume and self.p2p.finishing(src_w):
+                    raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
+                                   rank=src_w, op=what)
+                resume = got > 0 or resume
+        with self.lock:
+            try:
+                h = decode(got)
+            except ProtocolError:
+                h = None
+            if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.root != src or h.flags & FLAG_ACK
+                    or not (h.tag == tag or (tag == ANY_TAG and h.tag >= 0))):
+                conn.hbuf[:] = got  # not this receive's: the engine takes the frame from here
+                conn.hpos = HEADER_NBYTES
+                conn.busy = False
+                self._header_done(conn)
+                self._mark(conn)
+                return _FALLBACK
+            msg = Message(src, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
+            self._matched(ctx, msg)  # an issend's acknowledgement
+            self._last_tag[ctx.gid, src] = h.tag
+        payload = np.empty(h.nbytes, dtype=np.uint8)
+        addr, resume = self.transport_address(payload), False
+        while h.nbytes:
+            with self.lock:
+                got = self.p2p.recv_step(conn.sock, None, addr, h.nbytes, deadline, what, src_w, resume)
+            if got is None:
+                break
+            resume = True
+        return finish(msg, payload)
 
     def probe(self, ctx, src, tag, block):
         """Header facts (a Message) of the oldest matching message, left queued; None if none yet."""
@@ -482,7 +569,7 @@ class Engine:
         return bool(events)
 
     def _poll_set(self):
-        fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof}
+        fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof and not c.busy}
         for out in self._out.values():
             if out.queue:
                 fds[out.fd] = fds.get(out.fd, 0) | select.POLLOUT
@@ -530,6 +617,8 @@ class Engine:
         return conn
 
     def _read(self, conn):
+        if conn.busy:
+            return
         try:
             self._read_some(conn)
         finally:
@@ -836,6 +925,7 @@ class Engine:
 
 
 _FALLBACK = object()
+_NO_FRAME = bytes(HEADER_NBYTES)  # a header no frame carries (its magic is zero)
 
 
 def _readable(fd):
