@@ -351,7 +351,22 @@ class Engine:
             conn.busy = False
 
     def _read_exact(self, ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what, deadline):
-        addr = self.transport_address(into)
+        got = self._step_frame(conn, expect, self.transport_address(into), nbytes, deadline, what, src_w)
+        if got is _FALLBACK:
+            return got
+        if got is None:
+            self._last_tag[ctx.gid, src] = tag
+            return finish(Message(src, tag, nbytes, dtype, count), into)
+        self._hand_over(conn, got)  # another frame came first: the engine takes it from here
+        return _FALLBACK
+
+    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w):
+        """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
+
+        Returns None once it arrived; the header of another frame that came instead (no payload
+        byte read); or _FALLBACK when other work appeared before any byte of the frame (the engine
+        then serves this receive with the rest).
+        """
         notices = self.p2p.notices
         resume = False
         while True:
@@ -363,23 +378,23 @@ class Engine:
                     got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
                 finally:
                     notices.current = None
-                if got is None:
-                    msg = Message(src, tag, nbytes, dtype, count)
-                    self._last_tag[ctx.gid, src] = tag
-                    return finish(msg, into)
-                if isinstance(got, bytes):  # another frame came first: the engine takes it from here
-                    conn.hbuf[:] = got
-                    conn.hpos = HEADER_NBYTES
-                    conn.busy = False
-                    self._header_done(conn)
-                    self._mark(conn)
-                    return _FALLBACK
+                if got is None or isinstance(got, bytes):
+                    return got
                 if got == 0 and not self.idle():
                     return _FALLBACK
                 if got == 0 and not resume and self.p2p.finishing(src_w):
                     raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
                                    rank=src_w, op=what)
                 resume = got > 0 or resume
+
+    def _hand_over(self, conn, header):
+        """A header a fast path read but does not take: the engine goes on with that frame."""
+        with self.lock:
+            conn.hbuf[:] = header
+            conn.hpos = HEADER_NBYTES
+            conn.busy = False
+            self._header_done(conn)
+            self._mark(conn)
 
     def _recv_fast_sized(self, ctx, src, tag, finish, what):
         """A blocking receive of a message of any size from a named source (commlib.MPI's recv() of an
@@ -405,42 +420,23 @@ class Engine:
             conn.busy = False
 
     def _read_sized(self, ctx, conn, src, src_w, tag, finish, what, deadline):
-        notices = self.p2p.notices
-        resume = False
-        while True:
+        got = self._step_frame(conn, _NO_FRAME, 0, 0, deadline, what, src_w)
+        if got is _FALLBACK:
+            return got
+        if got is None:
             with self.lock:
-                if not resume and not self.idle():
-                    return _FALLBACK
-                notices.current = (what, src_w, None)
-                try:
-                    got = self.p2p.recv_step(conn.sock, _NO_FRAME, 0, 0, deadline, what, src_w, resume)
-                finally:
-                    notices.current = None
-                if isinstance(got, bytes):
-                    break
-                if got is None:
-                    self._protocol_error(conn, "a frame of all-zero bytes")
-                    return _FALLBACK
-                if got == 0 and not self.idle():
-                    return _FALLBACK
-                if got == 0 and not resume and self.p2p.finishing(src_w):
-                    raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
-                                   rank=src_w, op=what)
-                resume = got > 0 or resume
+                self._protocol_error(conn, "a frame of all-zero bytes")
+            return _FALLBACK
+        try:
+            h = decode(got)
+        except ProtocolError:
+            h = None
+        if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.root != src or h.flags & FLAG_ACK
+                or not (h.tag == tag or (tag == ANY_TAG and h.tag >= 0))):
+            self._hand_over(conn, got)  # not this receive's (or not a frame at all: the engine says so)
+            return _FALLBACK
+        msg = Message(src, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
         with self.lock:
-            try:
-                h = decode(got)
-            except ProtocolError:
-                h = None
-            if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.root != src or h.flags & FLAG_ACK
-                    or not (h.tag == tag or (tag == ANY_TAG and h.tag >= 0))):
-                conn.hbuf[:] = got  # not this receive's: the engine takes the frame from here
-                conn.hpos = HEADER_NBYTES
-                conn.busy = False
-                self._header_done(conn)
-                self._mark(conn)
-                return _FALLBACK
-            msg = Message(src, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
             self._matched(ctx, msg)  # an issend's acknowledgement
             self._last_tag[ctx.gid, src] = h.tag
         payload = np.empty(h.nbytes, dtype=np.uint8)
