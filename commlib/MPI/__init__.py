@@ -16,7 +16,9 @@ import time as _time
 
 from .. import __version__ as _version
 from .._api import finalize as _finalize
-from ._comm import PICKLE, Cartcomm, Pickle, Comm, Compute_dims, Group, Intracomm, processor_name as _processor_name, world_comms
+from ._comm import Cartcomm, Comm, Intracomm, processor_name as _processor_name, world_comms
+from ._groups import Compute_dims, Group
+from ._messages import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
 from ._datatypes import DATATYPE_NULL, NAMED as _NAMED, Datatype

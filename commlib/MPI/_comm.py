@@ -1,4 +1,4 @@
-"""Communicators: `Comm`, `Intracomm`, `Cartcomm` and process `Group`s, over commlib groups.
+"""Communicators: `Comm`, `Intracomm` and `Cartcomm`, over commlib groups.
 
 A communicator handle holds a `_State`: the commlib Group (its matching
 context and ordered collective stream), a name and a topology. Handles made
@@ -12,7 +12,6 @@ engine with tags below zero, which no user receive (ANY_TAG included) can
 match.
 """
 import math
-import pickle
 import socket
 import warnings
 import zlib
@@ -23,22 +22,23 @@ from .. import _api
 from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
-from .._engine import EAGER_BYTES, Group as _Group, wait_all as _wait_all
+from .._engine import EAGER_BYTES, Group as _Group
 from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_ROOT, ERR_TAG,
-                         ERR_TOPOLOGY, ERR_TRUNCATE, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
+                         ERR_TOPOLOGY, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
                          UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, LASTUSEDCODE,
                          KEYVAL_INVALID, ERR_LASTCODE, ERR_OTHER, MPIException)
+from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoall_body, alltoall_obj_body,
+                           exchange_body, fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body,
+                           scatterv_body)
 from ._datatypes import BY_CHAR
+from ._groups import Group
 from ._message import blocks, is_in_place, parse_recv, parse_send, parse_vector
+from ._messages import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, loads, proc_null,
+                        recv_buf, recv_obj, send, truncating)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
 
 _ENGINE_ANY_TAG = -1
-_UNBOUNDED = 1 << 62
-# Tags of the collectives that run over point-to-point (negative: never a user's).
-TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = -101, -102, -103, -104, \
-    -105, -106
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire code, for the fast paths
 
 
@@ -89,202 +89,6 @@ def _root(g, root, what):
         return int(root)
     raise MPIException(ERR_ROOT, f"rank {g._rank}: {what}: root={root!r} is not a rank of this communicator "
                                  f"(size {g._size})")
-
-
-def _proc_null(status):
-    if status is not None:
-        status._fill(PROC_NULL, ANY_TAG, 0)
-
-
-def _user_tag(tag):
-    return ANY_TAG if tag == _ENGINE_ANY_TAG else tag
-
-
-def _fill(status, msg):
-    if status is not None:
-        status._fill(msg.source, msg.tag, msg.nbytes)
-
-
-# ------------------------------------------------------------------ engine calls
-def _send(g, m_u8, wire, count, dest, tag, *, sync=False, block=True, what="Send"):
-    return g.engine.send(g.p2p, dest, [m_u8], tag=tag, dtype=wire, count=count, sync=sync, what=what, block=block)
-
-
-def _truncating(capacity, what, me):
-    def finish(msg, payload):
-        if msg.nbytes > capacity:
-            raise MPIException(ERR_TRUNCATE, f"rank {me}: {what}: message of {msg.nbytes} bytes from rank "
-                                             f"{msg.source} (tag {msg.tag}) is longer than the {capacity}-byte "
-                                             f"receive buffer")
-        return msg
-    return finish
-
-
-def _recv_buf(g, m, source, tag, block, what):
-    u8 = m.u8
-    return g.engine.recv(g.p2p, source, tag, u8, _truncating(u8.nbytes, what, g._rank), what=what, block=block,
-                         check=(m.datatype._wire, u8.nbytes), raw=True)
-
-
-def _unpickle(msg, payload):
-    return msg, payload
-
-
-def _recv_obj(g, source, tag, block, what):
-    return g.engine.recv(g.p2p, source, tag, None, _unpickle, what=what, block=block, check=(DT_BYTES, _UNBOUNDED),
-                         raw=True)
-
-
-def _loads(payload):
-    return PICKLE.loads(payload) if len(payload) else None
-
-
-def _dumps(obj):
-    data = PICKLE.dumps(obj)
-    return np.frombuffer(data, dtype=np.uint8)
-
-
-class Pickle:
-    """MPI.pickle: how object messages are serialised (pickle's highest protocol by default)."""
-
-    def __init__(self, dumps=pickle.dumps, loads=pickle.loads, protocol=None):
-        self._dumps, self._loads = dumps, loads
-        self.PROTOCOL = _PROTOCOL if protocol is None and dumps is pickle.dumps else protocol
-
-    def dumps(self, obj):
-        return self._dumps(obj) if self.PROTOCOL is None else self._dumps(obj, self.PROTOCOL)
-
-    def loads(self, data):
-        return self._loads(data)
-
-
-PICKLE = Pickle()
-
-
-def _done_buf(msg, status):
-    _fill(status, msg)
-    return None
-
-
-def _done_obj(result, status):
-    msg, payload = result
-    _fill(status, msg)
-    return _loads(payload)
-
-
-def _done_proc_null(result, status):
-    _proc_null(status)
-    return None
-
-
-# ------------------------------------------------------------------ collectives over point-to-point
-def _p2p_send(g, arr, dest, tag, block=True):
-    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-    return g.engine.send(g.p2p, dest, [u8], tag=tag, dtype=DT_BYTES, count=u8.nbytes, what="collective",
-                         block=block)
-
-
-def _p2p_recv(g, arr, source, tag, block=True):
-    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-    return g.engine.recv(g.p2p, source, tag, u8, _truncating(u8.nbytes, "collective", g._rank),
-                         what="collective", block=block, check=(DT_BYTES, u8.nbytes), raw=True)
-
-
-def _fold_buffers(blocks, op, dt, out):
-    """out = blocks[0] op blocks[1] op ... (MPI order: acc = lower op acc, from the top rank down)."""
-    acc = np.array(blocks[-1], copy=True)
-    for b in reversed(blocks[:-1]):
-        op.combine(b, acc, dt)
-    out[...] = acc
-
-
-def _fold(values, op):
-    acc = values[0]
-    for v in values[1:]:
-        acc = op(acc, v)
-    return acc
-
-
-def _allreduce_body(g, s, out, op, dt):
-    if op._kernel is not None:
-        _coll._all_reduce(g, s, op._kernel, out)
-        return
-    gathered = _coll._all_gather(g, s)
-    _fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
-
-
-def _reduce_body(g, s, out, op, dt, root):
-    if op._kernel is not None:
-        _coll._reduce(g, s, op._kernel, root, out)
-        return
-    gathered = _coll._gather(g, s, root)
-    if g._rank == root:
-        _fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
-
-
-def _scan_body(g, s, out, op, dt, exclusive):
-    n, me = g._size, g._rank
-    mine = np.array(s, copy=True)  # s may be out itself (IN_PLACE)
-    prev = None
-    if me > 0:
-        prev = np.empty_like(mine)
-        _p2p_recv(g, prev, me - 1, TAG_SCAN)
-        op.combine(prev, mine, dt)  # mine = prefix op mine
-    if exclusive:
-        if prev is not None:
-            out[...] = prev
-    else:
-        out[...] = mine
-    if me < n - 1:
-        _p2p_send(g, mine, me + 1, TAG_SCAN)
-
-
-def _gatherv_body(g, s, R, root):
-    me, n = g._rank, g._size
-    if me != root:
-        _p2p_send(g, s, root, TAG_GATHERV)
-        return
-    reqs = [_p2p_recv(g, R.block(i), i, TAG_GATHERV, block=False) for i in range(n) if i != root]
-    if s is not None:
-        R.block(root)[...] = s
-    _wait_all(reqs)
-
-
-def _scatterv_body(g, S, r, root):
-    me, n = g._rank, g._size
-    if me != root:
-        _p2p_recv(g, r, root, TAG_SCATTERV)
-        return
-    reqs = [_p2p_send(g, S.block(i), i, TAG_SCATTERV, block=False) for i in range(n) if i != root]
-    if r is not None:
-        r[...] = S.block(root)
-    _wait_all([q for q in reqs if q is not None])
-
-
-def _exchange_body(g, send_block, recv_block, tag):
-    """Every rank sends send_block(j) to j and receives recv_block(i) from i (all-to-all pattern)."""
-    me, n = g._rank, g._size
-    reqs = [_p2p_recv(g, recv_block(i), i, tag, block=False) for i in range(n) if i != me]
-    reqs += [_p2p_send(g, send_block(j), j, tag, block=False) for j in range(n) if j != me]
-    mine = send_block(me)
-    if mine is not None:
-        recv_block(me)[...] = mine
-    _wait_all([q for q in reqs if q is not None])
-
-
-def _alltoall_obj_body(g, objs):
-    me, n = g._rank, g._size
-    recvs = {i: _recv_obj(g, i, TAG_ALLTOALL_OBJ, False, "alltoall") for i in range(n) if i != me}
-    sends = [_p2p_send(g, _dumps(objs[j]), j, TAG_ALLTOALL_OBJ, block=False) for j in range(n) if j != me]
-    _wait_all([q for q in sends if q is not None])
-    out = []
-    for i in range(n):
-        if i == me:
-            out.append(pickle.loads(pickle.dumps(objs[i], _PROTOCOL)))
-        else:
-            msg, payload = recvs[i].wait()
-            out.append(_loads(payload))
-    return out
 
 
 # ------------------------------------------------------------------ communicators
@@ -525,7 +329,7 @@ class Comm:
                               tag=_stag(g, tag, "Send"), dtype=wire, count=buf.size, what="Send", block=True)
                 return
         m = parse_send(buf)
-        _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+        send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
 
     Bsend = Rsend = Send
 
@@ -534,13 +338,13 @@ class Comm:
         if dest == PROC_NULL:
             return
         m = parse_send(buf)
-        _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Ssend"), _stag(g, tag, "Ssend"), sync=True,
+        send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Ssend"), _stag(g, tag, "Ssend"), sync=True,
               what="Ssend")
 
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
         if source == PROC_NULL:
-            _proc_null(status)
+            proc_null(status)
             return
         if type(buf) is np.ndarray:  # the common case, with the least Python
             f = buf.flags
@@ -548,42 +352,42 @@ class Comm:
             if f.c_contiguous and f.writeable and wire is not None:
                 u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
                 msg = g.engine.recv(g.p2p, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), u8,
-                                    _truncating(u8.nbytes, "Recv", g._rank), what="Recv", block=True,
+                                    truncating(u8.nbytes, "Recv", g._rank), what="Recv", block=True,
                                     check=(wire, u8.nbytes), raw=True)
                 if status is not None:
                     status._fill(msg.source, msg.tag, msg.nbytes)
                 return
         m = parse_recv(buf)
-        msg = _recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
-        _fill(status, msg)
+        msg = recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
+        fill(status, msg)
 
     def Isend(self, buf, dest, tag=0):
         g = _group(self)
         if dest == PROC_NULL:
-            return Request._completed(fill=_done_proc_null)
+            return Request._completed(fill=done_proc_null)
         m = parse_send(buf)
-        r = _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Isend"), _stag(g, tag, "Isend"),
+        r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Isend"), _stag(g, tag, "Isend"),
                   block=False, what="Isend")
-        return Request._wrap(r, _done_buf_send)
+        return Request._wrap(r, done_empty)
 
     Ibsend = Irsend = Isend
 
     def Issend(self, buf, dest, tag=0):
         g = _group(self)
         if dest == PROC_NULL:
-            return Request._completed(fill=_done_proc_null)
+            return Request._completed(fill=done_proc_null)
         m = parse_send(buf)
-        r = _send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Issend"), _stag(g, tag, "Issend"),
+        r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Issend"), _stag(g, tag, "Issend"),
                   sync=True, block=False, what="Issend")
-        return Request._wrap(r, _done_buf_send)
+        return Request._wrap(r, done_empty)
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         g = _group(self)
         if source == PROC_NULL:
-            return Request._completed(fill=_done_proc_null)
+            return Request._completed(fill=done_proc_null)
         m = parse_recv(buf)
-        r = _recv_buf(g, m, _source(g, source, "Irecv"), _rtag(g, tag, "Irecv"), False, "Irecv")
-        return Request._wrap(r, _done_buf)
+        r = recv_buf(g, m, _source(g, source, "Irecv"), _rtag(g, tag, "Irecv"), False, "Irecv")
+        return Request._wrap(r, done_buf)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         g = _group(self)
@@ -595,17 +399,17 @@ class Comm:
         rtag = _rtag(g, recvtag, "Sendrecv")
         if s is not None and s.nbytes <= EAGER_BYTES:
             # a small send completes into the socket buffer: then the receive's fast path
-            _send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
+            send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
             s = None
-        req = None if r is None else _recv_buf(g, r, src_r, rtag, s is None, "Sendrecv")
+        req = None if r is None else recv_buf(g, r, src_r, rtag, s is None, "Sendrecv")
         if s is not None:
-            _send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
+            send(g, s.u8, s.datatype._wire, s.array.size, dest_r, stag, what="Sendrecv")
             if req is not None:
                 req = req.wait()
         if r is None:
-            _proc_null(status)
+            proc_null(status)
         else:
-            _fill(status, req)
+            fill(status, req)
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         g = _group(self)
@@ -613,34 +417,34 @@ class Comm:
         copy = m.array.copy()
         req = None
         if source != PROC_NULL:
-            req = _recv_buf(g, m, _source(g, source, "Sendrecv_replace"), _rtag(g, recvtag, "Sendrecv_replace"),
+            req = recv_buf(g, m, _source(g, source, "Sendrecv_replace"), _rtag(g, recvtag, "Sendrecv_replace"),
                             False, "Sendrecv_replace")
         if dest != PROC_NULL:
-            _send(g, copy.view(np.uint8), m.datatype._wire, copy.size, _dest(g, dest, "Sendrecv_replace"),
+            send(g, copy.view(np.uint8), m.datatype._wire, copy.size, _dest(g, dest, "Sendrecv_replace"),
                   _stag(g, sendtag, "Sendrecv_replace"), what="Sendrecv_replace")
         if req is None:
-            _proc_null(status)
+            proc_null(status)
         else:
-            _fill(status, req.wait())
+            fill(status, req.wait())
 
     def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
         if source == PROC_NULL:
-            _proc_null(status)
+            proc_null(status)
             return True
         msg = g.engine.probe(g.p2p, _source(g, source, "Probe"), _rtag(g, tag, "Probe"), True)
-        _fill(status, msg)
+        fill(status, msg)
         return True
 
     def Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
         if source == PROC_NULL:
-            _proc_null(status)
+            proc_null(status)
             return True
         msg = g.engine.probe(g.p2p, _source(g, source, "Iprobe"), _rtag(g, tag, "Iprobe"), False)
         if msg is None:
             return False
-        _fill(status, msg)
+        fill(status, msg)
         return True
 
     def Send_init(self, buf, dest, tag=0):
@@ -659,8 +463,8 @@ class Comm:
         g = _group(self)
         if dest == PROC_NULL:
             return
-        data = _dumps(obj)
-        _send(g, data, DT_BYTES, data.size, _dest(g, dest, "send"), _stag(g, tag, "send"), what="send")
+        data = dumps(obj)
+        send(g, data, DT_BYTES, data.size, _dest(g, dest, "send"), _stag(g, tag, "send"), what="send")
 
     bsend = send
 
@@ -668,8 +472,8 @@ class Comm:
         g = _group(self)
         if dest == PROC_NULL:
             return
-        data = _dumps(obj)
-        _send(g, data, DT_BYTES, data.size, _dest(g, dest, "ssend"), _stag(g, tag, "ssend"), sync=True,
+        data = dumps(obj)
+        send(g, data, DT_BYTES, data.size, _dest(g, dest, "ssend"), _stag(g, tag, "ssend"), sync=True,
               what="ssend")
 
     def isend(self, obj, dest, tag=0):
@@ -683,43 +487,43 @@ class Comm:
     def _isend_obj(self, obj, dest, tag, sync, what):
         g = _group(self)
         if dest == PROC_NULL:
-            return Request._completed(fill=_done_proc_null)
-        data = _dumps(obj)
-        r = _send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=False,
+            return Request._completed(fill=done_proc_null)
+        data = dumps(obj)
+        r = send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=False,
                   what=what)
-        return Request._wrap(r, _done_buf_send)
+        return Request._wrap(r, done_empty)
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
         if buf is not None:
             warnings.warn("the 'buf' argument of recv() is deprecated (and ignored)", UserWarning, stacklevel=2)
         if source == PROC_NULL:
-            _proc_null(status)
+            proc_null(status)
             return None
-        msg, payload = _recv_obj(g, _source(g, source, "recv"), _rtag(g, tag, "recv"), True, "recv")
-        _fill(status, msg)
-        return _loads(payload)
+        msg, payload = recv_obj(g, _source(g, source, "recv"), _rtag(g, tag, "recv"), True, "recv")
+        fill(status, msg)
+        return loads(payload)
 
     def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
         g = _group(self)
         if source == PROC_NULL:
-            return Request._completed(fill=_done_proc_null)
-        r = _recv_obj(g, _source(g, source, "irecv"), _rtag(g, tag, "irecv"), False, "irecv")
-        return Request._wrap(r, _done_obj)
+            return Request._completed(fill=done_proc_null)
+        r = recv_obj(g, _source(g, source, "irecv"), _rtag(g, tag, "irecv"), False, "irecv")
+        return Request._wrap(r, done_obj)
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         g = _group(self)
         req = None
         if source != PROC_NULL:
-            req = _recv_obj(g, _source(g, source, "sendrecv"), _rtag(g, recvtag, "sendrecv"), False, "sendrecv")
+            req = recv_obj(g, _source(g, source, "sendrecv"), _rtag(g, recvtag, "sendrecv"), False, "sendrecv")
         if dest != PROC_NULL:
             self.send(sendobj, dest, sendtag)
         if req is None:
-            _proc_null(status)
+            proc_null(status)
             return None
         msg, payload = req.wait()
-        _fill(status, msg)
-        return _loads(payload)
+        fill(status, msg)
+        return loads(payload)
 
     def probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return self.Probe(source, tag, status)
@@ -734,7 +538,7 @@ class Comm:
 
     def _start(self, what, fn, *args):
         g = _group(self)
-        return Request._wrap(g.stream.submit(what, fn, g, *args), _done_coll)
+        return Request._wrap(g.stream.submit(what, fn, g, *args), done_empty)
 
     def Barrier(self):
         self._run(_coll._barrier)
@@ -777,10 +581,10 @@ class Comm:
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:  # straight to commlib's all_reduce
                 g.stream.run(_coll._all_reduce, g, sendbuf, op._kernel, recvbuf)
                 return
-        self._run(_allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
+        self._run(allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
-        return self._start("Iallreduce", _allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Iallreduce"))
+        return self._start("Iallreduce", allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Iallreduce"))
 
     def _rooted_reduce_args(self, sendbuf, recvbuf, op, root, what):
         g = _group(self)
@@ -793,22 +597,22 @@ class Comm:
         return s, out, op, dt, root
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root=0):
-        self._run(_reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Reduce"))
+        self._run(reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Reduce"))
 
     def Ireduce(self, sendbuf, recvbuf, op=SUM, root=0):
-        return self._start("Ireduce", _reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Ireduce"))
+        return self._start("Ireduce", reduce_body, *self._rooted_reduce_args(sendbuf, recvbuf, op, root, "Ireduce"))
 
     def Scan(self, sendbuf, recvbuf, op=SUM):
-        self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Scan"), False)
+        self._run(scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Scan"), False)
 
     def Iscan(self, sendbuf, recvbuf, op=SUM):
-        return self._start("Iscan", _scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iscan"), False)
+        return self._start("Iscan", scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iscan"), False)
 
     def Exscan(self, sendbuf, recvbuf, op=SUM):
-        self._run(_scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Exscan"), True)
+        self._run(scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Exscan"), True)
 
     def Iexscan(self, sendbuf, recvbuf, op=SUM):
-        return self._start("Iexscan", _scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iexscan"), True)
+        return self._start("Iexscan", scan_body, *self._reduce_args(sendbuf, recvbuf, op, "Iexscan"), True)
 
     def _rsb_args(self, sendbuf, recvbuf, op, what):
         g = _group(self)
@@ -823,10 +627,10 @@ class Comm:
         return s.array, r.array, _as_op(op), r.datatype, None
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        self._run(_reduce_scatter_body, *self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block"))
+        self._run(reduce_scatter_body, *self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block"))
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        return self._start("Ireduce_scatter_block", _reduce_scatter_body,
+        return self._start("Ireduce_scatter_block", reduce_scatter_body,
                            *self._rsb_args(sendbuf, recvbuf, op, "Ireduce_scatter_block"))
 
     def _rs_args(self, sendbuf, recvbuf, recvcounts, op, what):
@@ -851,10 +655,10 @@ class Comm:
         return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g._rank]) * mult
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
-        self._run(_reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
+        self._run(reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
-        return self._start("Ireduce_scatter", _reduce_scatter_body,
+        return self._start("Ireduce_scatter", reduce_scatter_body,
                            *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Ireduce_scatter"))
 
     def _gather_args(self, sendbuf, recvbuf, root, what):
@@ -928,10 +732,10 @@ class Comm:
         return src, out
 
     def Alltoall(self, sendbuf, recvbuf):
-        self._run(_alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
+        self._run(alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
 
     def Ialltoall(self, sendbuf, recvbuf):
-        return self._start("Ialltoall", _alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
+        return self._start("Ialltoall", alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
 
     # vector collectives
     def _gatherv_args(self, sendbuf, recvbuf, root, what):
@@ -943,10 +747,10 @@ class Comm:
         return None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype), R, root
 
     def Gatherv(self, sendbuf, recvbuf, root=0):
-        self._run(_gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Gatherv"))
+        self._run(gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Gatherv"))
 
     def Igatherv(self, sendbuf, recvbuf, root=0):
-        return self._start("Igatherv", _gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Igatherv"))
+        return self._start("Igatherv", gatherv_body, *self._gatherv_args(sendbuf, recvbuf, root, "Igatherv"))
 
     def _scatterv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
@@ -957,10 +761,10 @@ class Comm:
         return S, None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype), root
 
     def Scatterv(self, sendbuf, recvbuf, root=0):
-        self._run(_scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Scatterv"))
+        self._run(scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Scatterv"))
 
     def Iscatterv(self, sendbuf, recvbuf, root=0):
-        return self._start("Iscatterv", _scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Iscatterv"))
+        return self._start("Iscatterv", scatterv_body, *self._scatterv_args(sendbuf, recvbuf, root, "Iscatterv"))
 
     def _allgatherv_args(self, sendbuf, recvbuf):
         g = _group(self)
@@ -969,10 +773,10 @@ class Comm:
         return lambda j: s, R.block, TAG_ALLGATHERV
 
     def Allgatherv(self, sendbuf, recvbuf):
-        self._run(_exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
+        self._run(exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
 
     def Iallgatherv(self, sendbuf, recvbuf):
-        return self._start("Iallgatherv", _exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
+        return self._start("Iallgatherv", exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
 
     def _alltoallv_args(self, sendbuf, recvbuf):
         g = _group(self)
@@ -985,10 +789,10 @@ class Comm:
         return S.block, R.block, TAG_ALLTOALLV
 
     def Alltoallv(self, sendbuf, recvbuf):
-        self._run(_exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
+        self._run(exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
 
     def Ialltoallv(self, sendbuf, recvbuf):
-        return self._start("Ialltoallv", _exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
+        return self._start("Ialltoallv", exchange_body, *self._alltoallv_args(sendbuf, recvbuf))
 
     # object collectives
     def bcast(self, obj=None, root=0):
@@ -1015,36 +819,24 @@ class Comm:
         g = _group(self)
         if sendobj is None or len(sendobj) != g._size:
             raise ValueError(f"alltoall: needs a sequence of {g._size} objects")
-        return self._run(_alltoall_obj_body, list(sendobj))
+        return self._run(alltoall_obj_body, list(sendobj))
 
     def reduce(self, sendobj, op=SUM, root=0):
         g = _group(self)
         values = _api.gather_obj(sendobj, _root(g, root, "reduce"), group=g)
-        return None if values is None else _fold(values, op)
+        return None if values is None else fold(values, op)
 
     def allreduce(self, sendobj, op=SUM):
-        return _fold(_api.all_gather_obj(sendobj, group=_group(self)), op)
+        return fold(_api.all_gather_obj(sendobj, group=_group(self)), op)
 
     def scan(self, sendobj, op=SUM):
         g = _group(self)
-        return _fold(_api.all_gather_obj(sendobj, group=g)[:g._rank + 1], op)
+        return fold(_api.all_gather_obj(sendobj, group=g)[:g._rank + 1], op)
 
     def exscan(self, sendobj, op=SUM):
         g = _group(self)
         values = _api.all_gather_obj(sendobj, group=g)[:g._rank]
-        return _fold(values, op) if values else None
-
-
-def _done_buf_send(result, status):
-    if status is not None:
-        status._fill(ANY_SOURCE, ANY_TAG, 0)
-    return None
-
-
-def _done_coll(result, status):
-    if status is not None:
-        status._fill(ANY_SOURCE, ANY_TAG, 0)
-    return None
+        return fold(values, op) if values else None
 
 
 def _as_op(op):
@@ -1090,23 +882,6 @@ def _match(s, r, count, what, send_side=False):
         sent, got = (arr.size // mult, count // mult) if send_side else (count // mult, arr.size // mult)
         raise ValueError(f"{what}: mismatch in send count {sent} and receive count {got}")
     return arr
-
-
-def _reduce_scatter_body(g, s, out, op, dt, lo):
-    n = g._size
-    if lo is None and op._kernel is not None and s.size == out.size * n:
-        res = _coll._reduce_scatter(g, s, op._kernel)
-        out[...] = res
-        return
-    full = np.empty_like(s)
-    _allreduce_body(g, s, full, op, dt)
-    start = g._rank * out.size if lo is None else lo
-    out[...] = full[start:start + out.size]
-
-
-def _alltoall_body(g, s, out):
-    res = _coll._all_to_all(g, s)
-    out[...] = res
 
 
 class Intracomm(Comm):
@@ -1199,160 +974,6 @@ class Cartcomm(Intracomm):
         sub = _group(self).split(color, key)
         topo = (tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
         return self._derive(sub, Cartcomm, topo)
-
-
-def Compute_dims(nnodes, dims):
-    """MPI_Dims_create: fill the zero entries of dims (or `dims` zeros) with a balanced factorisation."""
-    out = [0] * dims if isinstance(dims, int) else [int(d) for d in dims]
-    fixed = math.prod(d for d in out if d > 0)
-    free = [i for i, d in enumerate(out) if d == 0]
-    if fixed == 0 or nnodes % fixed:
-        raise MPIException(ERR_ARG, f"Compute_dims: {nnodes} nodes do not fit the fixed dims {out}")
-    rest = nnodes // fixed
-    if not free:
-        if rest != 1:
-            raise MPIException(ERR_ARG, f"Compute_dims: dims {out} do not multiply to {nnodes}")
-        return out
-    factors, p, m = [], 2, rest
-    while p * p <= m:
-        while m % p == 0:
-            factors.append(p)
-            m //= p
-        p += 1
-    if m > 1:
-        factors.append(m)
-    vals = [1] * len(free)
-    for f in sorted(factors, reverse=True):
-        i = vals.index(min(vals))
-        vals[i] *= f
-    vals.sort(reverse=True)
-    for i, v in zip(free, vals):
-        out[i] = v
-    return out
-
-
-class Group:
-    """An ordered set of processes (world ranks). GROUP_NULL holds nothing; GROUP_EMPTY is a group of none."""
-
-    __slots__ = ("_ranks", "_me")
-
-    def __new__(cls, group=None):
-        if group is not None and not isinstance(group, Group):
-            raise TypeError(f"expected an MPI.Group, got {type(group).__name__}")
-        self = object.__new__(cls)
-        self._ranks, self._me = (group._ranks, group._me) if group is not None else (None, None)
-        return self
-
-    @classmethod
-    def _of(cls, ranks, me):
-        self = object.__new__(cls)
-        self._ranks, self._me = tuple(ranks), me
-        return self
-
-    def _r(self):
-        if self._ranks is None:
-            raise MPIException(ERR_GROUP, "operation on MPI.GROUP_NULL")
-        return self._ranks
-
-    def Get_size(self):
-        return len(self._r())
-
-    def Get_rank(self):
-        ranks = self._r()
-        return ranks.index(self._me) if self._me in ranks else UNDEFINED
-
-    size = property(Get_size)
-    rank = property(Get_rank)
-
-    def _check(self, ranks):
-        n = len(self._r())
-        ranks = [int(r) for r in ranks]
-        for r in ranks:
-            if not 0 <= r < n:
-                raise MPIException(ERR_RANK, f"Group: rank {r} is not in a group of size {n}")
-        return ranks
-
-    def Incl(self, ranks):
-        return Group._of([self._ranks[r] for r in self._check(ranks)], self._me)
-
-    def Excl(self, ranks):
-        drop = set(self._check(ranks))
-        return Group._of([w for i, w in enumerate(self._ranks) if i not in drop], self._me)
-
-    @staticmethod
-    def _expand(ranges):
-        out = []
-        for first, last, stride in ranges:
-            if stride == 0:
-                raise MPIException(ERR_ARG, "Group range with stride 0")
-            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
-        return out
-
-    def Range_incl(self, ranks):
-        return self.Incl(self._expand(ranks))
-
-    def Range_excl(self, ranks):
-        return self.Excl(self._expand(ranks))
-
-    def Translate_ranks(self, ranks=None, group=None):
-        mine = self._r()
-        ranks = range(len(mine)) if ranks is None else [int(r) for r in ranks]
-        if group is None:
-            return list(ranks)
-        other = group._r()
-        out = []
-        for r in ranks:
-            if r == PROC_NULL:
-                out.append(PROC_NULL)
-                continue
-            self._check([r])
-            w = mine[r]
-            out.append(other.index(w) if w in other else UNDEFINED)
-        return out
-
-    def Compare(self, group2, group=None):
-        a, b = (self, group2) if group is None else (group2, group)
-        ra, rb = a._r(), b._r()
-        if ra == rb:
-            return IDENT
-        return SIMILAR if sorted(ra) == sorted(rb) else UNEQUAL
-
-    def Union(self, group2, group=None):
-        a, b = (self, group2) if group is None else (group2, group)
-        return Group._of(list(a._r()) + [w for w in b._r() if w not in a._ranks], a._me)
-
-    def Intersection(self, group2, group=None):
-        a, b = (self, group2) if group is None else (group2, group)
-        return Group._of([w for w in a._r() if w in b._r()], a._me)
-
-    def Difference(self, group2, group=None):
-        a, b = (self, group2) if group is None else (group2, group)
-        return Group._of([w for w in a._r() if w not in b._r()], a._me)
-
-    def Dup(self):
-        return Group._of(self._r(), self._me)
-
-    def Free(self):
-        self._r()
-        self._ranks = None
-
-    def __eq__(self, other):
-        if not isinstance(other, Group):
-            return NotImplemented
-        return self._ranks == other._ranks
-
-    __hash__ = None
-
-    def __bool__(self):
-        return self._ranks is not None
-
-    def __reduce__(self):
-        if self._ranks is None or self._ranks == ():
-            return (_builtin, ("GROUP_NULL" if self._ranks is None else "GROUP_EMPTY",))
-        raise ValueError(f"cannot pickle {self!r}")
-
-    def __repr__(self):
-        return "<MPI.Group NULL>" if self._ranks is None else f"<MPI.Group of {len(self._ranks)}>"
 
 
 def world_comms():

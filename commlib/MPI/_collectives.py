@@ -1,0 +1,143 @@
+"""Bodies of commlib.MPI's collectives, each run on its communicator's ordered stream.
+
+Buffer collectives with predefined ops call commlib's own (`_api.collectives`); vector
+collectives, scans and user ops run over the point-to-point engine with tags below zero, which no
+user receive (ANY_TAG included) can match.
+"""
+import pickle
+
+import numpy as np
+
+from .._api import collectives as _coll
+from .._dtypes import DT_BYTES
+from .._engine import wait_all as _wait_all
+from ._messages import _PROTOCOL, dumps, loads, recv_obj, truncating
+
+# Tags of the collectives that run over point-to-point (negative: never a user's).
+TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = range(-101, -107, -1)
+
+def _p2p_send(g, arr, dest, tag, block=True):
+    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return g.engine.send(g.p2p, dest, [u8], tag=tag, dtype=DT_BYTES, count=u8.nbytes, what="collective",
+                         block=block)
+
+
+def _p2p_recv(g, arr, source, tag, block=True):
+    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, "collective", g._rank),
+                         what="collective", block=block, check=(DT_BYTES, u8.nbytes), raw=True)
+
+
+def fold_buffers(blocks, op, dt, out):
+    """out = blocks[0] op blocks[1] op ... (MPI order: acc = lower op acc, from the top rank down)."""
+    acc = np.array(blocks[-1], copy=True)
+    for b in reversed(blocks[:-1]):
+        op.combine(b, acc, dt)
+    out[...] = acc
+
+
+def fold(values, op):
+    acc = values[0]
+    for v in values[1:]:
+        acc = op(acc, v)
+    return acc
+
+
+def allreduce_body(g, s, out, op, dt):
+    if op._kernel is not None:
+        _coll._all_reduce(g, s, op._kernel, out)
+        return
+    gathered = _coll._all_gather(g, s)
+    fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+
+
+def reduce_body(g, s, out, op, dt, root):
+    if op._kernel is not None:
+        _coll._reduce(g, s, op._kernel, root, out)
+        return
+    gathered = _coll._gather(g, s, root)
+    if g._rank == root:
+        fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+
+
+def scan_body(g, s, out, op, dt, exclusive):
+    n, me = g._size, g._rank
+    mine = np.array(s, copy=True)  # s may be out itself (IN_PLACE)
+    prev = None
+    if me > 0:
+        prev = np.empty_like(mine)
+        _p2p_recv(g, prev, me - 1, TAG_SCAN)
+        op.combine(prev, mine, dt)  # mine = prefix op mine
+    if exclusive:
+        if prev is not None:
+            out[...] = prev
+    else:
+        out[...] = mine
+    if me < n - 1:
+        _p2p_send(g, mine, me + 1, TAG_SCAN)
+
+
+def gatherv_body(g, s, R, root):
+    me, n = g._rank, g._size
+    if me != root:
+        _p2p_send(g, s, root, TAG_GATHERV)
+        return
+    reqs = [_p2p_recv(g, R.block(i), i, TAG_GATHERV, block=False) for i in range(n) if i != root]
+    if s is not None:
+        R.block(root)[...] = s
+    _wait_all(reqs)
+
+
+def scatterv_body(g, S, r, root):
+    me, n = g._rank, g._size
+    if me != root:
+        _p2p_recv(g, r, root, TAG_SCATTERV)
+        return
+    reqs = [_p2p_send(g, S.block(i), i, TAG_SCATTERV, block=False) for i in range(n) if i != root]
+    if r is not None:
+        r[...] = S.block(root)
+    _wait_all([q for q in reqs if q is not None])
+
+
+def exchange_body(g, send_block, recv_block, tag):
+    """Every rank sends send_block(j) to j and receives recv_block(i) from i (all-to-all pattern)."""
+    me, n = g._rank, g._size
+    reqs = [_p2p_recv(g, recv_block(i), i, tag, block=False) for i in range(n) if i != me]
+    reqs += [_p2p_send(g, send_block(j), j, tag, block=False) for j in range(n) if j != me]
+    mine = send_block(me)
+    if mine is not None:
+        recv_block(me)[...] = mine
+    _wait_all([q for q in reqs if q is not None])
+
+
+def alltoall_obj_body(g, objs):
+    me, n = g._rank, g._size
+    recvs = {i: recv_obj(g, i, TAG_ALLTOALL_OBJ, False, "alltoall") for i in range(n) if i != me}
+    sends = [_p2p_send(g, dumps(objs[j]), j, TAG_ALLTOALL_OBJ, block=False) for j in range(n) if j != me]
+    _wait_all([q for q in sends if q is not None])
+    out = []
+    for i in range(n):
+        if i == me:
+            out.append(pickle.loads(pickle.dumps(objs[i], _PROTOCOL)))
+        else:
+            msg, payload = recvs[i].wait()
+            out.append(loads(payload))
+    return out
+
+
+
+def reduce_scatter_body(g, s, out, op, dt, lo):
+    n = g._size
+    if lo is None and op._kernel is not None and s.size == out.size * n:
+        res = _coll._reduce_scatter(g, s, op._kernel)
+        out[...] = res
+        return
+    full = np.empty_like(s)
+    allreduce_body(g, s, full, op, dt)
+    start = g._rank * out.size if lo is None else lo
+    out[...] = full[start:start + out.size]
+
+
+def alltoall_body(g, s, out):
+    res = _coll._all_to_all(g, s)
+    out[...] = res

@@ -1,0 +1,101 @@
+"""commlib.MPI's calls into the point-to-point engine: sends, raw receives (any dtype; a longer
+message is MPI's ERR_TRUNCATE), object messages through MPI.pickle, and the done() functions that
+turn an engine result into what an MPI Request reports."""
+import pickle
+
+import numpy as np
+
+from .._dtypes import DT_BYTES
+from ._constants import ANY_SOURCE, ANY_TAG, ERR_TRUNCATE, PROC_NULL, MPIException
+
+_UNBOUNDED = 1 << 62
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def proc_null(status):
+    if status is not None:
+        status._fill(PROC_NULL, ANY_TAG, 0)
+
+
+def fill(status, msg):
+    if status is not None:
+        status._fill(msg.source, msg.tag, msg.nbytes)
+
+
+def send(g, m_u8, wire, count, dest, tag, *, sync=False, block=True, what="Send"):
+    return g.engine.send(g.p2p, dest, [m_u8], tag=tag, dtype=wire, count=count, sync=sync, what=what, block=block)
+
+
+def truncating(capacity, what, me):
+    def finish(msg, payload):
+        if msg.nbytes > capacity:
+            raise MPIException(ERR_TRUNCATE, f"rank {me}: {what}: message of {msg.nbytes} bytes from rank "
+                                             f"{msg.source} (tag {msg.tag}) is longer than the {capacity}-byte "
+                                             f"receive buffer")
+        return msg
+    return finish
+
+
+def recv_buf(g, m, source, tag, block, what):
+    u8 = m.u8
+    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, what, g._rank), what=what, block=block,
+                         check=(m.datatype._wire, u8.nbytes), raw=True)
+
+
+def _unpickle(msg, payload):
+    return msg, payload
+
+
+def recv_obj(g, source, tag, block, what):
+    return g.engine.recv(g.p2p, source, tag, None, _unpickle, what=what, block=block, check=(DT_BYTES, _UNBOUNDED),
+                         raw=True)
+
+
+def loads(payload):
+    return PICKLE.loads(payload) if len(payload) else None
+
+
+def dumps(obj):
+    data = PICKLE.dumps(obj)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+class Pickle:
+    """MPI.pickle: how object messages are serialised (pickle's highest protocol by default)."""
+
+    def __init__(self, dumps=pickle.dumps, loads=pickle.loads, protocol=None):
+        self._dumps, self._loads = dumps, loads
+        self.PROTOCOL = _PROTOCOL if protocol is None and dumps is pickle.dumps else protocol
+
+    def dumps(self, obj):
+        return self._dumps(obj) if self.PROTOCOL is None else self._dumps(obj, self.PROTOCOL)
+
+    def loads(self, data):
+        return self._loads(data)
+
+
+PICKLE = Pickle()
+
+
+def done_buf(msg, status):
+    fill(status, msg)
+    return None
+
+
+def done_obj(result, status):
+    msg, payload = result
+    fill(status, msg)
+    return loads(payload)
+
+
+def done_proc_null(result, status):
+    proc_null(status)
+    return None
+
+
+
+def done_empty(result, status):
+    """A send or a collective completed: its status carries nothing."""
+    if status is not None:
+        status._fill(ANY_SOURCE, ANY_TAG, 0)
+    return None
