@@ -7,7 +7,7 @@ mpi4py 4.1 on intra-communicators (research/mpi4py-subset.md); importing
 initialises, as mpi4py does by default. Outside a launcher COMM_WORLD is a
 size-1 singleton.
 
-This is a front-end: parsing of mpi4py's arguments (`_message`), datatypes,
+This is a front-end: parsing of mpi4py's message arguments (`_bufspec`), datatypes,
 ops, requests and communicators, over commlib's groups, engine and
 collectives. `python -m commlib.MPI --version` says what it provides.
 """
@@ -18,7 +18,7 @@ from .. import __version__ as _version
 from .._api import finalize as _finalize
 from ._comm import Cartcomm, Comm, Intracomm, processor_name as _processor_name, world_comms
 from ._groups import Compute_dims, Group
-from ._messages import PICKLE, Pickle
+from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
 from ._datatypes import DATATYPE_NULL, NAMED as _NAMED, Datatype

@@ -11,7 +11,7 @@ import numpy as np
 from .._api import collectives as _coll
 from .._dtypes import DT_BYTES
 from .._engine import wait_all as _wait_all
-from ._messages import _PROTOCOL, dumps, loads, recv_obj, truncating
+from ._p2p import _PROTOCOL, dumps, loads, recv_obj, truncating
 
 # Tags of the collectives that run over point-to-point (negative: never a user's).
 TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = range(-101, -107, -1)

@@ -32,8 +32,8 @@ from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoa
                            scatterv_body)
 from ._datatypes import BY_CHAR
 from ._groups import Group
-from ._message import blocks, is_in_place, parse_recv, parse_send, parse_vector
-from ._messages import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, loads, proc_null,
+from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector
+from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, loads, proc_null,
                         recv_buf, recv_obj, send, truncating)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request

@@ -67,7 +67,7 @@ class Op:
 
     def Reduce_local(self, inbuf, inoutbuf):
         """inoutbuf = inbuf op inoutbuf, elementwise, on this rank."""
-        from ._message import parse_recv, parse_send  # the buffer parser sits above this module
+        from ._bufspec import parse_recv, parse_send  # the buffer parser sits above this module
 
         src = parse_send(inbuf)
         dst = parse_recv(inoutbuf)

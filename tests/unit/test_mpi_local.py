@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from commlib import MPI
-from commlib.MPI._message import parse_recv, parse_send, parse_vector
+from commlib.MPI._bufspec import parse_recv, parse_send, parse_vector
 
 
 # ------------------------------------------------------------------ the message argument
