@@ -141,6 +141,21 @@ def _restore(name):
     return getattr(MPI, name)
 
 
+def _derived_not_provided(name):
+    def fail(self, *args, **kwargs):
+        raise NotImplementedError(f"Datatype.{name}: derived datatypes beyond Create_contiguous are not provided "
+                                  f"by commlib.MPI (slice and copy with NumPy instead)")
+    fail.__name__ = name
+    return fail
+
+
+for _name in ("Create_vector", "Create_hvector", "Create_indexed", "Create_hindexed", "Create_indexed_block",
+              "Create_hindexed_block", "Create_struct", "Create_subarray", "Create_darray", "Create_resized",
+              "Create_f90_integer", "Create_f90_real", "Create_f90_complex", "Get_envelope", "decode", "Pack",
+              "Unpack", "Pack_size", "Pack_external", "Unpack_external", "Pack_external_size", "Match_size"):
+    setattr(Datatype, _name, _derived_not_provided(_name))
+
+
 def _predefined(name, np_name, code=None):
     dt = object.__new__(Datatype)
     dt._set(None if np_name is None else np.dtype(np_name), 1 if np_name else 0, name, code, True)

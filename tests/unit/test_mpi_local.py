@@ -219,3 +219,11 @@ def test_truncation_to_self_is_the_receivers_error():
     got = np.zeros(2)
     comm.Recv(got, 0, 8)
     assert list(got) == [0.0, 1.0]
+
+
+def test_out_of_scope_features_raise_not_implemented():
+    for call in (lambda: MPI.INT.Create_vector(2, 1, 2), lambda: MPI.INT.Create_indexed_block(1, [0]),
+                 lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python"),
+                 lambda: MPI.COMM_WORLD.Mprobe(), lambda: MPI.Get_address(bytearray(1))):
+        with pytest.raises(NotImplementedError):
+            call()
