@@ -9,6 +9,8 @@ COMMLIB_TIMEOUT is 20 s: every legitimate wait in the case is well under a
 second, so a receive that is never matched surfaces as an error rather than
 a hang, and the harness kills the job if it outlives its own limit.
 """
+import time
+
 import pytest
 
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
@@ -26,3 +28,36 @@ PARTS = {
 @pytest.mark.parametrize("part", list(PARTS))
 def test_mpi_p2p(part, n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "mpi_p2p.py", part, env=ENV, timeout=120), n, f"MPI p2p {part}: {PARTS[part]}")
+
+
+PENDING = '''\
+"""An mpi4py program that leaves receives nobody answers (MPI tolerates it), then ends."""
+import sys
+
+import numpy as np
+
+from commlib import MPI
+
+comm = MPI.COMM_WORLD
+req = comm.Irecv(np.empty(8), source=(comm.rank + 1) % comm.size, tag=99)
+req2 = comm.irecv(source=MPI.ANY_SOURCE, tag=98)
+print(f"rank {comm.rank}: pending={bool(req) and not req.Test()}", flush=True)
+comm.Barrier()  # (after it a peer may finish: a receive from it then fails as PeerLost, it does not hang)
+if sys.argv[-1] == "finalize":
+    MPI.Finalize()
+'''
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["exit", "finalize"])
+@pytest.mark.parametrize("n", [1, 3], ids=lambda n: f"n{n}")
+def test_pending_receives_do_not_delay_exit(n, ending, tmp_path, run):
+    script = tmp_path / "pending.py"
+    script.write_text(PENDING)
+    t = time.monotonic()
+    rc, out, err = run(n, str(script), ending, env={"COMMLIB_TIMEOUT": "25"}, timeout=45)
+    took = time.monotonic() - t
+    report = f"exit code {rc} after {took:.1f} s\n--- stdout\n{out[-2000:]}\n--- stderr\n{err[-2000:]}"
+    assert rc == 0, report
+    assert all(f"rank {r}: pending=True" in out for r in range(n)), report
+    assert took < 15, f"the job waited on its pending receives\n{report}"
