@@ -16,7 +16,7 @@ import time as _time
 
 from .. import __version__ as _version
 from .._api import finalize as _finalize
-from ._comm import Cartcomm, Comm, Intracomm, processor_name as _processor_name, world_comms
+from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _processor_name, world_comms
 from ._groups import Compute_dims, Group
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
@@ -248,10 +248,6 @@ class Grequest(Request):
     """Generalized requests are out of scope."""
 
     Start = staticmethod(_not_provided("MPI.Grequest"))
-
-
-class Topocomm(Intracomm):
-    __slots__ = ()
 
 
 class Graphcomm(Topocomm):

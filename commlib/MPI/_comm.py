@@ -303,12 +303,19 @@ class Comm:
         g.split(-1, 0)
         return COMM_NULL_HANDLE()
 
+    def Cart_map(self, dims, periods=None):
+        """This rank's rank in a Cartesian topology of dims (row-major, no reordering), or UNDEFINED."""
+        g = _group(self)
+        return g._rank if g._rank < math.prod(int(d) for d in dims) else UNDEFINED
+
     def Create_cart(self, dims, periods=None, reorder=False):
         g = _group(self)
         dims = [int(d) for d in dims]
         if any(d <= 0 for d in dims):
             raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
-        periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
+        if periods is None or isinstance(periods, (bool, int, np.integer)):  # one flag for every dimension
+            periods = [bool(periods)] * len(dims)
+        periods = [bool(p) for p in periods]
         if len(periods) != len(dims):
             raise ValueError(f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
         n = math.prod(dims)
@@ -894,11 +901,39 @@ def COMM_NULL_HANDLE():
     return Intracomm._of(_NULL)
 
 
-class Cartcomm(Intracomm):
-    """A communicator with a Cartesian topology (row-major rank order)."""
+class Topocomm(Intracomm):
+    """A communicator with a process topology."""
 
     __slots__ = ()
     is_topo = property(lambda self: True)
+
+
+class Cartcomm(Topocomm):
+    """A communicator with a Cartesian topology (row-major rank order)."""
+
+    __slots__ = ()
+
+    # Neighbours, as MPI orders them for a Cartesian topology: per dimension, the one below, then
+    # the one above (PROC_NULL past a non-periodic edge).
+    @property
+    def inedges(self):
+        return [r for d in range(self.Get_dim()) for r in self.Shift(d, 1)]
+
+    outedges = inedges
+
+    @property
+    def inoutedges(self):
+        return self.inedges, self.outedges
+
+    @property
+    def indegree(self):
+        return 2 * self.Get_dim()
+
+    outdegree = indegree
+
+    @property
+    def degrees(self):
+        return self.indegree, self.outdegree
 
     def _topo(self):
         if self._c.topo is None:

@@ -227,3 +227,12 @@ def test_out_of_scope_features_raise_not_implemented():
                  lambda: MPI.COMM_WORLD.Mprobe(), lambda: MPI.Get_address(bytearray(1))):
         with pytest.raises(NotImplementedError):
             call()
+
+
+def test_cartesian_neighbours_on_one_rank():
+    ring = MPI.COMM_WORLD.Create_cart([1], periods=True)  # one flag for every dimension
+    assert isinstance(ring, MPI.Topocomm) and ring.is_topo
+    assert ring.Shift(0, 1) == (0, 0) and ring.inoutedges == ([0, 0], [0, 0]) and ring.degrees == (2, 2)
+    line = MPI.COMM_WORLD.Create_cart([1, 1])
+    assert line.inedges == [MPI.PROC_NULL] * 4 and line.Get_topo() == ([1, 1], [0, 0], [0, 0])
+    assert MPI.COMM_WORLD.Cart_map([1]) == 0
