@@ -369,23 +369,20 @@ class Comm:
         fill(status, msg)
 
     def Isend(self, buf, dest, tag=0):
-        g = _group(self)
-        if dest == PROC_NULL:
-            return Request._completed(fill=done_proc_null)
-        m = parse_send(buf)
-        r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Isend"), _stag(g, tag, "Isend"),
-                  block=False, what="Isend")
-        return Request._wrap(r, done_empty)
+        return self._isend_buf(buf, dest, tag, False, "Isend")
 
     Ibsend = Irsend = Isend
 
     def Issend(self, buf, dest, tag=0):
+        return self._isend_buf(buf, dest, tag, True, "Issend")
+
+    def _isend_buf(self, buf, dest, tag, sync, what):
         g = _group(self)
         if dest == PROC_NULL:
             return Request._completed(fill=done_proc_null)
         m = parse_send(buf)
-        r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Issend"), _stag(g, tag, "Issend"),
-                  sync=True, block=False, what="Issend")
+        r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync,
+                 block=False, what=what)
         return Request._wrap(r, done_empty)
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):

@@ -337,18 +337,27 @@ class Engine:
                                                           count=count, nbytes=nbytes), count)
         expect, count = cached
         deadline = time.monotonic() + ctx.timeout
-        with self.lock:
-            conn = self._in.get(key)
-            if conn is None:
-                conn = self._adopt(key)
-            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
-                return _FALLBACK
-            conn.busy = True  # until this returns, the engine keeps off the socket (a frame may be half read)
+        conn = self._claim(ctx, key, src, tag)
+        if conn is None:
+            return _FALLBACK
         try:
             return self._read_exact(ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what,
                                     deadline)
         finally:
             conn.busy = False
+
+    def _claim(self, ctx, key, src, tag):
+        """The connection from src, marked busy for a blocking fast path (the engine keeps off the socket
+        until the caller clears it: a frame may be half read); None when the engine must serve the
+        receive (no connection yet, another fast path on it, or messages already waiting)."""
+        with self.lock:
+            conn = self._in.get(key)
+            if conn is None:
+                conn = self._adopt(key)
+            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
+                return None
+            conn.busy = True
+            return conn
 
     def _read_exact(self, ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what, deadline):
         got = self._step_frame(conn, expect, self.transport_address(into), nbytes, deadline, what, src_w)
@@ -407,13 +416,9 @@ class Engine:
         src_w = ctx.world[src]
         key = (ctx.gid, src_w)
         deadline = time.monotonic() + ctx.timeout
-        with self.lock:
-            conn = self._in.get(key)
-            if conn is None:
-                conn = self._adopt(key)
-            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
-                return _FALLBACK
-            conn.busy = True
+        conn = self._claim(ctx, key, src, tag)
+        if conn is None:
+            return _FALLBACK
         try:
             return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline)
         finally:
