@@ -41,6 +41,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 
 from ._errors import AuthError, CommError, CommTimeout, PeerLost
 
@@ -515,7 +516,11 @@ _warned_weak_secret = False
 def discover(environ=os.environ):
     """The job this process belongs to, from the launcher's variables; None outside any.
 
-    Order: COMMLIB_* (commrun), Slurm under srun, torchrun-style variables.
+    Order: COMMLIB_* (commrun), Slurm under srun, Open MPI's mpirun (OMPI_COMM_WORLD_*),
+    MPICH/Hydra's mpiexec (PMI_*), torchrun-style variables (also PyTorchJob and Ray Train),
+    Kubeflow Trainer v2 running plain python (PET_*), a Kubernetes Indexed Job
+    (JOB_COMPLETION_INDEX). A launcher that is detected but whose ranks cannot be joined is a
+    CommError saying what to set, never a size-1 world.
     Under Slurm and torchrun, COMMLIB_SECRET should be exported to every rank;
     without it the secret is derived from the job's identity (job id, node
     list or master address), which anyone who can see the job can recompute,
@@ -525,9 +530,87 @@ def discover(environ=os.environ):
         return _from_commrun(environ)
     if "SLURM_PROCID" in environ and _under_srun(environ):
         return _from_slurm(environ)
+    if "OMPI_COMM_WORLD_RANK" in environ:
+        return _from_mpirun(environ, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                            "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI's mpirun",
+                            f"ompi/{environ.get('PMIX_NAMESPACE', environ.get('OMPI_MCA_ess_base_jobid', ''))}")
+    if "PMI_RANK" in environ and "PMI_SIZE" in environ:
+        return _from_mpirun(environ, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                            "MPICH/Hydra's mpiexec", f"hydra/{os.getppid()}")
     if "RANK" in environ and "WORLD_SIZE" in environ:
         return _from_torchrun(environ)
+    if "PET_NNODES" in environ and "PET_NODE_RANK" in environ:
+        return _from_trainer(environ)
+    if "JOB_COMPLETION_INDEX" in environ:
+        return _from_indexed_job(environ)
     return None
+
+
+def _given_coordinator(environ):
+    """COMMLIB_COORDINATOR, else MASTER_ADDR:MASTER_PORT, else None."""
+    if "COMMLIB_COORDINATOR" in environ:
+        return _var(environ, "COMMLIB_COORDINATOR", parse_address)
+    if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
+        return _var(environ, "MASTER_ADDR", str), _var(environ, "MASTER_PORT")
+    return None
+
+
+def _from_mpirun(environ, rank_var, size_var, lrank_var, lsize_var, launcher, identity):
+    """Ranks started by an MPI launcher (commlib does not talk PMI): the rank and size come from its
+    variables; the coordinator from COMMLIB_COORDINATOR or MASTER_ADDR/PORT, or, when every rank is
+    on this host, a loopback port derived from the job's identity, hosted by rank 0."""
+    rank, size = _var(environ, rank_var), _var(environ, size_var)
+    local_rank = _var(environ, lrank_var) if lrank_var in environ else rank
+    local_size = _var(environ, lsize_var) if lsize_var in environ else size
+    coordinator = _given_coordinator(environ)
+    if coordinator is None:
+        if local_size != size:
+            raise CommError(f"commlib was started by {launcher} across hosts ({size} ranks, {local_size} on this "
+                            f"host) and cannot find its peers without an address: export "
+                            f"COMMLIB_COORDINATOR=<host of rank 0>:<free port> (or MASTER_ADDR and MASTER_PORT) "
+                            f"to every rank, e.g. mpirun -x COMMLIB_COORDINATOR=node1:29400 ...")
+        coordinator = ("127.0.0.1", 20000 + zlib.crc32(f"{identity}/{size}".encode()) % 20000)
+    env = JobEnv(rank=rank, size=size, local_rank=local_rank, local_size=local_size, coordinator=coordinator,
+                 secret=_secret(environ, f"{identity}/{size}/{_fmt(coordinator)}"), host_coordinator=rank == 0,
+                 source="mpirun")
+    return _checked(env, (rank_var, size_var, lrank_var, lsize_var))
+
+
+def _from_trainer(environ):
+    """Kubeflow Trainer v2 running plain python: one process per node, PET_* describe the job."""
+    nproc = environ.get("PET_NPROC_PER_NODE", "1")
+    if nproc not in ("1", "auto", "cpu", ""):
+        raise CommError(f"PET_NPROC_PER_NODE={nproc} asks for {nproc} processes per node, but this process was "
+                        f"started without torchrun: start the training script with torchrun (it sets RANK and "
+                        f"WORLD_SIZE), or set PET_NPROC_PER_NODE=1")
+    rank, size = _var(environ, "PET_NODE_RANK"), _var(environ, "PET_NNODES")
+    coordinator = _given_coordinator(environ)
+    if coordinator is None:
+        if "PET_MASTER_ADDR" not in environ or "PET_MASTER_PORT" not in environ:
+            raise CommError("Kubeflow Trainer variables (PET_NNODES, PET_NODE_RANK) are set but not "
+                            "PET_MASTER_ADDR/PET_MASTER_PORT: set them, or COMMLIB_COORDINATOR=host:port")
+        coordinator = (_var(environ, "PET_MASTER_ADDR", str), _var(environ, "PET_MASTER_PORT"))
+    env = JobEnv(rank=rank, size=size, local_rank=0, local_size=1, coordinator=coordinator,
+                 secret=_secret(environ, f"trainer/{_fmt(coordinator)}/{size}"), host_coordinator=rank == 0,
+                 source="trainer")
+    return _checked(env, ("PET_NODE_RANK", "PET_NNODES", "local rank", "local size"))
+
+
+def _from_indexed_job(environ):
+    """A Kubernetes Indexed Job or JobSet: JOB_COMPLETION_INDEX is the rank; the size and the
+    coordinator (rank 0's pod, e.g. its headless-service name) must be given."""
+    missing = [v for v in ("COMMLIB_SIZE", "COMMLIB_COORDINATOR") if v not in environ]
+    if missing:
+        raise CommError(f"JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but not {' and '.join(missing)}: "
+                        f"set COMMLIB_SIZE to the job's completions and COMMLIB_COORDINATOR to "
+                        f"<rank 0's hostname>:<port> (with a headless service: <job>-0.<service>:29400), "
+                        f"and COMMLIB_SECRET from a Kubernetes Secret")
+    rank, size = _var(environ, "JOB_COMPLETION_INDEX"), _var(environ, "COMMLIB_SIZE")
+    coordinator = _var(environ, "COMMLIB_COORDINATOR", parse_address)
+    env = JobEnv(rank=rank, size=size, local_rank=0, local_size=1, coordinator=coordinator,
+                 secret=_secret(environ, f"indexed/{_fmt(coordinator)}/{size}"), host_coordinator=rank == 0,
+                 source="indexed-job")
+    return _checked(env, ("JOB_COMPLETION_INDEX", "COMMLIB_SIZE", "local rank", "local size"))
 
 
 def _var(environ, name, parse=int, default=None):

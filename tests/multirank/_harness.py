@@ -23,7 +23,8 @@ SEED = int(os.environ.get("MULTIRANK_SEED", "20240"))
 # Settings a developer may have exported that would change what a case exercises.
 _SCRUB = ("COMMLIB_ALGO_", "COMMLIB_CHUNK_BYTES", "COMMLIB_SPIN_US", "COMMLIB_RANK", "COMMLIB_SIZE",
           "COMMLIB_COORDINATOR", "COMMLIB_SECRET", "COMMLIB_LOCAL_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-          "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+          "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_", "PMIX_", "PMI_", "MPI_LOCAL", "PET_",
+          "JOB_COMPLETION_INDEX")
 
 
 def base_env(extra=None):
