@@ -127,8 +127,10 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         supervise.say(f"{busiest} ranks on {spawn.cpu_count()} cores: setting OMP_NUM_THREADS=1 (set it to override)")
 
     def setup(ranks, address, secret):
+        master = spawn.master_vars(ranks[0], address, os.environ)  # torch's env:// rendezvous works unchanged
         for rank in ranks:
             env = spawn.job_vars(rank.rank, len(ranks), rank.local_rank, rank.local_size, address, secret)
+            env.update(master)
             env.update(extra)
             if rank.local:
                 rank.argv, rank.env = argv, {**os.environ, **env}

@@ -19,14 +19,16 @@ IMPORT_CHECK = [sys.executable, "-c", "import commrun.cli, commlib._rendezvous"]
 def commrun_env(tmp_path_factory):
     links = tmp_path_factory.mktemp("commrun-source")
     os.symlink(os.path.join(REPO, "launcher"), links / "commrun")
-    env = dict(os.environ)
+    # Variables a developer's shell may carry that commrun would keep (and these tests check it sets).
+    clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env = dict(clean)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(links), REPO, os.environ.get("PYTHONPATH")]))
     if subprocess.run(IMPORT_CHECK, env=env, capture_output=True).returncode == 0:
         return env
     installed = subprocess.run(IMPORT_CHECK, capture_output=True, text=True)
     if installed.returncode != 0:
         pytest.fail(f"neither the source tree nor an installed commrun imports:\n{installed.stderr}")
-    return dict(os.environ)
+    return clean
 
 
 class Commrun:

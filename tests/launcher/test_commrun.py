@@ -12,7 +12,7 @@ DUMP_ENV = """
     import json, os, sys
     names = ["COMMLIB_RANK", "COMMLIB_SIZE", "COMMLIB_LOCAL_RANK", "COMMLIB_LOCAL_SIZE", "COMMLIB_COORDINATOR",
              "COMMLIB_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
-             "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST"]
+             "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST", "MASTER_ADDR", "MASTER_PORT"]
     print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in names}}))
 """
 
@@ -47,9 +47,20 @@ def test_environment_and_program_arguments(commrun):
         assert env["COMMLIB_SIZE"] == env["WORLD_SIZE"] == env["COMMLIB_LOCAL_SIZE"] == env["LOCAL_WORLD_SIZE"] == str(n)
         assert re.fullmatch(r"127\.0\.0\.1:\d+", env["COMMLIB_COORDINATOR"])
         assert env["PYTHONUNBUFFERED"] == env["PYTHONFAULTHANDLER"] == "1"
+        # torch's env:// rendezvous (init_process_group) works under commrun unchanged: a port of its own
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == ranks[0]["env"]["MASTER_PORT"]
+        assert env["MASTER_PORT"] != env["COMMLIB_COORDINATOR"].rsplit(":", 1)[1]
         # OMP_NUM_THREADS was set (to empty) by the user, so commrun leaves it alone
         assert env["OMP_NUM_THREADS"] == ""
     assert "OMP_NUM_THREADS" not in r.stderr
+
+
+def test_master_addr_and_port_the_user_exported_are_kept(commrun):
+    script = commrun.script("dump.py", DUMP_ENV)
+    r = commrun.run("-n", 2, script, env={"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29555"})
+    assert r.returncode == 0, r.stderr
+    assert all((got["env"]["MASTER_ADDR"], got["env"]["MASTER_PORT"]) == ("10.1.2.3", "29555")
+               for got in untag(r.stdout).values())
 
 
 def test_omp_threads_set_when_ranks_outnumber_cores(commrun):
