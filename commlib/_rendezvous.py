@@ -546,6 +546,46 @@ def discover(environ=os.environ):
     return None
 
 
+def explicit(rank, size, coordinator, secret, environ=os.environ):
+    """The job described by commlib.init(rank=, size=, coordinator=, secret=): for any launcher not
+    detected automatically. Rank 0 hosts the coordinator at `coordinator` ("host:port" or a
+    (host, port) pair); `secret` (bytes or hex) defaults to COMMLIB_SECRET."""
+    missing = [name for name, v in (("rank", rank), ("size", size), ("coordinator", coordinator)) if v is None]
+    if missing:
+        raise CommError(f"commlib.init(): explicit set-up needs rank, size and coordinator; missing "
+                        f"{', '.join(missing)}")
+    for name, v in (("rank", rank), ("size", size)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise CommError(f"commlib.init(): {name} must be an int, got {v!r}")
+    if isinstance(coordinator, str):
+        try:
+            coordinator = parse_address(coordinator)
+        except ValueError:
+            raise CommError(f"commlib.init(): coordinator must be 'host:port', got {coordinator!r}") from None
+    else:
+        try:
+            host, port = coordinator
+        except (TypeError, ValueError):
+            raise CommError(f"commlib.init(): coordinator must be 'host:port' or (host, port), got "
+                            f"{coordinator!r}") from None
+        coordinator = (str(host), int(port))
+    if secret is None:
+        if "COMMLIB_SECRET" not in environ:
+            raise CommError("commlib.init(): pass secret= (the same bytes or hex string on every rank) or export "
+                            "COMMLIB_SECRET")
+        secret = _var(environ, "COMMLIB_SECRET", bytes.fromhex)
+    elif isinstance(secret, str):
+        try:
+            secret = bytes.fromhex(secret)
+        except ValueError:
+            raise CommError("commlib.init(): secret must be bytes or a hex string") from None
+    if not isinstance(secret, (bytes, bytearray)) or not secret:
+        raise CommError("commlib.init(): secret must be non-empty bytes or a hex string")
+    env = JobEnv(rank=rank, size=size, local_rank=rank, local_size=size, coordinator=coordinator,
+                 secret=bytes(secret), host_coordinator=rank == 0, source="explicit")
+    return _checked(env, ("rank", "size", "rank", "size"))
+
+
 def _given_coordinator(environ):
     """COMMLIB_COORDINATOR, else MASTER_ADDR:MASTER_PORT, else None."""
     if "COMMLIB_COORDINATOR" in environ:

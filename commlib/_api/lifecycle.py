@@ -39,13 +39,15 @@ def is_available():
     return True
 
 
-def init(strict=False, timeout=None):
+def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, secret=None):
     """The world group; the second call returns the same group.
 
-    Finds peers from commrun's COMMLIB_* variables, Slurm's srun variables or
-    torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Outside any
-    launcher it returns a group of size 1 (every collective is the identity),
-    or raises CommError when `strict`.
+    Finds peers from the launcher's variables (commrun, srun, torchrun-style,
+    mpirun/mpiexec, Kubeflow, Indexed Jobs: `_rendezvous.discover`), or from
+    rank=, size=, coordinator= ("host:port", hosted by rank 0) and secret=
+    (bytes or hex; default COMMLIB_SECRET) for any other launcher. Outside
+    any launcher it returns a group of size 1 (every collective is the
+    identity), or raises CommError when `strict`.
     """
     global _world, _client
     with _lock:
@@ -64,7 +66,8 @@ def init(strict=False, timeout=None):
                 raise CommError(f"COMMLIB_TIMEOUT={raw!r} is not a number of seconds") from None
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
-        env = _rendezvous.discover()
+        given = (rank, size, coordinator, secret)
+        env = _rendezvous.explicit(*given) if any(v is not None for v in given) else _rendezvous.discover()
         if env is None:
             if strict:
                 raise CommError("commlib.init(strict=True): no launcher environment found "

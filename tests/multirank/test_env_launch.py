@@ -1,4 +1,5 @@
-"""init() without commrun: torchrun-style and Slurm-style variables, rank 0 hosting the coordinator."""
+"""init() without commrun: torchrun-style and Slurm-style variables, and explicit
+init(rank=, size=, coordinator=, secret=), rank 0 hosting the coordinator."""
 import os
 import socket
 import subprocess
@@ -28,15 +29,15 @@ def _free_port():
 
 def _clean_env():
     prefixes = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_",
-                "TORCHELASTIC")
+                "TORCHELASTIC", "OMPI_", "PMIX_", "PMI_", "MPI_LOCAL", "PET_", "JOB_COMPLETION_INDEX")
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
-def _run_all(envs, tmp_path):
+def _run_all(envs, tmp_path, case_text=CASE, args=None):
     case = tmp_path / "case.py"
-    case.write_text(CASE)
-    procs = [subprocess.Popen([sys.executable, str(case)], env=e, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for e in envs]
+    case.write_text(case_text)
+    procs = [subprocess.Popen([sys.executable, str(case)] + (args[i] if args else []), env=e, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i, e in enumerate(envs)]
     outs = []
     try:
         for p in procs:
@@ -100,3 +101,17 @@ def test_coordinator_host_waits_for_ranks_still_working(tmp_path):
     for r, (out, err, code) in enumerate(results):
         assert code == 0, f"rank {r}: {err}"
     assert "rank 1 ok after rank 0 left" in results[1][0] and "rank 2 ok after rank 0 left" in results[2][0]
+
+
+EXPLICIT = CASE.replace("g = cl.init(strict=True)", """import sys
+rank, size, coordinator = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+g = cl.init(rank=rank, size=size, coordinator=coordinator, secret=bytes.fromhex(sys.argv[4]))""")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_explicit_init_for_any_other_launcher(n, tmp_path):
+    port, secret = _free_port(), os.urandom(32).hex()
+    args = [[str(r), str(n), f"127.0.0.1:{port}", secret] for r in range(n)]
+    for r, (code, out, err) in enumerate(_run_all([_clean_env()] * n, tmp_path, EXPLICIT, args)):
+        assert code == 0, f"rank {r}: {err}"
+        assert f"rank {r} of {n} ok" in out

@@ -77,3 +77,17 @@ def test_indexed_job():
     with pytest.raises(CommError, match="JOB_COMPLETION_INDEX"):
         rv.discover({"JOB_COMPLETION_INDEX": "4", "COMMLIB_SIZE": "4", "COMMLIB_COORDINATOR": "h:1",
                      "COMMLIB_SECRET": SECRET})
+
+
+def test_explicit_set_up():
+    env = rv.explicit(1, 4, "node1:29400", SECRET, environ={})
+    assert (env.rank, env.size, env.coordinator, env.secret, env.host_coordinator) == \
+        (1, 4, ("node1", 29400), bytes.fromhex(SECRET), False)
+    assert rv.explicit(0, 1, ("::1", 5), b"k", environ={}).host_coordinator
+    assert rv.explicit(0, 2, "h:1", None, environ={"COMMLIB_SECRET": SECRET}).secret == bytes.fromhex(SECRET)
+    for args, why in [((None, 4, "h:1", SECRET), "missing rank"), ((0, None, None, SECRET), "size, coordinator"),
+                      ((4, 4, "h:1", SECRET), "rank"), ((0, 2, "nohost", SECRET), "host:port"),
+                      ((0, 2, "h:1", None), "secret="), ((0, 2, "h:1", "zz"), "hex"),
+                      ((True, 2, "h:1", SECRET), "int")]:
+        with pytest.raises(CommError, match=why):
+            rv.explicit(*args, environ={})
