@@ -42,7 +42,7 @@ from .._transport import address as _address, spin_seconds
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
                      message_header)
-from .matching import ANY_SOURCE, ANY_TAG, Matcher, Message, Posted
+from .matching import ANY_SOURCE, ANY_TAG, Matcher, Message, Posted, matches
 from .requests import Request
 
 EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
@@ -436,8 +436,8 @@ class Engine:
             h = decode(got)
         except ProtocolError:
             h = None
-        if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.root != src or h.flags & FLAG_ACK
-                or not (h.tag == tag or (tag == ANY_TAG and h.tag >= 0))):
+        if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.flags & FLAG_ACK
+                or not matches(src, tag, h.root, h.tag)):
             self._hand_over(conn, got)  # not this receive's (or not a frame at all: the engine says so)
             return _FALLBACK
         msg = Message(src, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
