@@ -4,28 +4,24 @@ Buffer collectives with predefined ops call commlib's own (`_api.collectives`); 
 collectives, scans and user ops run over the point-to-point engine with tags below zero, which no
 user receive (ANY_TAG included) can match.
 """
-import pickle
-
 import numpy as np
 
 from .._api import collectives as _coll
 from .._dtypes import DT_BYTES
 from .._engine import wait_all as _wait_all
-from ._p2p import _PROTOCOL, dumps, loads, recv_obj, truncating
+from ._p2p import dumps, loads, recv_into, recv_obj, send
 
 # Tags of the collectives that run over point-to-point (negative: never a user's).
 TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = range(-101, -107, -1)
 
+
 def _p2p_send(g, arr, dest, tag, block=True):
-    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-    return g.engine.send(g.p2p, dest, [u8], tag=tag, dtype=DT_BYTES, count=u8.nbytes, what="collective",
-                         block=block)
+    u8 = arr.view(np.uint8)
+    return send(g, u8, DT_BYTES, u8.nbytes, dest, tag, block=block, what="collective")
 
 
 def _p2p_recv(g, arr, source, tag, block=True):
-    u8 = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, "collective", g._rank),
-                         what="collective", block=block, check=(DT_BYTES, u8.nbytes), raw=True)
+    return recv_into(g, arr.view(np.uint8), DT_BYTES, source, tag, block, "collective")
 
 
 def fold_buffers(blocks, op, dt, out):
@@ -117,13 +113,9 @@ def alltoall_obj_body(g, objs):
     _wait_all([q for q in sends if q is not None])
     out = []
     for i in range(n):
-        if i == me:
-            out.append(pickle.loads(pickle.dumps(objs[i], _PROTOCOL)))
-        else:
-            msg, payload = recvs[i].wait()
-            out.append(loads(payload))
+        _, payload = recvs[i].wait() if i != me else (None, dumps(objs[i]))  # its own: a copy, as the others get
+        out.append(loads(payload))
     return out
-
 
 
 def reduce_scatter_body(g, s, out, op, dt, lo):

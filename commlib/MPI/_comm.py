@@ -23,18 +23,18 @@ from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
 from .._engine import EAGER_BYTES, Group as _Group
-from ._constants import (ANY_SOURCE, ANY_TAG, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_ROOT, ERR_TAG,
-                         ERR_TOPOLOGY, ERR_TYPE, IDENT, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE,
-                         UNDEFINED, UNEQUAL, WTIME_IS_GLOBAL, APPNUM, HOST, IO, UNIVERSE_SIZE, LASTUSEDCODE,
-                         KEYVAL_INVALID, ERR_LASTCODE, ERR_OTHER, MPIException)
+from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
+                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TYPE, HOST, IDENT, IO,
+                         KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
+                         UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
 from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoall_body, alltoall_obj_body,
                            exchange_body, fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body,
                            scatterv_body)
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector
-from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, loads, proc_null,
-                        recv_buf, recv_obj, send, truncating)
+from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
+                   recv_obj, send)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
 
@@ -332,21 +332,15 @@ class Comm:
         if type(buf) is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
             wire = _WIRE.get(buf.dtype)
             if wire is not None:
-                g.engine.send(g.p2p, _dest(g, dest, "Send"), [buf if buf.ndim == 1 else buf.reshape(-1)],
-                              tag=_stag(g, tag, "Send"), dtype=wire, count=buf.size, what="Send", block=True)
+                send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, _dest(g, dest, "Send"),
+                     _stag(g, tag, "Send"))
                 return
-        m = parse_send(buf)
-        send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+        self._send_buf(buf, dest, tag, False, True, "Send")
 
     Bsend = Rsend = Send
 
     def Ssend(self, buf, dest, tag=0):
-        g = _group(self)
-        if dest == PROC_NULL:
-            return
-        m = parse_send(buf)
-        send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, "Ssend"), _stag(g, tag, "Ssend"), sync=True,
-              what="Ssend")
+        self._send_buf(buf, dest, tag, True, True, "Ssend")
 
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
@@ -358,32 +352,29 @@ class Comm:
             wire = _WIRE.get(buf.dtype)
             if f.c_contiguous and f.writeable and wire is not None:
                 u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
-                msg = g.engine.recv(g.p2p, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), u8,
-                                    truncating(u8.nbytes, "Recv", g._rank), what="Recv", block=True,
-                                    check=(wire, u8.nbytes), raw=True)
-                if status is not None:
-                    status._fill(msg.source, msg.tag, msg.nbytes)
+                fill(status, recv_into(g, u8, wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
                 return
         m = parse_recv(buf)
         msg = recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
         fill(status, msg)
 
     def Isend(self, buf, dest, tag=0):
-        return self._isend_buf(buf, dest, tag, False, "Isend")
+        return self._send_buf(buf, dest, tag, False, False, "Isend")
 
     Ibsend = Irsend = Isend
 
     def Issend(self, buf, dest, tag=0):
-        return self._isend_buf(buf, dest, tag, True, "Issend")
+        return self._send_buf(buf, dest, tag, True, False, "Issend")
 
-    def _isend_buf(self, buf, dest, tag, sync, what):
+    def _send_buf(self, buf, dest, tag, sync, block, what):
+        """Every buffer send: standard or synchronous (sync), blocking or returning a Request."""
         g = _group(self)
         if dest == PROC_NULL:
-            return Request._completed(fill=done_proc_null)
+            return None if block else Request._completed(fill=done_proc_null)
         m = parse_send(buf)
         r = send(g, m.u8, m.datatype._wire, m.array.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync,
-                 block=False, what=what)
-        return Request._wrap(r, done_empty)
+                 block=block, what=what)
+        return None if block else Request._wrap(r, done_empty)
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         g = _group(self)
@@ -464,38 +455,30 @@ class Comm:
 
     # ---------------------------------------------------------------- point-to-point, objects
     def send(self, obj, dest, tag=0):
-        g = _group(self)
-        if dest == PROC_NULL:
-            return
-        data = dumps(obj)
-        send(g, data, DT_BYTES, data.size, _dest(g, dest, "send"), _stag(g, tag, "send"), what="send")
+        self._send_obj(obj, dest, tag, False, True, "send")
 
     bsend = send
 
     def ssend(self, obj, dest, tag=0):
-        g = _group(self)
-        if dest == PROC_NULL:
-            return
-        data = dumps(obj)
-        send(g, data, DT_BYTES, data.size, _dest(g, dest, "ssend"), _stag(g, tag, "ssend"), sync=True,
-              what="ssend")
+        self._send_obj(obj, dest, tag, True, True, "ssend")
 
     def isend(self, obj, dest, tag=0):
-        return self._isend_obj(obj, dest, tag, False, "isend")
+        return self._send_obj(obj, dest, tag, False, False, "isend")
 
     ibsend = isend
 
     def issend(self, obj, dest, tag=0):
-        return self._isend_obj(obj, dest, tag, True, "issend")
+        return self._send_obj(obj, dest, tag, True, False, "issend")
 
-    def _isend_obj(self, obj, dest, tag, sync, what):
+    def _send_obj(self, obj, dest, tag, sync, block, what):
+        """Every object send: MPI.pickle's bytes as a plain byte message."""
         g = _group(self)
         if dest == PROC_NULL:
-            return Request._completed(fill=done_proc_null)
+            return None if block else Request._completed(fill=done_proc_null)
         data = dumps(obj)
-        r = send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=False,
-                  what=what)
-        return Request._wrap(r, done_empty)
+        r = send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=block,
+                 what=what)
+        return None if block else Request._wrap(r, done_empty)
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = _group(self)
@@ -504,9 +487,7 @@ class Comm:
         if source == PROC_NULL:
             proc_null(status)
             return None
-        msg, payload = recv_obj(g, _source(g, source, "recv"), _rtag(g, tag, "recv"), True, "recv")
-        fill(status, msg)
-        return loads(payload)
+        return done_obj(recv_obj(g, _source(g, source, "recv"), _rtag(g, tag, "recv"), True, "recv"), status)
 
     def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
         g = _group(self)
@@ -525,9 +506,7 @@ class Comm:
         if req is None:
             proc_null(status)
             return None
-        msg, payload = req.wait()
-        fill(status, msg)
-        return loads(payload)
+        return done_obj(req.wait(), status)
 
     def probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return self.Probe(source, tag, status)

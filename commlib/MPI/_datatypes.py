@@ -164,7 +164,8 @@ def _predefined(name, np_name, code=None):
 
 DATATYPE_NULL = _predefined("MPI_DATATYPE_NULL", None)
 _TABLE = [  # name, numpy dtype, typecode (None: an alias, found by name only)
-    ("UNSIGNED_CHAR", "uint8", "B"), ("BYTE", "uint8", "B"), ("CHAR", "int8", "c"), ("SIGNED_CHAR", "int8", "b"), ("C_BOOL", "bool", "?"), ("SHORT", "int16", "h"),
+    ("UNSIGNED_CHAR", "uint8", "B"), ("BYTE", "uint8", "B"), ("CHAR", "int8", "c"), ("SIGNED_CHAR", "int8", "b"),
+    ("C_BOOL", "bool", "?"), ("SHORT", "int16", "h"),
     ("UNSIGNED_SHORT", "uint16", "H"), ("INT", "int32", "i"), ("UNSIGNED", "uint32", "I"),
     ("LONG", "int64", "l"), ("UNSIGNED_LONG", "uint64", "L"), ("LONG_LONG", "int64", "q"),
     ("UNSIGNED_LONG_LONG", "uint64", "Q"), ("FLOAT", "float32", "f"), ("DOUBLE", "float64", "d"),

@@ -36,10 +36,14 @@ def truncating(capacity, what, me):
     return finish
 
 
-def recv_buf(g, m, source, tag, block, what):
-    u8 = m.u8
+def recv_into(g, u8, wire, source, tag, block, what):
+    """A raw receive into the bytes u8 (the fast path expects a frame of dtype `wire` filling them)."""
     return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, what, g._rank), what=what, block=block,
-                         check=(m.datatype._wire, u8.nbytes), raw=True)
+                         check=(wire, u8.nbytes), raw=True)
+
+
+def recv_buf(g, m, source, tag, block, what):
+    return recv_into(g, m.u8, m.datatype._wire, source, tag, block, what)
 
 
 def _unpickle(msg, payload):
@@ -91,7 +95,6 @@ def done_obj(result, status):
 def done_proc_null(result, status):
     proc_null(status)
     return None
-
 
 
 def done_empty(result, status):
