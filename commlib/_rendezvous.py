@@ -586,6 +586,36 @@ def explicit(rank, size, coordinator, secret, environ=os.environ):
     return _checked(env, ("rank", "size", "rank", "size"))
 
 
+def via_key_value(rank, size, put, get, peer_host, environ=os.environ):
+    """(JobEnv, Coordinator or None) for ranks that already share a key-value store (torch's c10d store).
+
+    Rank 0 starts the coordinator on a free port of the interface that reaches
+    `peer_host` (the store's host) and publishes its address with put(key, str);
+    the others read it with get(key) -> str, which waits. The secret is
+    COMMLIB_SECRET when exported, else a fresh one published the same way (so
+    it is as private as the store is).
+    """
+    given = _var(environ, "COMMLIB_SECRET", bytes.fromhex) if "COMMLIB_SECRET" in environ else None
+    coordinator = None
+    if rank == 0:
+        from ._transport import routed_address
+
+        host = routed_address(peer_host)
+        secret = given or secrets.token_bytes(32)
+        coordinator = Coordinator(size, secret, host=host)
+        coordinator.start()
+        if given is None:
+            put("commlib/secret", secret.hex())
+        put("commlib/coordinator", _fmt(coordinator.address))
+        address = coordinator.address[:2]
+    else:
+        secret = given or bytes.fromhex(get("commlib/secret"))
+        address = parse_address(get("commlib/coordinator"))
+    env = JobEnv(rank=rank, size=size, local_rank=0, local_size=1, coordinator=address, secret=secret,
+                 host_coordinator=False, source="store")
+    return _checked(env, ("rank", "size", "local rank", "local size")), coordinator
+
+
 def _given_coordinator(environ):
     """COMMLIB_COORDINATOR, else MASTER_ADDR:MASTER_PORT, else None."""
     if "COMMLIB_COORDINATOR" in environ:

@@ -123,17 +123,24 @@ def _all_gather(g, x, out=None):
     return out
 
 
-def _reduce_scatter(g, x, op="sum"):
-    """Reduce x over ranks; rank r gets block r of the result along axis 0."""
+def _reduce_scatter(g, x, op="sum", out=None):
+    """Reduce x over ranks; rank r gets block r of the result along axis 0.
+
+    out: a C-contiguous array of x's dtype and x.size / size elements to
+    reduce into (commlib.torch); it must not overlap x.
+    """
     a, code = _array(x)
     opc = _reduction(op, code)
     n, r = g._size, g._rank
     if a.ndim == 0 or a.shape[0] % n:
         raise ValueError(f"reduce_scatter: x.shape[0] must be divisible by the group size {n}, "
                          f"got shape {a.shape}")
-    out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
+    if out is None:
+        out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
+    else:
+        _check_out(out, a, a.size // n)
     if n == 1:
-        _identity(out, a, opc)
+        _identity(out.reshape(a.shape), a, opc)
         return out
     count = out.size
     o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)

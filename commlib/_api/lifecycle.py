@@ -39,6 +39,15 @@ def is_available():
     return True
 
 
+def default_timeout():
+    """COMMLIB_TIMEOUT (seconds), else DEFAULT_TIMEOUT_S."""
+    raw = os.environ.get("COMMLIB_TIMEOUT", "")
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise CommError(f"COMMLIB_TIMEOUT={raw!r} is not a number of seconds") from None
+
+
 def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, secret=None):
     """The world group; the second call returns the same group.
 
@@ -59,13 +68,10 @@ def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, 
         from .._transport import Endpoint, Transport
 
         if timeout is None:
-            raw = os.environ.get("COMMLIB_TIMEOUT", "")
-            try:
-                timeout = float(raw) if raw else DEFAULT_TIMEOUT_S
-            except ValueError:
-                raise CommError(f"COMMLIB_TIMEOUT={raw!r} is not a number of seconds") from None
+            timeout = default_timeout()
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        timeout = float(timeout)
         given = (rank, size, coordinator, secret)
         env = _rendezvous.explicit(*given) if any(v is not None for v in given) else _rendezvous.discover()
         if env is None:
@@ -74,29 +80,50 @@ def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, 
                                 "(run under commrun, srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
             _world = Group(None, Engine(None), 0, [0], 0, timeout)
             return _world
-        coordinator = None
-        if env.host_coordinator:
-            coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
-                                                  port=env.coordinator[1])
-            coordinator.start()
-        ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout)
-        try:
-            client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
-            ep.table = client.register(ep.info(), timeout)
-        except BaseException:
-            ep.close()
-            raise
-        ep.notices.send = client.send
-        client.start_listener(ep.notices.on_notice)
-        _client = client
-        transport = Transport(ep)
-        _world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
-        if env.size > 1:  # every large collective needs the ring neighbour: connect now if it can be
-            transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
-        _world._coordinator = coordinator
-        _install_excepthook(client, env.rank)
-        atexit.register(_finalize_at_exit)
-        return _world
+        return _join(env, timeout)
+
+
+def join(env, timeout, coordinator=None):
+    """The world group of the job `env` describes (a `_rendezvous.JobEnv`), for front-ends that find
+    the job themselves (commlib.torch, through torch's store); `coordinator`: one this rank
+    already started, when it hosts it. The world already joined is returned as it is."""
+    with _lock:
+        if _world is not None:
+            return _world
+        if _finalized:
+            raise CommError("commlib.finalize() was called on this rank; the job cannot be joined again")
+        return _join(env, timeout, coordinator)
+
+
+def _join(env, timeout, coordinator=None):
+    global _world, _client
+    from .. import _rendezvous
+    from .._transport import Endpoint, Transport
+
+    if coordinator is None and env.host_coordinator:
+        coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
+                                              port=env.coordinator[1])
+        coordinator.start()
+    ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout)
+    try:
+        client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
+        ep.table = client.register(ep.info(), timeout)
+    except BaseException:
+        ep.close()
+        if coordinator is not None:
+            coordinator.close()
+        raise
+    ep.notices.send = client.send
+    client.start_listener(ep.notices.on_notice)
+    _client = client
+    transport = Transport(ep)
+    _world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
+    if env.size > 1:  # every large collective needs the ring neighbour: connect now if it can be
+        transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
+    _world._coordinator = coordinator
+    _install_excepthook(client, env.rank)
+    atexit.register(_finalize_at_exit)
+    return _world
 
 
 def finalize():

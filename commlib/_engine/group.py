@@ -126,6 +126,25 @@ class Group:
         """Number of ranks in the group."""
         return self._size
 
+    def local_rank(self):
+        """This rank's index among the group's ranks on its host (in group order)."""
+        return self._local()[0]
+
+    def local_size(self):
+        """How many of the group's ranks run on this rank's host.
+
+        Taken from the address table every rank registered, so it is right under
+        launchers that set no LOCAL_* variable (Kubeflow's PyTorchJob, Ray Train).
+        """
+        return self._local()[1]
+
+    def _local(self):
+        if self._ep is None:
+            return 0, 1
+        table, me = self._ep.table, self.world[self._rank]
+        here = [r for r in self.world if table[r]["host_id"] == table[me]["host_id"]]
+        return here.index(me), len(here)
+
     def __repr__(self):
         return f"<commlib.Group rank {self._rank} of {self._size}>"
 

@@ -17,7 +17,8 @@ _completion = threading.Condition()  # notified whenever any request completes (
 class Request:
     """Handle of a non-blocking operation: `.wait()` returns its result, `.test()` polls."""
 
-    __slots__ = ("_done", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout", "__weakref__")
+    __slots__ = ("_done", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout", "_callbacks",
+                 "__weakref__")
 
     def __init__(self, what, *, timeout=None, waiter=None, cancel=None):
         self._done = threading.Event()
@@ -27,6 +28,7 @@ class Request:
         self.timeout = timeout  # seconds a wait() may take, or None: the operation bounds itself
         self._waiter = waiter  # callable(req, deadline, any_of=None): makes progress until done or deadline
         self._cancel = cancel  # callable(req) -> bool, for a receive not yet matched
+        self._callbacks = ()  # called with the request once it completes; None once it has
 
     # -- completion (any thread)
     def _finish(self, result=None, error=None):
@@ -35,23 +37,39 @@ class Request:
         self._result, self._error = result, error
         self._done.set()
         with _completion:
+            callbacks, self._callbacks = self._callbacks, None
             _completion.notify_all()
+        for fn in callbacks or ():
+            fn(self)
+
+    def add_done_callback(self, fn):
+        """Call fn(request) once the request completes (at once if it has), in the completing thread."""
+        with _completion:
+            if self._callbacks is not None:
+                self._callbacks += (fn,)
+                return
+        fn(self)
 
     # -- the user's side
     def test(self):
         """True once the operation has finished (successfully, with an error, or cancelled)."""
         return self._done.is_set()
 
-    def wait(self):
-        """Block until done; return the result or raise the operation's error."""
+    def wait(self, timeout=None):
+        """Block until done; return the result or raise the operation's error.
+
+        timeout: seconds, to wait less than the operation's own bound (CommTimeout when it passes).
+        """
         if not self._done.is_set():
-            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            limit = self.timeout if timeout is None or (self.timeout is not None and self.timeout < timeout) \
+                else timeout
+            deadline = None if limit is None else time.monotonic() + limit
             if self._waiter is not None:
                 self._waiter(self, deadline)
             else:
                 self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if not self._done.is_set():
-                raise CommTimeout(f"{self.what} did not complete within {self.timeout:g} s", op=self.what)
+                raise CommTimeout(f"{self.what} did not complete within {limit:g} s", op=self.what)
         if self._error is not None:
             raise self._error
         return self._result

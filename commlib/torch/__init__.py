@@ -1,0 +1,32 @@
+"""commlib as a torch.distributed backend: ``dist.init_process_group("commlib")``.
+
+Importing this module registers the backend "commlib" for CPU tensors.
+Every collective torch.distributed, DDP, FSDP and ZeRO call runs on commlib's
+engine, on the tensors' own memory (no copies where the layout allows), and
+blocking calls take commlib's inline fast path. Failures surface as
+RuntimeErrors carrying commlib's message (a CommError is one).
+
+How the ranks find each other:
+- under ``commrun`` (or after ``commlib.init()``), torch's default group is
+  commlib's world;
+- under torchrun, Kubeflow's PyTorchJob, Ray Train, or any ``env://`` /
+  ``tcp://`` start, through the store torch already made: rank 0 starts
+  commlib's coordinator on a free port and publishes its address (and a
+  fresh secret, unless COMMLIB_SECRET is exported) in the store, so no
+  second well-known port is needed.
+"""
+try:
+    import torch  # noqa: F401
+    import torch.distributed as dist
+except ImportError as exc:  # pragma: no cover - exercised only without torch
+    raise ImportError("commlib.torch needs PyTorch: pip install 'commlib[torch]' "
+                      "(for the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)") from exc
+
+from ._group import ProcessGroupCommlib, create_process_group
+
+BACKEND = "commlib"
+
+if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
+    dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True, devices=["cpu"])
+
+__all__ = ["BACKEND", "ProcessGroupCommlib", "create_process_group"]

@@ -1,0 +1,558 @@
+"""ProcessGroupCommlib: torch.distributed's ProcessGroup interface over a commlib Group.
+
+Each torch group is a commlib Group of its own (its own ordered stream of
+collectives, its own timeout), over the members' world ranks. A blocking
+call (`async_op=False`) runs inline on commlib's fast path and returns a
+completed Work; an asynchronous one (async_op=True, and every call DDP and
+FSDP make from C++) is queued on the group's stream, whose worker runs the
+queue in order and completes the Work and its future. Tensors are used in
+place through numpy views of their memory; a copy is made only where the
+layout requires one (a non-contiguous output, a list of separate tensors).
+"""
+import collections
+import zlib
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions,
+                                        AllToAllOptions, BarrierOptions, BroadcastOptions, GatherOptions,
+                                        ReduceOptions, ReduceScatterOptions, ScatterOptions)
+
+from .._api import collectives as _c
+from .._api import lifecycle
+from .._dtypes import dtype_code
+from .._engine import ANY_SOURCE, Group
+from .._errors import CommError, MismatchError
+from . import _store
+from ._tensors import array, average, contiguous_target, premultiply, reduce_op, same_dtype
+from ._work import Done, Pending
+
+TAG_ALLTOALLV, TAG_ALLTOALL_LIST = -201, -202  # internal point-to-point tags (users' tags are >= 0)
+_U8 = dtype_code(np.uint8)
+_SERIAL = collections.Counter()  # (group name, members) -> how many such groups this process made
+
+
+def create_process_group(dist_opts, backend_opts=None):
+    """The creator torch calls (extended API) for every group whose backend is "commlib"."""
+    rank, size = int(dist_opts.group_rank), int(dist_opts.group_size)
+    timeout = _store.timeout_seconds(dist_opts.timeout)
+    members = [int(r) for r in dist_opts.global_ranks_in_group]
+    if not members:  # the default group: torch's world
+        world = _store.world(dist_opts.store, rank, size, timeout)
+        members = list(range(size))
+    else:
+        world = lifecycle._world
+        if world is None or world.transport is None and size > 1:
+            raise CommError("commlib backend: a sub-group needs the default group on commlib as well "
+                            "(dist.init_process_group('commlib')) or commlib.init() called first")
+        if len(members) != size or members[rank] != world.rank():
+            raise CommError(f"commlib backend: torch's group {dist_opts.group_id} says this is rank {rank} of "
+                            f"world ranks {members}, but this process is world rank {world.rank()}")
+    key = (str(dist_opts.group_id), tuple(members))
+    _SERIAL[key] += 1
+    gid = zlib.crc32(repr(("torch", key, _SERIAL[key])).encode()) | 1
+    group = Group(world.transport, world.engine, gid, members, rank, timeout)
+    return ProcessGroupCommlib(group)
+
+
+def _options(opts, cls):
+    """torch passes an options object; direct callers may pass a ReduceOp or nothing."""
+    if isinstance(opts, cls):
+        return opts
+    o = cls()
+    if opts is not None:
+        o.reduceOp = opts if isinstance(opts, dist.ReduceOp) else dist.ReduceOp(opts)
+    return o
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise ValueError(f"commlib backend: {what} takes exactly one tensor per process, got {len(tensors)}")
+    return tensors[0]
+
+
+def _overlap(a, b):
+    pa, pb = a.ctypes.data, b.ctypes.data
+    return a.nbytes and b.nbytes and pa < pb + b.nbytes and pb < pa + a.nbytes
+
+
+def _flat_view(tensors):
+    """A 1-d tensor over the memory of `tensors` when they lie back to back in one storage, else None."""
+    first = tensors[0]
+    if not all(t.is_contiguous() and t.dtype == first.dtype for t in tensors):
+        return None
+    step = first.numel() * first.element_size()
+    base = first.data_ptr()
+    for i, t in enumerate(tensors):
+        if t.numel() != first.numel() or t.data_ptr() != base + i * step or t.untyped_storage().data_ptr() != \
+                first.untyped_storage().data_ptr():
+            return None
+    flat = torch.empty(0, dtype=first.dtype)
+    flat.set_(first.untyped_storage(), first.storage_offset(), (first.numel() * len(tensors),))
+    return flat
+
+
+class ProcessGroupCommlib(dist.ProcessGroup):
+    """A torch.distributed process group whose collectives run on commlib."""
+
+    def __init__(self, group):
+        super().__init__(group.rank(), group.size())
+        self._g = group
+        self._n = group.size()
+
+    def getBackendName(self):
+        return "commlib"
+
+    def name(self):
+        return "commlib"
+
+    @property
+    def commlib_group(self):
+        """The commlib Group behind this process group (for commlib's own API: group=...)."""
+        return self._g
+
+    def __repr__(self):
+        return f"<ProcessGroupCommlib rank {self._g.rank()} of {self._n}>"
+
+    # ------------------------------------------------------------ helpers
+    def _go(self, opts, what, result, fn, *args):
+        """Run fn(*args) on the group's stream: inline (blocking) or queued (async_op)."""
+        g = self._g
+        if not getattr(opts, "asyncOp", True):
+            g.stream.run(fn, *args)
+            return Done(result)
+        return Pending(g.stream.submit(what, fn, *args), result, what)
+
+    def _check_list(self, tensors, like, what):
+        if len(tensors) != self._n:
+            raise ValueError(f"commlib backend: {what} needs a list of {self._n} tensors (the group size), "
+                             f"got {len(tensors)}")
+        for t in tensors:
+            if t.numel() != like.numel() or t.dtype != like.dtype:
+                raise ValueError(f"commlib backend: {what}: every tensor must have {like.numel()} elements of "
+                                 f"{like.dtype} like the input, got {t.numel()} of {t.dtype}")
+
+    # -------------------------------------------------------- reductions
+    def allreduce(self, tensors, opts=None):
+        opts = _options(opts, AllreduceOptions)
+        t = _one(tensors, "allreduce")
+        name, scale = reduce_op(opts.reduceOp)
+        if scale is None:  # the fast path: one in-place all_reduce
+            x = array(t)
+            g = self._g
+            if not opts.asyncOp:
+                g.stream.run(_c._all_reduce, g, x, name, x)
+                return Done(tensors)
+            return Pending(g.stream.submit("allreduce", _c._all_reduce, g, x, name, x), tensors, "allreduce")
+        return self._go(opts, "allreduce", tensors, self._allreduce, [t], name, scale)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = _options(opts, AllreduceCoalescedOptions)
+        name, scale = reduce_op(opts.reduceOp)
+        for t in tensors:
+            array(t)  # every tensor checked before anything is queued
+        return self._go(opts, "allreduce_coalesced", tensors, self._allreduce, list(tensors), name, scale)
+
+    def _allreduce(self, tensors, name, scale):
+        g = self._g
+        if scale is not None and scale != "avg":
+            for t in tensors:
+                premultiply(t, scale)
+        if len(tensors) == 1 or len({t.dtype for t in tensors}) > 1:
+            for t in tensors:
+                x = array(t)
+                _c._all_reduce(g, x, name, x)
+        else:  # one message for many small tensors
+            flat = torch.cat([t.reshape(-1) for t in tensors])
+            x = array(flat)
+            _c._all_reduce(g, x, name, x)
+            offset = 0
+            for t in tensors:
+                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+                offset += t.numel()
+        if scale == "avg":
+            for t in tensors:
+                average(t, self._n)
+
+    def reduce(self, tensors, opts=None):
+        opts = _options(opts, ReduceOptions)
+        t = _one(tensors, "reduce")
+        root = self._g.check_rank(opts.rootRank, "root")
+        name, scale = reduce_op(opts.reduceOp)
+        array(t)
+        return self._go(opts, "reduce", tensors, self._reduce, t, root, name, scale)
+
+    def _reduce(self, t, root, name, scale):
+        g = self._g
+        if scale is not None and scale != "avg":
+            premultiply(t, scale)
+        x = array(t)
+        if g.rank() != root:
+            _c._reduce(g, x, name, root)
+            return
+        out, back = contiguous_target(t, "reduce's tensor")
+        _c._reduce(g, x, name, root, out=out.reshape(-1))
+        if back is not None:
+            t.copy_(back)
+        if scale == "avg":
+            average(t, self._n)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        opts = _options(opts, ReduceScatterOptions)
+        out = _one(outputs, "reduce_scatter")
+        ins = _one(input_lists, "reduce_scatter")
+        self._check_list(ins, out, "reduce_scatter's input list")
+        name, scale = reduce_op(opts.reduceOp)
+        return self._go(opts, "reduce_scatter", outputs, self._reduce_scatter_list, out, list(ins), name, scale)
+
+    def _reduce_scatter_list(self, out, ins, name, scale):
+        flat = _flat_view(ins)
+        if flat is None or scale is not None:
+            flat = torch.cat([t.reshape(-1) for t in ins])
+        self._reduce_scatter(out, flat, name, scale)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = _options(opts, ReduceScatterOptions)
+        if input.numel() != self._n * output.numel() or input.dtype != output.dtype:
+            raise ValueError(f"commlib backend: reduce_scatter_tensor: the input must have {self._n} x "
+                             f"{output.numel()} elements of {output.dtype} (the output's), got {input.numel()} of "
+                             f"{input.dtype}")
+        name, scale = reduce_op(opts.reduceOp)
+        array(output), array(input)
+        return self._go(opts, "reduce_scatter_tensor", [output], self._reduce_scatter, output, input, name, scale)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = _options(opts, ReduceScatterOptions)
+        if len(outputs) != len(inputs):
+            raise ValueError("commlib backend: reduce_scatter_tensor_coalesced needs as many outputs as inputs")
+        name, scale = reduce_op(opts.reduceOp)
+        for o, i in zip(outputs, inputs):
+            if i.numel() != self._n * o.numel() or i.dtype != o.dtype:
+                raise ValueError(f"commlib backend: reduce_scatter_tensor_coalesced: an input of {i.numel()} "
+                                 f"{i.dtype} for an output of {o.numel()} {o.dtype}")
+        return self._go(opts, "reduce_scatter_tensor_coalesced", list(outputs), self._reduce_scatter_many,
+                        list(outputs), list(inputs), name, scale)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def _reduce_scatter_many(self, outputs, inputs, name, scale):
+        for o, i in zip(outputs, inputs):
+            self._reduce_scatter(o, i, name, scale)
+
+    def _reduce_scatter(self, out, inp, name, scale):
+        if scale is not None and scale != "avg":
+            inp = inp * scale  # the input is not the caller's to scale in place
+        x = array(inp).reshape(-1)
+        y, back = contiguous_target(out, "reduce_scatter's output")
+        y = y.reshape(-1)
+        if _overlap(x, y):
+            back = torch.empty(out.shape, dtype=out.dtype)
+            y = array(back).reshape(-1)
+        _c._reduce_scatter(self._g, x, name, out=y)
+        if back is not None:
+            out.copy_(back)
+        if scale == "avg":
+            average(out, self._n)
+
+    # ---------------------------------------------------------- movement
+    def broadcast(self, tensors, opts=None):
+        opts = _options(opts, BroadcastOptions)
+        root = self._g.check_rank(opts.rootRank, "root")
+        for t in tensors:
+            array(t)
+        return self._go(opts, "broadcast", tensors, self._broadcast, list(tensors), root)
+
+    def _broadcast(self, tensors, root):
+        for t in tensors:
+            _c._broadcast(self._g, array(t), root)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        opts = _options(opts, AllgatherOptions)
+        t = _one(inputs, "allgather")
+        outs = _one(output_lists, "allgather")
+        self._check_list(outs, t, "allgather's output list")
+        return self._go(opts, "allgather", output_lists, self._allgather_list, list(outs), t)
+
+    def _allgather_list(self, outs, t):
+        flat = _flat_view(outs)
+        if flat is not None:
+            _c._all_gather(self._g, array(t), out=array(flat))
+            return
+        buf = torch.empty(t.numel() * self._n, dtype=t.dtype)
+        _c._all_gather(self._g, array(t), out=array(buf))
+        for i, o in enumerate(outs):
+            o.copy_(buf[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        opts = _options(opts, AllgatherOptions)
+        if len(output_lists) != len(inputs):
+            raise ValueError("commlib backend: allgather_coalesced needs one output list per input")
+        for outs, t in zip(output_lists, inputs):
+            self._check_list(outs, t, "allgather_coalesced's output list")
+        return self._go(opts, "allgather_coalesced", output_lists, self._allgather_lists, output_lists, inputs)
+
+    def _allgather_lists(self, output_lists, inputs):
+        for outs, t in zip(output_lists, inputs):
+            self._allgather_list(list(outs), t)
+
+    def all_gather_single(self, output, input, opts=None):
+        opts = _options(opts, AllgatherOptions)
+        self._check_gather_tensor(output, input, "all_gather_into_tensor")
+        return self._go(opts, "all_gather_into_tensor", [output], self._allgather, output, input)
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        opts = _options(opts, AllgatherOptions)
+        if len(outputs) != len(inputs):
+            raise ValueError("commlib backend: allgather_into_tensor_coalesced needs as many outputs as inputs")
+        for o, i in zip(outputs, inputs):
+            self._check_gather_tensor(o, i, "allgather_into_tensor_coalesced")
+        return self._go(opts, "allgather_into_tensor_coalesced", list(outputs), self._allgather_many,
+                        list(outputs), list(inputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def _allgather_many(self, outputs, inputs):
+        for o, i in zip(outputs, inputs):
+            self._allgather(o, i)
+
+    def _check_gather_tensor(self, output, input, what):
+        if output.numel() != self._n * input.numel() or output.dtype != input.dtype:
+            raise ValueError(f"commlib backend: {what}: the output must have {self._n} x {input.numel()} elements "
+                             f"of {input.dtype} (the input's), got {output.numel()} of {output.dtype}")
+        array(output), array(input)
+
+    def _allgather(self, output, input):
+        y, back = contiguous_target(output, "all_gather's output")
+        _c._all_gather(self._g, array(input), out=y.reshape(-1))
+        if back is not None:
+            output.copy_(back)
+
+    def gather(self, output_lists, inputs, opts=None):
+        opts = _options(opts, GatherOptions)
+        g = self._g
+        root = g.check_rank(opts.rootRank, "root")
+        t = _one(inputs, "gather")
+        if g.rank() == root:
+            outs = _one(output_lists, "gather")
+            self._check_list(outs, t, "gather's output list")
+            outs = list(outs)
+        else:
+            if output_lists and any(len(o) for o in output_lists):
+                raise ValueError(f"commlib backend: gather: rank {g.rank()} is not the root ({root}) and must "
+                                 "pass no output list")
+            outs = None
+        return self._go(opts, "gather", output_lists, self._gather, outs, t, root)
+
+    def _gather(self, outs, t, root):
+        if outs is None:
+            _c._gather(self._g, array(t), root)
+            return
+        flat = _flat_view(outs)
+        buf = flat if flat is not None else torch.empty(t.numel() * self._n, dtype=t.dtype)
+        _c._gather(self._g, array(t), root, out=array(buf))
+        if flat is None:
+            for i, o in enumerate(outs):
+                o.copy_(buf[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        opts = _options(opts, ScatterOptions)
+        g = self._g
+        root = g.check_rank(opts.rootRank, "root")
+        out = _one(outputs, "scatter")
+        if g.rank() == root:
+            ins = _one(input_lists, "scatter")
+            self._check_list(ins, out, "scatter's input list")
+            ins = list(ins)
+        else:
+            if input_lists and any(len(i) for i in input_lists):
+                raise ValueError(f"commlib backend: scatter: rank {g.rank()} is not the root ({root}) and must "
+                                 "pass no input list")
+            ins = None
+        array(out)
+        return self._go(opts, "scatter", outputs, self._scatter, out, ins, root)
+
+    def _scatter(self, out, ins, root):
+        x = None
+        if ins is not None:
+            flat = _flat_view(ins)
+            x = array(flat if flat is not None else torch.cat([t.reshape(-1) for t in ins]))
+        y, back = contiguous_target(out, "scatter's output")
+        if x is not None and _overlap(x, y):
+            back = torch.empty(out.shape, dtype=out.dtype)
+            y = array(back)
+        _c._scatter(self._g, x, root, out=y.reshape(-1))
+        if back is not None:
+            out.copy_(back)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = _options(opts, AllToAllOptions)
+        n = self._n
+        if output.dtype != input.dtype:
+            raise TypeError(f"commlib backend: all_to_all_single: output is {output.dtype}, input {input.dtype}")
+        out_rows, in_rows = self._splits(output, output_split_sizes, "output"), self._splits(input, input_split_sizes,
+                                                                                             "input")
+        row_out = output.numel() // output.shape[0] if output.dim() and output.shape[0] else 0
+        row_in = input.numel() // input.shape[0] if input.dim() and input.shape[0] else 0
+        if row_out and row_in and row_out != row_in:
+            raise ValueError(f"commlib backend: all_to_all_single: input rows have {row_in} elements, output rows "
+                             f"{row_out}")
+        array(output), array(input)
+        send = [r * row_in for r in in_rows]
+        recv = [r * row_out for r in out_rows]
+        if not output_split_sizes and not input_split_sizes and input.shape == output.shape and n > 1:
+            return self._go(opts, "all_to_all_single", [output], self._alltoall_equal, output, input)
+        return self._go(opts, "all_to_all_single", [output], self._alltoallv, output, input, send, recv)
+
+    alltoall_base = all_to_all_single
+
+    def _splits(self, t, sizes, what):
+        n = self._n
+        rows = t.shape[0] if t.dim() else 1
+        if not sizes:
+            if rows % n:
+                raise ValueError(f"commlib backend: all_to_all_single: the {what}'s first dimension ({rows}) must "
+                                 f"be divisible by the group size {n} when no split sizes are given")
+            return [rows // n] * n
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != n or any(s < 0 for s in sizes) or sum(sizes) != rows:
+            raise ValueError(f"commlib backend: all_to_all_single: {what}_split_sizes {sizes} must be {n} "
+                             f"non-negative sizes adding up to the {what}'s first dimension {rows}")
+        return sizes
+
+    def _alltoall_equal(self, output, input):
+        res = _c._all_to_all(self._g, array(input), 0, 0)
+        y = array(output)
+        y[...] = res.reshape(y.shape)
+
+    def _alltoallv(self, output, input, send, recv):
+        src = input.contiguous().reshape(-1)
+        dst, back = contiguous_target(output, "all_to_all's output")
+        dst = dst.reshape(-1)
+        x = array(src)
+        if _overlap(x, dst):
+            x = x.copy()
+        so = np.cumsum([0] + send)
+        ro = np.cumsum([0] + recv)
+        n = self._n
+        self._exchange([x[so[j]:so[j + 1]] for j in range(n)], [dst[ro[j]:ro[j + 1]] for j in range(n)],
+                       TAG_ALLTOALLV, "all_to_all_single")
+        if back is not None:
+            output.copy_(back)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        opts = _options(opts, AllToAllOptions)
+        n = self._n
+        if len(outputs) != n or len(inputs) != n:
+            raise ValueError(f"commlib backend: all_to_all needs {n} input and {n} output tensors, got "
+                             f"{len(inputs)} and {len(outputs)}")
+        same_dtype(list(outputs) + list(inputs), "all_to_all")
+        for t in list(outputs) + list(inputs):
+            array(t)
+        return self._go(opts, "all_to_all", outputs, self._alltoall_list, list(outputs), list(inputs))
+
+    def _alltoall_list(self, outputs, inputs):
+        sends = [array(t.contiguous()).reshape(-1) for t in inputs]
+        targets = [contiguous_target(t, "all_to_all's output") for t in outputs]
+        self._exchange(sends, [y.reshape(-1) for y, _ in targets], TAG_ALLTOALL_LIST, "all_to_all")
+        for t, (_, back) in zip(outputs, targets):
+            if back is not None:
+                t.copy_(back)
+
+    def _exchange(self, sends, recvs, tag, what):
+        """Rank j gets sends[j] into its recvs[me]: every receive posted first, then the sends; then wait."""
+        g = self._g
+        me, n = g.rank(), self._n
+        eng, ctx = g.engine, g.p2p
+        if recvs[me].size:
+            recvs[me][...] = sends[me]
+        reqs = []
+        for j in range(n):
+            if j != me:
+                u8 = recvs[j].view(np.uint8)
+                reqs.append(eng.recv(ctx, j, tag, u8, _exact(u8, g, j, what), what=what, check=(_U8, u8.nbytes)))
+        for k in range(1, n):
+            j = (me + k) % n
+            u8 = np.ascontiguousarray(sends[j]).view(np.uint8)
+            reqs.append(eng.send(ctx, j, [u8], tag=tag, dtype=_U8, count=u8.size, what=what))
+        for r in reqs:
+            r.wait()
+
+    # ------------------------------------------------------ synchronisation
+    def barrier(self, opts=None):
+        opts = _options(opts, BarrierOptions)
+        return self._go(opts, "barrier", [], _c._barrier, self._g)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """A barrier bounded by `timeout` (default: the group's); a rank that does not come is a CommError."""
+        req = self._g.stream.submit("monitored_barrier", _c._barrier, self._g)
+        Pending(req, [], "monitored_barrier").wait(timeout)
+
+    # ------------------------------------------------------ point to point
+    def send(self, tensors, dst, tag=0):
+        t = _one(tensors, "send")
+        g = self._g
+        dst, tag = g.check_rank(dst, "dst"), _tag(tag)
+        a = array(t)
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        u8 = a.reshape(-1).view(np.uint8)
+        req = g.engine.send(g.p2p, dst, [u8], tag=tag, dtype=dtype_code(a.dtype), count=a.size,
+                            what=f"send(tag={tag})")
+        return Pending(req, tensors, "send")
+
+    def recv(self, tensors, src, tag=0):
+        return self._recv(tensors, self._g.check_rank(src, "src"), tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._recv(tensors, ANY_SOURCE, tag)
+
+    def _recv(self, tensors, src, tag):
+        t = _one(tensors, "recv")
+        g = self._g
+        tag = _tag(tag)
+        y, back = contiguous_target(t, "recv's tensor")
+        u8 = y.reshape(-1).view(np.uint8)
+        code = dtype_code(y.dtype)
+        source = [src]
+
+        def finish(msg, payload):
+            if msg.nbytes != u8.nbytes:
+                raise MismatchError(f"recv into {tuple(t.shape)} {t.dtype} ({u8.nbytes} bytes) but rank "
+                                    f"{msg.source} of the group sent {msg.nbytes} bytes (tag {msg.tag})",
+                                    rank=g.world[msg.source])
+            if back is not None:
+                t.copy_(back)
+            source[0] = msg.source
+
+        req = g.engine.recv(g.p2p, src, tag, u8, finish, what=f"recv(tag={tag})", check=(code, u8.nbytes))
+        work = Pending(req, tensors, "recv")
+        work._source_box = source
+        return work
+
+    # ------------------------------------------------------------ lifetime
+    def abort(self):
+        """Nothing to abort locally: commlib's operations are bounded by the group's timeout."""
+        return None
+
+    def shutdown(self):
+        """The group's connections belong to commlib's world, which closes at finalize()."""
+        return None
+
+
+def _tag(tag):
+    if isinstance(tag, bool) or not isinstance(tag, int) or tag < 0:
+        raise ValueError(f"commlib backend: tag must be a non-negative int, got {tag!r}")
+    return tag
+
+
+def _exact(u8, g, src, what):
+    def finish(msg, payload):
+        if msg.nbytes != u8.nbytes:
+            raise MismatchError(f"{what}: expected {u8.nbytes} bytes from rank {g.world[src]} but it sent "
+                                f"{msg.nbytes}: the ranks' split sizes disagree", rank=g.world[src])
+    return finish

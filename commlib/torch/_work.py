@@ -1,0 +1,132 @@
+"""torch.distributed Work objects over commlib Requests.
+
+Never set_exception() on a future handed to torch: DDP's reducer crashes on
+one (torch 2.x). A failed operation completes its raw future with a _Failed
+marker instead, and the future torch sees is `raw.then(_unwrap)`, whose
+callback raises a RuntimeError carrying commlib's message: torch reports
+that cleanly everywhere (fut.wait(), DDP's backward, wait_all).
+"""
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _unwrap(fut):
+    value = fut.value()
+    if type(value) is _Failed:
+        err = value.error
+        raise RuntimeError(f"commlib: {type(err).__name__}: {err}")
+    return value
+
+
+def _seconds(timeout):
+    """Work.wait's timeout (timedelta; zero means none) in seconds, or None."""
+    if timeout is None:
+        return None
+    secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    return secs if secs > 0 else None
+
+
+class Done(dist.Work):
+    """A Work already complete: what a blocking call returns (torch then calls wait())."""
+
+    def __init__(self, result, source=-1):
+        super().__init__()
+        self._result = result
+        self._source = source
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def source_rank(self):
+        return self._source
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        """CPU work has nothing to synchronize with."""
+        return None
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+
+class Pending(dist.Work):
+    """A Work completed by commlib's engine (the group's stream, or the point-to-point engine)."""
+
+    def __init__(self, request, result, what):
+        super().__init__()
+        self._req = request
+        self._result = result  # the tensors the operation writes; the future's value
+        self._what = what
+        self._fut = None
+        self._source_box = None  # [source rank], filled in by a receive from any source
+
+    def wait(self, timeout=None):
+        """Block until done (at most `timeout`); raise the operation's error, a RuntimeError."""
+        try:
+            self._req.wait(_seconds(timeout))
+        except Exception as exc:
+            if isinstance(exc, (RuntimeError, TypeError, ValueError)):  # CommError is a RuntimeError
+                raise
+            raise RuntimeError(f"commlib: {self._what}: {type(exc).__name__}: {exc}") from exc
+        return True
+
+    def is_completed(self):
+        return self._req.test()
+
+    def is_success(self):
+        if not self._req.test():
+            raise RuntimeError(f"commlib: {self._what} has not completed yet")
+        return self._req._error is None
+
+    def exception(self):
+        return self._req._error if self._req.test() else None
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def source_rank(self):
+        self.wait()
+        return self._source_box[0] if self._source_box else -1
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        """CPU work has nothing to synchronize with."""
+        return None
+
+    def get_future(self):
+        if self._fut is None:
+            raw = torch.futures.Future()
+            self._fut = raw.then(_unwrap)
+            result = self._result
+
+            def complete(req):
+                raw.set_result(result if req._error is None else _Failed(req._error))
+
+            self._req.add_done_callback(complete)
+        return self._fut
