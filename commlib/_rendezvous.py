@@ -586,7 +586,7 @@ def explicit(rank, size, coordinator, secret, environ=os.environ):
     return _checked(env, ("rank", "size", "rank", "size"))
 
 
-def via_key_value(rank, size, put, get, peer_host, environ=os.environ):
+def via_key_value(rank, size, put, get, peer_host, prefix="commlib/", environ=os.environ):
     """(JobEnv, Coordinator or None) for ranks that already share a key-value store (torch's c10d store).
 
     Rank 0 starts the coordinator on a free port of the interface that reaches
@@ -605,12 +605,12 @@ def via_key_value(rank, size, put, get, peer_host, environ=os.environ):
         coordinator = Coordinator(size, secret, host=host)
         coordinator.start()
         if given is None:
-            put("commlib/secret", secret.hex())
-        put("commlib/coordinator", _fmt(coordinator.address))
+            put(prefix + "secret", secret.hex())
+        put(prefix + "coordinator", _fmt(coordinator.address))
         address = coordinator.address[:2]
     else:
-        secret = given or bytes.fromhex(get("commlib/secret"))
-        address = parse_address(get("commlib/coordinator"))
+        secret = given or bytes.fromhex(get(prefix + "secret"))
+        address = parse_address(get(prefix + "coordinator"))
     env = JobEnv(rank=rank, size=size, local_rank=0, local_size=1, coordinator=address, secret=secret,
                  host_coordinator=False, source="store")
     return _checked(env, ("rank", "size", "local rank", "local size")), coordinator

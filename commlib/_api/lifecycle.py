@@ -80,7 +80,24 @@ def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, 
                                 "(run under commrun, srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
             _world = Group(None, Engine(None), 0, [0], 0, timeout)
             return _world
+        store = _torch_store(env) if env.source == "torchrun" else None
+        if store is not None:  # torch's TCPStore holds MASTER_PORT: meet through it instead
+            env, coordinator = _rendezvous.via_key_value(env.rank, env.size, store.set,
+                                                         lambda key: store.get(key).decode(), env.coordinator[0],
+                                                         prefix="commlib/init/")
+            return _join(env, timeout, coordinator)
         return _join(env, timeout)
+
+
+def _torch_store(env):
+    """torch.distributed's default store when this process already joined torch's group (of any backend)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if (dist.get_rank(), dist.get_world_size()) != (env.rank, env.size):
+        raise CommError(f"commlib.init(): RANK/WORLD_SIZE say rank {env.rank} of {env.size}, but torch.distributed "
+                        f"was initialised as rank {dist.get_rank()} of {dist.get_world_size()}")
+    return dist.distributed_c10d._get_default_store()
 
 
 def join(env, timeout, coordinator=None):

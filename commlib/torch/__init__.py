@@ -26,7 +26,18 @@ from ._group import ProcessGroupCommlib, create_process_group
 
 BACKEND = "commlib"
 
-if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
-    dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True, devices=["cpu"])
 
-__all__ = ["BACKEND", "ProcessGroupCommlib", "create_process_group"]
+
+def register():
+    """Register the backend "commlib" with torch.distributed; importing this module already has.
+
+    For launchers that import nothing of yours before they call init_process_group
+    (Ray Train: runtime_env={"worker_process_setup_hook": "commlib.torch.register"}).
+    """
+    if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
+        dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True, devices=["cpu"])
+
+
+register()
+
+__all__ = ["BACKEND", "ProcessGroupCommlib", "create_process_group", "register"]

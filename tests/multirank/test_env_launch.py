@@ -115,3 +115,49 @@ def test_explicit_init_for_any_other_launcher(n, tmp_path):
     for r, (code, out, err) in enumerate(_run_all([_clean_env()] * n, tmp_path, EXPLICIT, args)):
         assert code == 0, f"rank {r}: {err}"
         assert f"rank {r} of {n} ok" in out
+
+
+LOCAL_CASE = textwrap.dedent("""
+    import commlib as cl
+    g = cl.init(strict=True)
+    half = g.split(g.rank() % 2)
+    print(f"rank {g.rank()} local {g.local_rank()} of {g.local_size()}; half local {half.local_rank()} of "
+          f"{half.local_size()}")
+""")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_local_rank_from_the_table_without_local_variables(n, tmp_path):
+    # Kubeflow's PyTorchJob and Ray Train set RANK/WORLD_SIZE/MASTER_* but no LOCAL_*: every rank here is on
+    # this host, so the local rank is the rank and the local size the size, from the registered table.
+    port = _free_port()
+    envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_SECRET="ab" * 32, COMMLIB_TIMEOUT="30") for r in range(n)]
+    for r, (code, out, err) in enumerate(_run_all(envs, tmp_path, LOCAL_CASE)):
+        assert code == 0, f"rank {r}: {err}"
+        evens = (n + 1) // 2
+        half = (r // 2, evens) if r % 2 == 0 else (r // 2, n - evens)
+        assert f"rank {r} local {r} of {n}; half local {half[0]} of {half[1]}" in out, out
+
+
+TORCH_FIRST_CASE = textwrap.dedent("""
+    import numpy as np, torch, torch.distributed as dist, commlib as cl
+    dist.init_process_group("gloo")          # rank 0's TCPStore now holds MASTER_PORT
+    g = cl.init(strict=True)                 # so commlib meets through that store instead of binding it
+    assert (g.rank(), g.size()) == (dist.get_rank(), dist.get_world_size())
+    y = cl.all_reduce(np.arange(10.0) + g.rank())
+    assert np.array_equal(y, sum(np.arange(10.0) + k for k in range(g.size())))
+    t = torch.ones(3); dist.all_reduce(t); assert t.tolist() == [g.size()] * 3
+    print(f"rank {g.rank()} of {g.size()} ok")
+""")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_init_after_torch_gloo_group_meets_through_its_store(n, tmp_path):
+    pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+    port = _free_port()
+    envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_TIMEOUT="30") for r in range(n)]
+    for r, (code, out, err) in enumerate(_run_all(envs, tmp_path, TORCH_FIRST_CASE)):
+        assert code == 0, f"rank {r}: {err}"
+        assert f"rank {r} of {n} ok" in out
