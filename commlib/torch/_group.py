@@ -25,8 +25,8 @@ from .._dtypes import dtype_code
 from .._engine import ANY_SOURCE, Group
 from .._errors import CommError, MismatchError
 from . import _store
-from ._tensors import array, average, contiguous_target, premultiply, reduce_op, same_dtype
-from ._work import Done, Pending
+from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
+from ._work import Pending, done
 
 TAG_ALLTOALLV, TAG_ALLTOALL_LIST = -201, -202  # internal point-to-point tags (users' tags are >= 0)
 _U8 = dtype_code(np.uint8)
@@ -67,7 +67,7 @@ def _options(opts, cls):
 
 
 def _one(tensors, what):
-    if len(tensors) != 1:
+    if len(tensors) != 1 or not isinstance(tensors, (list, tuple)):
         raise ValueError(f"commlib backend: {what} takes exactly one tensor per process, got {len(tensors)}")
     return tensors[0]
 
@@ -121,7 +121,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         g = self._g
         if not getattr(opts, "asyncOp", True):
             g.stream.run(fn, *args)
-            return Done(result)
+            return done(result)
         return Pending(g.stream.submit(what, fn, *args), result, what)
 
     def _check_list(self, tensors, like, what):
@@ -135,16 +135,19 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     # -------------------------------------------------------- reductions
     def allreduce(self, tensors, opts=None):
-        opts = _options(opts, AllreduceOptions)
+        if type(opts) is not AllreduceOptions:
+            opts = _options(opts, AllreduceOptions)
         t = _one(tensors, "allreduce")
-        name, scale = reduce_op(opts.reduceOp)
-        if scale is None:  # the fast path: one in-place all_reduce
+        op = opts.reduceOp
+        name = SIMPLE[op.op.value]
+        if name is not None:  # the fast path: one in-place all_reduce
             x = array(t)
             g = self._g
             if not opts.asyncOp:
                 g.stream.run(_c._all_reduce, g, x, name, x)
-                return Done(tensors)
+                return done(tensors)
             return Pending(g.stream.submit("allreduce", _c._all_reduce, g, x, name, x), tensors, "allreduce")
+        name, scale = reduce_op(op)
         return self._go(opts, "allreduce", tensors, self._allreduce, [t], name, scale)
 
     def allreduce_coalesced(self, tensors, opts=None):

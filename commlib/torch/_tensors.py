@@ -9,6 +9,10 @@ _R = dist.ReduceOp.RedOpType
 # torch op -> commlib op name; AVG and PREMUL_SUM are a sum plus a scaling (see reduce_op)
 OPS = {_R.SUM: "sum", _R.PRODUCT: "prod", _R.MIN: "min", _R.MAX: "max", _R.BAND: "band", _R.BOR: "bor",
        _R.BXOR: "bxor"}
+# the same by the enum's integer value: an index is cheaper than hashing the pybind enum (fast path)
+SIMPLE = [None] * (1 + max(op.value for op in _R.__members__.values()))
+for _op, _name in OPS.items():
+    SIMPLE[_op.value] = _name
 
 
 def array(t, what="tensor"):

@@ -36,12 +36,13 @@ def _seconds(timeout):
 
 
 class Done(dist.Work):
-    """A Work already complete: what a blocking call returns (torch then calls wait())."""
+    """A Work already complete: what a blocking call returns (torch then calls wait()).
 
-    def __init__(self, result, source=-1):
-        super().__init__()
-        self._result = result
-        self._source = source
+    Made by done(): no Python __init__, which halves its cost on the 8-byte fast path.
+    """
+
+    _result = None
+    _source = -1
 
     def wait(self, timeout=None):
         return True
@@ -71,6 +72,12 @@ class Done(dist.Work):
         fut = torch.futures.Future()
         fut.set_result(self._result)
         return fut
+
+
+def done(result):
+    work = Done()
+    work._result = result
+    return work
 
 
 class Pending(dist.Work):
