@@ -34,6 +34,7 @@ class Notices:
         self._statuses = {}
         self._cond = threading.Condition()
         self._spread = False
+        self.coordinator_rank = None  # the rank whose process hosts the coordinator (None: the launcher does)
 
     # ------------------------------------------------------------ incoming
     def on_notice(self, msg):
@@ -85,7 +86,13 @@ class Notices:
                 self.digests[msg.get("from", peer)] = msg
                 self._cond.notify_all()
         elif kind == "coordinator_lost" and not ep.closed:
-            ep.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"), remote=True)
+            host = self.coordinator_rank
+            if host is None or host == self.rank:
+                ep.fail(PeerLost(f"rank {self.rank}: lost the job's coordinator ({msg.get('message', '')})"),
+                        remote=True)
+            else:  # its host rank died or left: name it, as for any other lost rank
+                ep.fail(PeerLost(f"rank {self.rank}: lost rank {host}, which hosted the job's coordinator "
+                                 f"({msg.get('message', '')})", rank=host), remote=True)
 
     def finishing(self, peer):
         """World rank `peer` is in finalize(), every send flushed (its digest has arrived)."""

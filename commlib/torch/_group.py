@@ -101,6 +101,23 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._g = group
         self._n = group.size()
 
+    # torch keeps a group's name and description on its C++ backends, which a
+    # Python ProcessGroup has none of: keep them here (DeviceMesh and FSDP2 read them).
+    _name = ""
+    _desc = ""
+
+    def getGroupName(self):
+        return self._name
+
+    def setGroupName(self, name):
+        self._name = name
+
+    def getGroupDesc(self):
+        return self._desc
+
+    def setGroupDesc(self, desc):
+        self._desc = desc
+
     def getBackendName(self):
         return "commlib"
 

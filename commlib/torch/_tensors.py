@@ -5,6 +5,7 @@ import torch.distributed as dist
 
 from .._dtypes import BFLOAT16
 
+_from_dlpack = np.from_dlpack
 _R = dist.ReduceOp.RedOpType
 # torch op -> commlib op name; AVG and PREMUL_SUM are a sum plus a scaling (see reduce_op)
 OPS = {_R.SUM: "sum", _R.PRODUCT: "prod", _R.MIN: "min", _R.MAX: "max", _R.BAND: "band", _R.BOR: "bor",
@@ -16,10 +17,15 @@ for _op, _name in OPS.items():
 
 
 def array(t, what="tensor"):
-    """The tensor's memory as a numpy array (a view: writes reach the tensor); bfloat16 via ml_dtypes."""
+    """The tensor's memory as a numpy array (a view: writes reach the tensor); bfloat16 via ml_dtypes.
+
+    Through DLPack, not Tensor.numpy(): numpy() marks the tensor's storage
+    non-resizable for good, and FSDP frees its unsharded parameters with
+    storage.resize_(0).
+    """
     try:
-        return t.numpy()
-    except (RuntimeError, TypeError):
+        return _from_dlpack(t)
+    except (BufferError, RuntimeError, TypeError, AttributeError):
         return _array_slow(t, what)
 
 
@@ -34,12 +40,12 @@ def _array_slow(t, what):
     if t.dtype is torch.bfloat16:
         if BFLOAT16 is None:
             raise TypeError(f"commlib backend: {what} is bfloat16, which needs ml_dtypes (pip install ml_dtypes)")
-        return t.view(torch.int16).numpy().view(BFLOAT16)
+        return _from_dlpack(t.view(torch.int16)).view(BFLOAT16)
     if t.is_conj() or t.is_neg():
         raise ValueError(f"commlib backend: {what} is a lazy conj()/neg() view; call .resolve_conj() first")
     try:
-        return t.numpy()
-    except TypeError:
+        return _from_dlpack(t)
+    except (BufferError, TypeError):
         raise TypeError(f"commlib backend: {what} has dtype {t.dtype}, which commlib does not support "
                         "(supported: bool, int8/16/32/64, uint8/16/32/64, float16, bfloat16, float32, "
                         "float64, complex64, complex128)") from None

@@ -1,0 +1,454 @@
+"""DDP and FSDP training on torch.distributed, checked against a single-process reference.
+
+The backend is TORCH_TEST_BACKEND: "commlib" (the default; `import commlib.torch` registers it)
+or "gloo" (to validate the case itself). Every rank trains on its own shard of one deterministic
+batch; every rank also trains the same model on the whole batch on its own, without any
+communication, and the distributed result (per-step losses, final gradients and parameters)
+must match that reference to float32 tolerance. Parameters must also be bit-identical across
+ranks. Output follows the multi-rank suite: `FAIL rank R/N [torch_train] label: message` per
+failed check and `rank R: K checks ok [torch_train ...] in T s` at the end; the exit code is
+the verdict. An exception inside a part is a failure (with its traceback) and ends the rank at
+once, since the collective schedule is lost.
+
+usage: torch_train.py SEED PART...
+  mlp    DDP on an MLP: plain; gradient_as_bucket_view=True with a tiny bucket_cap_mb (several
+         buckets); gradient accumulation with no_sync()
+  cnn    DDP on a small CNN (Conv2d, cross-entropy loss), plain and with tiny buckets
+  hooks  DDP comm hooks: default_hooks.allreduce_hook (all_reduce(async_op=True).get_future()
+         .then), a custom hook chaining two .then (dividing by the world size), and
+         fp16_compress_hook; with gradient_as_bucket_view=True and tiny buckets
+  fsdp2  torch.distributed.fsdp.fully_shard (all_gather_into_tensor / reduce_scatter_tensor)
+  fsdp1  FullyShardedDataParallel(device_id=cpu), each Linear wrapped
+  shard  hand-written sharded SGD: dist.all_gather_into_tensor and dist.reduce_scatter_tensor
+  ddp = mlp cnn hooks;  fsdp = fsdp2 fsdp1 shard
+"""
+import datetime
+import hashlib
+import os
+import sys
+import time
+import traceback
+import zlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
+if BACKEND == "commlib":
+    import commlib.torch  # noqa: F401  (registers the "commlib" backend)
+
+STEPS = 5
+BATCH = 24  # divisible by 1, 2, 3 and 4: every rank gets an equal shard
+RTOL, ATOL = 1e-4, 1e-5
+FP16_RTOL, FP16_ATOL = 2e-2, 2e-3  # fp16_compress_hook rounds every gradient bucket to float16
+MAX_REPORTED = 30
+
+
+class TorchChecker:
+    def __init__(self, name):
+        self.name = name
+        self.t0 = time.monotonic()
+        dist.init_process_group(BACKEND, timeout=datetime.timedelta(seconds=60))
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+        self.checks, self.failures, self.digests = 0, [], []
+
+    def fail(self, label, message):
+        self.failures.append(f"{label}: {message}")
+        if len(self.failures) <= MAX_REPORTED:
+            print(f"FAIL rank {self.rank}/{self.size} [{self.name}] {label}: {message}", flush=True)
+
+    def ok(self, cond, label, message="check failed"):
+        self.checks += 1
+        if not cond:
+            self.fail(label, message)
+        return bool(cond)
+
+    def close(self, actual, expected, label, rtol=RTOL, atol=ATOL, record=True):
+        """actual ~ expected (tensors); with record, actual's bytes must also agree across ranks."""
+        self.checks += 1
+        actual = actual.detach()
+        expected = expected.detach()
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            self.fail(label, f"got {actual.dtype}{tuple(actual.shape)}, "
+                             f"expected {expected.dtype}{tuple(expected.shape)}")
+        elif not torch.allclose(actual.double(), expected.double(), rtol=rtol, atol=atol):
+            err = (actual.double() - expected.double()).abs()
+            i = int(err.flatten().argmax())
+            self.fail(label, f"max abs error {float(err.max()):.3g} at flat index {i}: got "
+                             f"{float(actual.flatten()[i])!r}, expected {float(expected.flatten()[i])!r} "
+                             f"(rtol {rtol}, atol {atol})")
+        if record:
+            self.digests.append((label, digest(actual)))
+
+    def finish(self):
+        """Cross-rank comparison of the recorded results, summary line, exit code."""
+        if self.size > 1:
+            count = torch.tensor([len(self.digests)], dtype=torch.int64)
+            counts = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+            dist.all_gather(counts, count)
+            counts = [int(c) for c in counts]
+            if self.ok(len(set(counts)) == 1, "digest count", f"ranks recorded {counts} results"):
+                mine = torch.tensor([d for _, d in self.digests], dtype=torch.int64)
+                every = [torch.zeros_like(mine) for _ in range(self.size)]
+                dist.all_gather(every, mine)
+                for i, (label, _) in enumerate(self.digests):
+                    differ = [r for r in range(self.size) if int(every[r][i]) != int(mine[i])]
+                    self.ok(not differ, label + " (same bytes on every rank)",
+                            f"result bytes differ across ranks (this rank differs from ranks {differ})")
+        took = time.monotonic() - self.t0
+        dist.barrier()
+        dist.destroy_process_group()
+        if self.failures:
+            print(f"rank {self.rank}: {len(self.failures)} of {self.checks} checks FAILED [{self.name}] "
+                  f"in {took:.1f} s", flush=True)
+            exit_process(1)
+        print(f"rank {self.rank}: {self.checks} checks ok [{self.name}] in {took:.1f} s", flush=True)
+        exit_process(0)
+
+    def crashed(self, part, err):
+        self.fail(f"part {part}", f"raised {type(err).__name__}: {err}\n" + "".join(traceback.format_exception(err)))
+        print(f"rank {self.rank}: {len(self.failures)} of {self.checks} checks FAILED [{self.name}] "
+              f"(part {part} raised)", flush=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # the collective schedule is lost: do not wait for the others
+
+
+def exit_process(code):
+    """Exit; with gloo, skip the interpreter's finalization. torch 2.13's ProcessGroupGloo worker
+    threads can still be dropping a finished AsyncWork (which holds a Python object) while the
+    interpreter finalizes: the thread dies taking the GIL and the process aborts with
+    "terminate called without an active exception" (SIGABRT; about one run in five with 4 ranks
+    here; pytorch/pytorch#179291). The backend under test, commlib, exits normally."""
+    if BACKEND == "gloo":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def digest(t):
+    t = t.detach().cpu().clone().contiguous()  # a copy: .numpy() of FSDP's unsharded storage would pin it
+    h = hashlib.blake2b(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"", digest_size=8)
+    h.update(repr((str(t.dtype), tuple(t.shape))).encode())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def gen(seed, *label):
+    g = torch.Generator()
+    g.manual_seed((seed * 1000003 + zlib.crc32(repr(label).encode())) % (1 << 62))
+    return g
+
+
+# ------------------------------------------------------------------ models and data
+def make_mlp(init_seed):
+    torch.manual_seed(init_seed)
+    # 14 and 6 rows are not divisible by 4: FSDP pads its shards
+    return nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 14), nn.Tanh(), nn.Linear(14, 6))
+
+
+def make_cnn(init_seed):
+    torch.manual_seed(init_seed)
+    return nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 8, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
+
+
+def mlp_data(seed, label):
+    g = gen(seed, "mlp data", label)
+    return torch.randn(BATCH, 10, generator=g), torch.randn(BATCH, 6, generator=g)
+
+
+def cnn_data(seed, label):
+    g = gen(seed, "cnn data", label)
+    return torch.randn(BATCH, 3, 8, 8, generator=g), torch.randint(0, 5, (BATCH,), generator=g)
+
+
+def mse(out, y):
+    return F.mse_loss(out, y)
+
+
+def xent(out, y):
+    return F.cross_entropy(out, y)
+
+
+def shard(t, rank, size):
+    k = t.shape[0] // size
+    return t[rank * k:(rank + 1) * k]
+
+
+def make_opt(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def reference(model, x, y, loss_fn, rank, size, micro=1):
+    """Single-process training on the whole batch. Returns (per-step losses on this rank's shard
+    before each step, final grads, final params). With micro > 1 every rank's shard is split in
+    `micro` micro-batches and micro-batch m of the whole batch is the union of every rank's m-th."""
+    opt = make_opt(model.parameters())
+    shard_losses = []
+    k = x.shape[0] // size
+    for _ in range(STEPS):
+        with torch.no_grad():
+            shard_losses.append(loss_fn(model(shard(x, rank, size)), shard(y, rank, size)).detach())
+        opt.zero_grad()
+        if micro == 1:
+            loss_fn(model(x), y).backward()
+        else:
+            km = k // micro
+            for m in range(micro):
+                idx = torch.cat([torch.arange(r * k + m * km, r * k + (m + 1) * km) for r in range(size)])
+                loss_fn(model(x[idx]), y[idx]).backward()
+        opt.step()
+    return (torch.stack(shard_losses), [p.grad.detach().clone() for p in model.parameters()],
+            [p.detach().clone() for p in model.parameters()])
+
+
+# ------------------------------------------------------------------ DDP
+def ddp_run(c, label, make, data, loss_fn, *, ddp_kwargs=None, hook=None, micro=1, rtol=RTOL, atol=ATOL,
+            min_hook_calls=0):
+    """DDP training vs the reference. Every rank starts from *different* weights (seed + rank): DDP
+    must broadcast rank 0's at construction. Returns the DDP module."""
+    me, n = c.rank, c.size
+    x, y = data(c.seed, label)
+    ref_losses, ref_grads, ref_params = reference(make(c.seed * 100 + 0), x, y, loss_fn, me, n, micro)
+    model = make(c.seed * 100 + me)
+    ddp = nn.parallel.DistributedDataParallel(model, **(ddp_kwargs or {}))
+    if hook is not None:
+        state, fn = hook
+        ddp.register_comm_hook(state, fn)
+    opt = make_opt(ddp.parameters())
+    xs, ys = shard(x, me, n), shard(y, me, n)
+    losses = []
+    calls = []
+    for step in range(STEPS):
+        opt.zero_grad()
+        before = hook_calls(hook)
+        if micro == 1:
+            loss = loss_fn(ddp(xs), ys)
+            loss.backward()
+        else:
+            km = xs.shape[0] // micro
+            with ddp.no_sync():
+                for m in range(micro - 1):
+                    loss_fn(ddp(xs[m * km:(m + 1) * km]), ys[m * km:(m + 1) * km]).backward()
+            m = micro - 1
+            loss_fn(ddp(xs[m * km:]), ys[m * km:]).backward()
+            with torch.no_grad():
+                loss = loss_fn(model(xs), ys)
+        calls.append(hook_calls(hook) - before)
+        losses.append(loss.detach())
+        opt.step()
+    c.close(torch.stack(losses), ref_losses, f"{label}: per-step loss on rank {me}'s shard", rtol, atol, record=False)
+    names = [name for name, _ in model.named_parameters()]
+    for name, p, g, rp in zip(names, model.parameters(), ref_grads, ref_params):
+        c.close(p.grad, g, f"{label}: last gradient of {name}", rtol, atol)
+        c.close(p, rp, f"{label}: parameter {name} after {STEPS} steps", rtol, atol)
+    if min_hook_calls:  # the first step runs with DDP's initial buckets; it rebuilds them after that step
+        c.ok(all(k >= min_hook_calls for k in calls[1:]), f"{label}: comm hook calls per step",
+             f"the hook ran {calls} times per step; expected >= {min_hook_calls} from step 2 (one per bucket)")
+    return ddp
+
+
+def hook_calls(hook):
+    return hook[0]["calls"] if hook is not None and isinstance(hook[0], dict) else 0
+
+
+TINY = dict(bucket_cap_mb=0.0001)  # ~100 B buckets: three buckets for either model (from step 2)
+
+
+def part_mlp(c):
+    ddp_run(c, "mlp", make_mlp, mlp_data, mse)
+    ddp_run(c, "mlp bucket view", make_mlp, mlp_data, mse, ddp_kwargs=dict(gradient_as_bucket_view=True, **TINY))
+    ddp_run(c, "mlp no_sync x2", make_mlp, mlp_data, mse, micro=2)
+    ddp_run(c, "mlp no_sync x2 bucket view", make_mlp, mlp_data, mse, micro=2,
+            ddp_kwargs=dict(gradient_as_bucket_view=True, **TINY))
+
+
+def part_cnn(c):
+    ddp_run(c, "cnn", make_cnn, cnn_data, xent)
+    ddp_run(c, "cnn tiny buckets", make_cnn, cnn_data, xent, ddp_kwargs=dict(gradient_as_bucket_view=True, **TINY))
+
+
+def part_hooks(c):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    n = c.size
+    kwargs = dict(gradient_as_bucket_view=True, **TINY)
+
+    def counted(inner):
+        def hook(state, bucket):
+            state["calls"] += 1
+            return inner(None, bucket)
+        return hook
+
+    ddp_run(c, "allreduce_hook", make_mlp, mlp_data, mse, ddp_kwargs=kwargs,
+            hook=({"calls": 0}, counted(default_hooks.allreduce_hook)), min_hook_calls=3)
+    ddp_run(c, "allreduce_hook cnn", make_cnn, cnn_data, xent, ddp_kwargs=kwargs,
+            hook=({"calls": 0}, counted(default_hooks.allreduce_hook)), min_hook_calls=3)
+
+    values = []  # what fut.value() held in the first .then: the torch contract is [tensor]
+
+    def then_hook(state, bucket):
+        state["calls"] += 1
+        buf = bucket.buffer()
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+
+        def average(f):
+            v = f.value()
+            values.append((type(v).__name__, len(v) if isinstance(v, (list, tuple)) else None,
+                           type(v[0]).__name__ if isinstance(v, (list, tuple)) and v else None,
+                           isinstance(v, (list, tuple)) and len(v) == 1 and v[0] is buf))
+            return v[0].div_(n)
+
+        def check_shape(f):
+            t = f.value()
+            if not isinstance(t, torch.Tensor) or t.shape != buf.shape:
+                raise RuntimeError(f"the chained future holds {t!r}, not the bucket's tensor")
+            return t
+
+        return fut.then(average).then(check_shape)
+
+    ddp_run(c, "custom .then hook", make_mlp, mlp_data, mse, ddp_kwargs=kwargs, hook=({"calls": 0}, then_hook),
+            min_hook_calls=3)
+    c.ok(values and all(v[:3] == ("list", 1, "Tensor") for v in values), "custom .then hook: future value",
+         f"all_reduce(async_op=True).get_future().value() was {values[:1]}, expected a list of one Tensor")
+    c.ok(values and all(v[3] for v in values), "custom .then hook: future value is the input tensor",
+         "the future's tensor is not the tensor passed to all_reduce (in-place result expected)")
+    ddp_run(c, "fp16_compress_hook", make_mlp, mlp_data, mse, ddp_kwargs=kwargs,
+            hook=({"calls": 0}, counted(default_hooks.fp16_compress_hook)), rtol=FP16_RTOL, atol=FP16_ATOL,
+            min_hook_calls=3)
+
+
+# ------------------------------------------------------------------ FSDP
+def part_fsdp2(c):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    me, n = c.rank, c.size
+    for label, make, data, loss_fn in (("fsdp2 mlp", make_mlp, mlp_data, mse), ("fsdp2 cnn", make_cnn, cnn_data, xent)):
+        x, y = data(c.seed, label)
+        init = c.seed * 100 + 7  # the same weights everywhere: fully_shard keeps each rank's own shard of them
+        ref_losses, ref_grads, ref_params = reference(make(init), x, y, loss_fn, me, n)
+        model = make(init)
+        for layer in model:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer)
+        fully_shard(model)
+        opt = make_opt(model.parameters())
+        xs, ys = shard(x, me, n), shard(y, me, n)
+        losses = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss = loss_fn(model(xs), ys)
+            loss.backward()
+            losses.append(loss.detach())
+            opt.step()
+        c.close(torch.stack(losses), ref_losses, f"{label}: per-step loss on rank {me}'s shard", record=False)
+        for (name, p), g, rp in zip(model.named_parameters(), ref_grads, ref_params):
+            c.ok(isinstance(p, DTensor), f"{label}: {name} is sharded", f"{type(p).__name__}, not a DTensor")
+            c.close(p.grad.full_tensor(), g, f"{label}: last gradient of {name}")
+            c.close(p.full_tensor(), rp, f"{label}: parameter {name} after {STEPS} steps")
+
+
+def part_fsdp1(c):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    me, n = c.rank, c.size
+    for label, make, data, loss_fn, wrap in (("fsdp1 mlp", make_mlp, mlp_data, mse, {nn.Linear}),
+                                             ("fsdp1 cnn", make_cnn, cnn_data, xent, {nn.Conv2d, nn.Linear})):
+        x, y = data(c.seed, label)
+        ref_losses, ref_grads, ref_params = reference(make(c.seed * 100), x, y, loss_fn, me, n)
+        # (sync_module_states=True would need a GPU: every rank builds the same weights instead)
+        model = FSDP(make(c.seed * 100), device_id=torch.device("cpu"), auto_wrap_policy=ModuleWrapPolicy(wrap),
+                     use_orig_params=True)
+        opt = make_opt(model.parameters())
+        xs, ys = shard(x, me, n), shard(y, me, n)
+        losses = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss = loss_fn(model(xs), ys)
+            loss.backward()
+            losses.append(loss.detach())
+            opt.step()
+        c.close(torch.stack(losses), ref_losses, f"{label}: per-step loss on rank {me}'s shard", record=False)
+        with FSDP.summon_full_params(model, with_grads=True):
+            for (name, p), g, rp in zip(model.named_parameters(), ref_grads, ref_params):
+                c.close(p.grad, g, f"{label}: last gradient of {name}")
+                c.close(p, rp, f"{label}: parameter {name} after {STEPS} steps")
+
+
+def part_shard(c):
+    """Sharded SGD by hand: the flat parameter vector is split in n equal shards (padded); each step
+    all-gathers the parameters, back-propagates on this rank's data and reduce-scatters the summed
+    gradient, of which each rank applies its own block (divided by n) with SGD + momentum."""
+    me, n = c.rank, c.size
+    for label, make, data, loss_fn in (("shard mlp", make_mlp, mlp_data, mse), ("shard cnn", make_cnn, cnn_data, xent)):
+        x, y = data(c.seed, label)
+        init = c.seed * 100 + 3
+        ref_losses, ref_grads, ref_params = reference(make(init), x, y, loss_fn, me, n)
+        model = make(init)
+        params = list(model.parameters())
+        flat = nn.utils.parameters_to_vector(params).detach()
+        total = flat.numel()
+        k = -(-total // n)
+        padded = torch.zeros(k * n)
+        padded[:total] = flat
+        mine = padded[me * k:(me + 1) * k].clone()
+        velocity = torch.zeros(k)
+        xs, ys = shard(x, me, n), shard(y, me, n)
+        losses = []
+        for step in range(STEPS):
+            full = torch.empty(k * n)
+            dist.all_gather_into_tensor(full, mine)
+            with torch.no_grad():
+                nn.utils.vector_to_parameters(full[:total], params)
+            model.zero_grad()
+            loss = loss_fn(model(xs), ys)
+            loss.backward()
+            losses.append(loss.detach())
+            grad = torch.zeros(k * n)
+            grad[:total] = nn.utils.parameters_to_vector([p.grad for p in params])
+            g = torch.empty(k)
+            dist.reduce_scatter_tensor(g, grad, op=dist.ReduceOp.SUM)
+            g /= n
+            velocity = velocity * 0.9 + g  # torch.optim.SGD's momentum (dampening 0)
+            mine = mine - 0.05 * velocity
+        c.close(torch.stack(losses), ref_losses, f"{label}: per-step loss on rank {me}'s shard", record=False)
+        gathered = torch.empty(k * n)
+        dist.all_gather_into_tensor(gathered, mine)
+        c.close(gathered[me * k:(me + 1) * k], mine, f"{label}: own block of the gather", record=False)
+        # the reduced gradient of the last step, gathered, against the reference's
+        gsum = torch.empty(k * n)
+        dist.all_gather_into_tensor(gsum, g)
+        c.close(gsum[:total], nn.utils.parameters_to_vector(ref_grads), f"{label}: last reduced gradient")
+        c.close(gathered[:total], nn.utils.parameters_to_vector(ref_params), f"{label}: parameters after {STEPS} steps")
+
+
+PARTS = {"mlp": part_mlp, "cnn": part_cnn, "hooks": part_hooks, "fsdp2": part_fsdp2, "fsdp1": part_fsdp1,
+         "shard": part_shard}
+GROUPS = {"ddp": ["mlp", "cnn", "hooks"], "fsdp": ["fsdp2", "fsdp1", "shard"]}
+
+
+def main():
+    torch.set_num_threads(1)  # a shared 2-core machine
+    wanted = []
+    for arg in sys.argv[2:] or ["ddp", "fsdp"]:
+        wanted += GROUPS.get(arg, [arg])
+    unknown = [p for p in wanted if p not in PARTS]
+    if unknown:
+        sys.exit(f"unknown part(s) {unknown}; known: {sorted(PARTS)} and {sorted(GROUPS)}")
+    c = TorchChecker(f"torch_train {BACKEND} {' '.join(wanted)}")
+    for part in wanted:
+        try:
+            PARTS[part](c)
+        except Exception as err:
+            c.crashed(part, err)
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()
