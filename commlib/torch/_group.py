@@ -526,7 +526,11 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         return Pending(req, tensors, "send")
 
     def recv(self, tensors, src, tag=0):
-        return self._recv(tensors, self._g.check_rank(src, "src"), tag)
+        src = self._g.check_rank(src, "src")
+        if src == self._g.rank():  # torch refuses a send to oneself, so this receive could never match
+            raise ValueError(f"commlib backend: rank {src} cannot receive from itself (torch.distributed has no "
+                             "send to oneself)")
+        return self._recv(tensors, src, tag)
 
     def recv_anysource(self, tensors, tag=0):
         return self._recv(tensors, ANY_SOURCE, tag)
