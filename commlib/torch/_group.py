@@ -187,10 +187,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             flat = torch.cat([t.reshape(-1) for t in tensors])
             x = array(flat)
             _c._all_reduce(g, x, name, x)
-            offset = 0
-            for t in tensors:
-                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
-                offset += t.numel()
+            _split_into(flat, tensors)
         if scale == "avg":
             for t in tensors:
                 average(t, self._n)
@@ -303,8 +300,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             return
         buf = torch.empty(t.numel() * self._n, dtype=t.dtype)
         _c._all_gather(self._g, array(t), out=array(buf))
-        for i, o in enumerate(outs):
-            o.copy_(buf[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+        _split_into(buf, outs)
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         opts = _options(opts, AllgatherOptions)
@@ -354,19 +350,22 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     def gather(self, output_lists, inputs, opts=None):
         opts = _options(opts, GatherOptions)
-        g = self._g
-        root = g.check_rank(opts.rootRank, "root")
+        root = self._g.check_rank(opts.rootRank, "root")
         t = _one(inputs, "gather")
-        if g.rank() == root:
-            outs = _one(output_lists, "gather")
-            self._check_list(outs, t, "gather's output list")
-            outs = list(outs)
-        else:
-            if output_lists and any(len(o) for o in output_lists):
-                raise ValueError(f"commlib backend: gather: rank {g.rank()} is not the root ({root}) and must "
-                                 "pass no output list")
-            outs = None
+        outs = self._root_list(output_lists, t, root, "gather", "output")
         return self._go(opts, "gather", output_lists, self._gather, outs, t, root)
+
+    def _root_list(self, lists, like, root, what, kind):
+        """The root's list of one tensor per rank, checked against `like`; None on the other ranks."""
+        me = self._g.rank()
+        if me == root:
+            tensors = _one(lists, what)
+            self._check_list(tensors, like, f"{what}'s {kind} list")
+            return list(tensors)
+        if lists and any(len(x) for x in lists):
+            raise ValueError(f"commlib backend: {what}: rank {me} is not the root ({root}) and must pass no "
+                             f"{kind} list")
+        return None
 
     def _gather(self, outs, t, root):
         if outs is None:
@@ -376,23 +375,13 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         buf = flat if flat is not None else torch.empty(t.numel() * self._n, dtype=t.dtype)
         _c._gather(self._g, array(t), root, out=array(buf))
         if flat is None:
-            for i, o in enumerate(outs):
-                o.copy_(buf[i * t.numel():(i + 1) * t.numel()].view(o.shape))
+            _split_into(buf, outs)
 
     def scatter(self, outputs, input_lists, opts=None):
         opts = _options(opts, ScatterOptions)
-        g = self._g
-        root = g.check_rank(opts.rootRank, "root")
+        root = self._g.check_rank(opts.rootRank, "root")
         out = _one(outputs, "scatter")
-        if g.rank() == root:
-            ins = _one(input_lists, "scatter")
-            self._check_list(ins, out, "scatter's input list")
-            ins = list(ins)
-        else:
-            if input_lists and any(len(i) for i in input_lists):
-                raise ValueError(f"commlib backend: scatter: rank {g.rank()} is not the root ({root}) and must "
-                                 "pass no input list")
-            ins = None
+        ins = self._root_list(input_lists, out, root, "scatter", "input")
         array(out)
         return self._go(opts, "scatter", outputs, self._scatter, out, ins, root)
 
@@ -566,6 +555,14 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def shutdown(self):
         """The group's connections belong to commlib's world, which closes at finalize()."""
         return None
+
+
+def _split_into(flat, tensors):
+    """Copy consecutive pieces of the 1-d tensor `flat` into `tensors`."""
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+        offset += t.numel()
 
 
 def _tag(tag):
