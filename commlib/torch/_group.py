@@ -230,13 +230,21 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._reduce_scatter(out, flat, name, scale)
 
     def reduce_scatter_single(self, output, input, opts=None):
-        opts = _options(opts, ReduceScatterOptions)
+        if type(opts) is not ReduceScatterOptions:
+            opts = _options(opts, ReduceScatterOptions)
         if input.numel() != self._n * output.numel() or input.dtype != output.dtype:
             raise ValueError(f"commlib backend: reduce_scatter_tensor: the input must have {self._n} x "
                              f"{output.numel()} elements of {output.dtype} (the output's), got {input.numel()} of "
                              f"{input.dtype}")
-        name, scale = reduce_op(opts.reduceOp)
-        array(output), array(input)
+        op = opts.reduceOp
+        name = SIMPLE[op.op.value]
+        y, x = array(output), array(input)
+        if name is not None and y.flags.c_contiguous and y.flags.writeable:  # the fast path: straight into
+            y = y.reshape(-1)                                                  # the output
+            x = x.reshape(-1)
+            if not _overlap(x, y):
+                return self._go(opts, "reduce_scatter_tensor", [output], _c._reduce_scatter, self._g, x, name, y)
+        name, scale = reduce_op(op)
         return self._go(opts, "reduce_scatter_tensor", [output], self._reduce_scatter, output, input, name, scale)
 
     _reduce_scatter_base = reduce_scatter_single
@@ -315,8 +323,13 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             self._allgather_list(list(outs), t)
 
     def all_gather_single(self, output, input, opts=None):
-        opts = _options(opts, AllgatherOptions)
+        if type(opts) is not AllgatherOptions:
+            opts = _options(opts, AllgatherOptions)
         self._check_gather_tensor(output, input, "all_gather_into_tensor")
+        y = array(output, "all_gather's output")
+        if y.flags.c_contiguous and y.flags.writeable:  # the fast path: straight into the output
+            return self._go(opts, "all_gather_into_tensor", [output], _c._all_gather, self._g, array(input),
+                            y.reshape(-1))
         return self._go(opts, "all_gather_into_tensor", [output], self._allgather, output, input)
 
     _allgather_base = all_gather_single
@@ -327,6 +340,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             raise ValueError("commlib backend: allgather_into_tensor_coalesced needs as many outputs as inputs")
         for o, i in zip(outputs, inputs):
             self._check_gather_tensor(o, i, "allgather_into_tensor_coalesced")
+            array(o), array(i)
         return self._go(opts, "allgather_into_tensor_coalesced", list(outputs), self._allgather_many,
                         list(outputs), list(inputs))
 
@@ -340,7 +354,6 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if output.numel() != self._n * input.numel() or output.dtype != input.dtype:
             raise ValueError(f"commlib backend: {what}: the output must have {self._n} x {input.numel()} elements "
                              f"of {input.dtype} (the input's), got {output.numel()} of {output.dtype}")
-        array(output), array(input)
 
     def _allgather(self, output, input):
         y, back = contiguous_target(output, "all_gather's output")
