@@ -33,18 +33,16 @@ benchmarks/mpi_layer_table.py turns the lines into a markdown table.
 """
 import argparse
 import gc
-import json
 import pickle
 import sys
-import time
 
 import numpy as np
 
-MiB = 1 << 20
+import _benchlib as bl
+from _benchlib import COLL_SIZES, MiB, P2P_SIZES
+
 IMPLS = ("commlib-mpi", "commlib", "mpi4py")
 OPS = ("allreduce", "bcast", "allgather", "pingpong_buf", "pingpong_obj")
-COLL_SIZES = sorted([8 * 8 ** k for k in range(8)] + [64 << 10, 64 * MiB])  # 8 B, 64 B, ..., 64 KiB, ..., 64 MiB
-P2P_SIZES = sorted([8 * 8 ** k for k in range(8)] + [64 << 10])             # 8 B ... 16 MiB, and 64 KiB
 
 
 def small_dict():
@@ -56,31 +54,6 @@ def big_bytes():
 
 
 OBJECTS = {"dict": small_dict, "bytes_1MiB": big_bytes}
-
-
-def busbw_factor(op, n):
-    if op == "allreduce":
-        return 2.0 * (n - 1) / n
-    if op == "allgather":
-        return (n - 1) / n
-    return 1.0
-
-
-def _mismatch(a, value):
-    a = np.asarray(a)
-    if a.size and not np.all(a == value):
-        bad = np.flatnonzero(a != value)
-        return f"expected {value}, got {a.flat[bad[0]]} at element {bad[0]} ({bad.size} wrong)"
-    return None
-
-
-def _gathered(out, count, n):
-    blk = count // n
-    for q in range(n):
-        bad = _mismatch(out[q * blk:(q + 1) * blk], q + 1)
-        if bad:
-            return f"block {q}: {bad}"
-    return None
 
 
 class MPIImpl:
@@ -111,20 +84,20 @@ class MPIImpl:
 
             def run():
                 comm.Allreduce(x, y, op=MPI.SUM)
-            return run, lambda: _mismatch(y, n * (n + 1) / 2)
+            return run, lambda: bl.mismatch(y, n * (n + 1) / 2)
         if op == "bcast":
             x = np.full(count, r + 1, dtype=np.float32)
 
             def run():
                 comm.Bcast(x, root=0)
-            return run, lambda: _mismatch(x, 1)
+            return run, lambda: bl.mismatch(x, 1)
         if op == "allgather":
             blk = np.full(count // n, r + 1, dtype=np.float32)
             out = np.empty(count, dtype=np.float32)
 
             def run():
                 comm.Allgather(blk, out)
-            return run, lambda: _gathered(out, count, n)
+            return run, lambda: bl.gathered(out, count, n)
         if op == "pingpong_buf":
             x = np.full(count, r + 1, dtype=np.float32)
             buf = np.empty_like(x)
@@ -139,7 +112,7 @@ class MPIImpl:
             else:
                 def run():
                     return None
-            return run, (lambda: _mismatch(buf, 1)) if r < 2 else None
+            return run, (lambda: bl.mismatch(buf, 1)) if r < 2 else None
         if op == "pingpong_obj":
             got = {}
             if r == 0:
@@ -181,20 +154,20 @@ class CommlibImpl:
 
             def run():
                 cl.all_reduce(x, out=y)
-            return run, lambda: _mismatch(y, n * (n + 1) / 2)
+            return run, lambda: bl.mismatch(y, n * (n + 1) / 2)
         if op == "bcast":
             x = np.full(count, r + 1, dtype=np.float32)
 
             def run():
                 cl.broadcast(x)
-            return run, lambda: _mismatch(x, 1)
+            return run, lambda: bl.mismatch(x, 1)
         if op == "allgather":
             blk = np.full(count // n, r + 1, dtype=np.float32)
             res = {}
 
             def run():
                 res["out"] = cl.all_gather(blk)
-            return run, lambda: _gathered(res["out"], count, n)
+            return run, lambda: bl.gathered(res["out"], count, n)
         if op == "pingpong_buf":
             x = np.full(count, r + 1, dtype=np.float32)
             buf = np.empty_like(x)
@@ -209,7 +182,7 @@ class CommlibImpl:
             else:
                 def run():
                     return None
-            return run, (lambda: _mismatch(buf, 1)) if r < 2 else None
+            return run, (lambda: bl.mismatch(buf, 1)) if r < 2 else None
         if op == "pingpong_obj":
             got = {}
             if r == 0:
@@ -238,77 +211,33 @@ def run_point(impl, op, nbytes, args, obj=None, label=None):
             count = max(n, -(-count // n) * n)
         nbytes = count * 4
     run, check = impl.prepare(op, count, obj)
-    big = nbytes >= 16 * MiB
-    last, problem = 0.0, None
-    for i in range(1 if big else args.warmup):
-        impl.barrier()
-        t0 = time.perf_counter()
-        run()
-        last = time.perf_counter() - t0
-        if i == 0 and check is not None:
-            problem = check()
-    # every rank derives the same iteration count from the gathered warm-up times
-    agreed = impl.gather_f64(np.array([last, 1.0 if problem else 0.0]))
-    t_est, bad = float(agreed[:, 0].max()), bool(agreed[:, 1].max())
-    lo = 3 if big else args.min_iters
-    iters = int(min(args.max_iters, max(lo, args.budget / max(t_est, 1e-7))))
-    times = np.empty(iters, dtype=np.float64)
-    for i in range(iters):
-        impl.barrier()
-        t0 = time.perf_counter()
-        run()
-        times[i] = time.perf_counter() - t0
+    times, iters, bad, problem = bl.measure(impl, run, check, nbytes, args)
     allt = impl.gather_f64(times)
     del run, check
     gc.collect()
     per_iter = allt[0] / 2.0 if op.startswith("pingpong") else allt.max(axis=0)
-    sec = float(np.median(per_iter))
-    algbw = nbytes / sec / 1e9
-    rec = {"impl": impl.name, "n": n, "op": op if label is None else f"{op}:{label}", "bytes": nbytes,
-           "median_us": round(sec * 1e6, 3), "busbw": round(algbw * busbw_factor(op, n), 6),
-           "algbw": round(algbw, 6), "iters": iters, "min_us": round(float(per_iter.min()) * 1e6, 3),
-           "round": args.round}
-    if bad:
-        rec["check_failed"] = problem or "on another rank"
-    return rec
-
-
-def parse_size(text):
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(t[:-1]) * mult[t[-1]]) if t and t[-1] in mult else int(t)
+    return bl.record(impl.name, n, op if label is None else f"{op}:{label}", nbytes, per_iter, iters, bad,
+                     problem, args.round, bl.busbw_factor(op, n))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--impl", required=True, choices=IMPLS)
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
-    p.add_argument("--sizes", nargs="+", type=parse_size, default=None,
+    p.add_argument("--sizes", nargs="+", type=bl.parse_size, default=None,
                    help="collective sizes in bytes (K/M suffixes); default 8 B..16 MiB x8 and 64 MiB")
-    p.add_argument("--p2p-sizes", nargs="+", type=parse_size, default=None,
+    p.add_argument("--p2p-sizes", nargs="+", type=bl.parse_size, default=None,
                    help="Send/Recv ping-pong sizes; default 8 B..16 MiB x8")
-    p.add_argument("--max-mib", type=float, default=64, help="drop sizes above this many MiB (default 64)")
-    p.add_argument("--budget", type=float, default=0.2, help="seconds of timed iterations per point (default 0.2)")
-    p.add_argument("--min-iters", type=int, default=5, help="timed iterations at least below 16 MiB (default 5)")
-    p.add_argument("--max-iters", type=int, default=5000, help="timed iterations at most (default 5000)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations below 16 MiB (default 3)")
-    p.add_argument("--round", type=int, default=0, help="round number written into the records")
-    p.add_argument("--out", default=None, help="append the JSON lines to this file (rank 0) instead of stdout")
+    bl.add_timing_args(p)
+    bl.add_output_args(p)
     args = p.parse_args(argv)
 
     impl = CommlibImpl(args.impl) if args.impl == "commlib" else MPIImpl(args.impl)
     cap = int(args.max_mib * MiB)
     coll = [s for s in (args.sizes or COLL_SIZES) if s <= cap]
     p2p = [s for s in (args.p2p_sizes or P2P_SIZES) if s <= cap]
-    sink = open(args.out, "a") if (args.out and impl.rank == 0) else sys.stdout
-    failed = 0
-
-    def emit(rec):
-        nonlocal failed
-        if impl.rank == 0:
-            sink.write(json.dumps(rec) + "\n")
-            sink.flush()
-            failed += "check_failed" in rec
+    sink = bl.Sink(args.out, impl.rank)
+    emit = sink.emit
 
     for op in args.ops:
         if op.startswith("pingpong") and impl.size < 2:
@@ -323,11 +252,10 @@ def main(argv=None):
                 emit(run_point(impl, op, nbytes, args))
     impl.barrier()
     if impl.rank == 0:
-        if sink is not sys.stdout:
-            sink.close()
-        if failed:
-            print(f"{impl.name}: {failed} point(s) returned wrong results", file=sys.stderr)
-    return 1 if failed else 0
+        sink.close()
+        if sink.failed:
+            print(f"{impl.name}: {sink.failed} point(s) returned wrong results", file=sys.stderr)
+    return 1 if sink.failed else 0
 
 
 if __name__ == "__main__":

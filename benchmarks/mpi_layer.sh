@@ -8,10 +8,11 @@
 #   mpi4py       mpirun (Open MPI, ob1 + tcp over loopback) .env/bin/python mpi_layer.py --impl mpi4py
 # ROUNDS rounds (default 3), each running every (n, impl) once, the order of the
 # impls rotating from round to round so that machine noise spreads over all of
-# them. commlib is the copy installed in benchmarks/.env (bash
-# benchmarks/setup_env.sh --commlib-only after changing it); the runs start in
-# /tmp so that the source tree is not imported instead; COMMLIB_SRC=/path/to/repo
-# (built in place) measures that tree instead. A run that fails or outlives its
+# them (the shared structure is in benchmarks/_bench.sh). commlib is the copy
+# installed in benchmarks/.env (bash benchmarks/setup_env.sh --commlib-only
+# after changing it); the runs start in /tmp so that the source tree is not
+# imported instead; COMMLIB_SRC=/path/to/repo (built in place) measures that
+# tree instead. A run that fails or outlives its
 # timeout (RUN_TIMEOUT, default 180 s) is reported and the rest goes on.
 #
 # Output: $OUT (default benchmarks/results/mpi_layer-DATE.jsonl; stderr of the
@@ -19,17 +20,10 @@
 # About 5-8 minutes with the default 3 rounds on the 2-core machine.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/_bench.sh"
 py=$here/.env/bin/python
-rounds=${1:-3}
-[ $# -gt 0 ] && shift
-[ "${1:-}" = "--" ] && shift
-out=${OUT:-$here/results/mpi_layer-$(date +%Y%m%d-%H%M%S).jsonl}
-log=${out%.jsonl}.log
-per_run=${RUN_TIMEOUT:-180}
-mkdir -p "$(dirname "$out")"
-: > "$log"
+bench_init mpi_layer 180 "$@"
 [ -x "$py" ] || { echo "no $py: run bash benchmarks/setup_env.sh first" >&2; exit 1; }
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # COMMLIB_SRC=DIR measures the commlib of a source tree (built in place) instead of the installed one
 if [ -n "${COMMLIB_SRC:-}" ]; then export PYTHONPATH=$(cd "$COMMLIB_SRC" && pwd); else unset PYTHONPATH; fi
@@ -41,32 +35,17 @@ if ! "$py" -c "from commlib import MPI" 2>>"$log"; then
 fi
 
 run_one() {  # impl n round
-    local impl=$1 n=$2 round=$3 rc
+    local impl=$1 n=$2 round=$3
     local args=("$here/mpi_layer.py" --impl "$impl" --round "$round" --out "$out" "${extra[@]}")
-    echo "== round $round n=$n $impl  (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log" >&2
     if [ "$impl" = mpi4py ]; then
-        timeout -k 5 "$per_run" mpirun --allow-run-as-root --oversubscribe -n "$n" --mca pml ob1 \
-            --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-            "$py" "${args[@]}" >>"$log" 2>&1
+        bench_run "$impl" "$n" "$round" mpirun --allow-run-as-root --oversubscribe -n "$n" --mca pml ob1 \
+            --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "$py" "${args[@]}"
     else
-        timeout -k 5 "$per_run" "$py" -m commrun -n "$n" --no-tag-output "${args[@]}" >>"$log" 2>&1
-    fi
-    rc=$?
-    if [ $rc -ne 0 ]; then
-        echo "!! $impl n=$n round $round failed (exit $rc); the tail of $log:" >&2
-        tail -n 15 "$log" >&2
+        bench_run "$impl" "$n" "$round" "$py" -m commrun -n "$n" --no-tag-output "${args[@]}"
     fi
 }
 
-extra=("$@")
-impls=(commlib-mpi commlib mpi4py)
-echo "# $(date -Is) rounds=$rounds out=$out" | tee -a "$log" >&2
-for round in $(seq "$rounds"); do
-    for n in 2 4; do
-        for k in 0 1 2; do
-            run_one "${impls[$(( (k + round + n / 2) % 3 ))]}" "$n" "$round"
-        done
-    done
-done
-echo "# $(date -Is) done (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log" >&2
+bench_note "rounds=$rounds out=$out"
+bench_rounds commlib-mpi commlib mpi4py
+bench_note "done (load $(cut -d' ' -f1-3 /proc/loadavg))"
 "$py" "$here/mpi_layer_table.py" "$out"
