@@ -719,18 +719,26 @@ def parse_address(value):
     return host, int(port)
 
 
+class DerivedSecret(bytes):
+    """A secret derived from the job's identity (no COMMLIB_SECRET): warned about when it is used."""
+
+
 def _secret(environ, identity):
     if "COMMLIB_SECRET" in environ:
         return _var(environ, "COMMLIB_SECRET", bytes.fromhex)
+    return DerivedSecret(hashlib.sha256(b"commlib/derived-secret\0" + identity.encode()).digest())
+
+
+def warn_if_derived(secret):
+    """Warn once per process when the job runs on a secret anyone who sees the job can recompute."""
     global _warned_weak_secret
-    if not _warned_weak_secret:
+    if isinstance(secret, DerivedSecret) and not _warned_weak_secret:
         _warned_weak_secret = True
         _log.warning(
             "commlib: COMMLIB_SECRET is not set; using a secret derived from the job's identity, "
             "which anyone who can see the job can recompute. Export COMMLIB_SECRET "
             "(e.g. `export COMMLIB_SECRET=$(python -c 'import secrets; print(secrets.token_hex(32))')`)"
         )
-    return hashlib.sha256(b"commlib/derived-secret\0" + identity.encode()).digest()
 
 
 def _from_commrun(environ):

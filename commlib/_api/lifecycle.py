@@ -117,6 +117,7 @@ def _join(env, timeout, coordinator=None):
     from .. import _rendezvous
     from .._transport import Endpoint, Transport
 
+    _rendezvous.warn_if_derived(env.secret)
     if coordinator is None and env.host_coordinator:
         coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
                                               port=env.coordinator[1])

@@ -400,6 +400,10 @@ def test_discover_slurm(caplog):
     try:
         env = rv.discover(slurm_env())
         again = rv.discover(slurm_env(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0"))
+        assert not any("COMMLIB_SECRET is not set" in r.message for r in caplog.records)  # only once used
+        rv.warn_if_derived(env.secret)
+        rv.warn_if_derived(again.secret)
+        rv.warn_if_derived(b"given")
     finally:
         rv._warned_weak_secret = monkey_warned
     assert (env.rank, env.size, env.local_rank, env.local_size) == (3, 4, 1, 2)
