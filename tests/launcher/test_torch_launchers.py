@@ -18,6 +18,9 @@ import sys
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multirank"))
+import _harness  # noqa: E402
+
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,16 +91,7 @@ def _clean(env):
 
 def _run(argv, env, cwd, timeout=90):
     """(returncode, stdout, stderr); the whole process group is killed if it outlives `timeout`."""
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(argv)} did not finish within {timeout} s (killed)\n--- stdout\n{out[-4000:]}\n"
-                    f"--- stderr\n{err[-4000:]}")
-    return proc.returncode, out, err
+    return _harness._communicate([str(a) for a in argv], env, timeout, cwd=cwd)
 
 
 def results(stdout):

@@ -36,8 +36,8 @@ def base_env(extra=None):
     return env
 
 
-def _communicate(argv, env, timeout):
-    proc = subprocess.Popen(argv, env=env, cwd=CASES, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+def _communicate(argv, env, timeout, cwd=CASES):
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

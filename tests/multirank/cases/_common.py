@@ -147,7 +147,22 @@ def digest(a):
     return int.from_bytes(h.digest(), "little")
 
 
-class Checker:
+class Checks:
+    """Counting and reporting checks; subclasses set name, rank, size, checks and failures."""
+
+    def fail(self, label, message):
+        self.failures.append(f"{label}: {message}")
+        if len(self.failures) <= MAX_REPORTED:
+            print(f"FAIL rank {self.rank}/{self.size} [{self.name}] {label}: {message}", flush=True)
+
+    def ok(self, cond, label, message="check failed"):
+        self.checks += 1
+        if not cond:
+            self.fail(label, message)
+        return bool(cond)
+
+
+class Checker(Checks):
     """Collects check results for one rank; see the module docstring."""
 
     def __init__(self, name):
@@ -163,17 +178,6 @@ class Checker:
 
     def rng(self, *label):
         return rng_for(self.seed, *label)
-
-    def fail(self, label, message):
-        self.failures.append(f"{label}: {message}")
-        if len(self.failures) <= MAX_REPORTED:
-            print(f"FAIL rank {self.rank}/{self.size} [{self.name}] {label}: {message}", flush=True)
-
-    def ok(self, cond, label, message="check failed"):
-        self.checks += 1
-        if not cond:
-            self.fail(label, message)
-        return bool(cond)
 
     def equal(self, actual, expected, label, record=True):
         """Exact comparison; the result's bytes are also recorded for the cross-rank check."""

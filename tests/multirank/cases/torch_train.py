@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from _common import Checks
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 if BACKEND == "commlib":
@@ -43,10 +44,9 @@ STEPS = 5
 BATCH = 24  # divisible by 1, 2, 3 and 4: every rank gets an equal shard
 RTOL, ATOL = 1e-4, 1e-5
 FP16_RTOL, FP16_ATOL = 2e-2, 2e-3  # fp16_compress_hook rounds every gradient bucket to float16
-MAX_REPORTED = 30
 
 
-class TorchChecker:
+class TorchChecker(Checks):
     def __init__(self, name):
         self.name = name
         self.t0 = time.monotonic()
@@ -54,17 +54,6 @@ class TorchChecker:
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
         self.checks, self.failures, self.digests = 0, [], []
-
-    def fail(self, label, message):
-        self.failures.append(f"{label}: {message}")
-        if len(self.failures) <= MAX_REPORTED:
-            print(f"FAIL rank {self.rank}/{self.size} [{self.name}] {label}: {message}", flush=True)
-
-    def ok(self, cond, label, message="check failed"):
-        self.checks += 1
-        if not cond:
-            self.fail(label, message)
-        return bool(cond)
 
     def close(self, actual, expected, label, rtol=RTOL, atol=ATOL, record=True):
         """actual ~ expected (tensors); with record, actual's bytes must also agree across ranks."""
