@@ -1,0 +1,280 @@
+"""Mesh: a group's ranks on named axes (row-major), the sub-group along any axes, and named-axis collectives.
+
+A sub-group is built by its members alone (no traffic, nothing every rank has
+to call together): its identity comes from the parent group, the mesh's serial
+number in this process (every rank makes its meshes in the same order, as with
+any collective) and the axes. Each collective is one commlib collective on that
+sub-group, run on its ordered stream; the `i` variants queue there and return a
+Request. Shapes follow jax.lax: the reshaping around the collective is a view
+where numpy allows one, a copy only where the shape change needs it.
+"""
+import collections
+import zlib
+
+import numpy as np
+
+from .._api import collectives as _c
+from .._api import lifecycle
+from .._engine import Group
+
+_SERIAL = collections.Counter()  # (parent gid, shape, names) -> meshes made so far in this process
+
+
+def _prod(values):
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+class Mesh:
+    """`shape` ranks of `group` (default: the world) on the axes `axis_names`, in row-major order."""
+
+    def __init__(self, shape, axis_names, group=None):
+        g = group if group is not None else lifecycle.init()
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+        if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
+            raise ValueError(f"Mesh shape must be positive ints, got {shape!r}")
+        if len(names) != len(shape):
+            raise ValueError(f"Mesh has {len(shape)} dimensions {shape} but {len(names)} axis names {names}")
+        if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"Mesh axis names must be distinct non-empty strings, got {names}")
+        if _prod(shape) != g.size():
+            raise ValueError(f"Mesh shape {shape} holds {_prod(shape)} ranks but the group has {g.size()} "
+                             f"(rank {g.rank()})")
+        self.shape = tuple(int(s) for s in shape)
+        self.axis_names = names
+        self._g = g
+        key = (g.gid, self.shape, names)
+        _SERIAL[key] += 1
+        self._serial = _SERIAL[key]
+        self._ranks = np.arange(g.size()).reshape(self.shape)
+        self._groups = {}
+
+    # ------------------------------------------------------------ layout
+    def __repr__(self):
+        return f"Mesh({dict(zip(self.axis_names, self.shape))})"
+
+    @property
+    def parent(self):
+        """The group the mesh lays out."""
+        return self._g
+
+    def coords(self, rank=None):
+        """The index along each axis of `rank` (this rank's by default)."""
+        r = self._g.rank() if rank is None else self._g.check_rank(rank, "rank")
+        return tuple(int(i) for i in np.unravel_index(r, self.shape))
+
+    def rank_of(self, coords):
+        """The group rank at `coords` (one index per axis)."""
+        coords = tuple(coords)
+        if len(coords) != len(self.shape) or any(not 0 <= int(c) < s for c, s in zip(coords, self.shape)):
+            raise ValueError(f"coords {coords} are not on mesh {self}")
+        return int(np.ravel_multi_index(tuple(int(c) for c in coords), self.shape))
+
+    def axes(self, axes):
+        """The axis names `axes` (one name or a tuple) as a tuple, checked."""
+        t = (axes,) if isinstance(axes, str) else tuple(axes)
+        if not t:
+            raise ValueError("no axis names given")
+        for a in t:
+            if a not in self.axis_names:
+                raise ValueError(f"unknown mesh axis {a!r}: the axes are {self.axis_names}")
+        if len(set(t)) != len(t):
+            raise ValueError(f"axis names repeated in {t}")
+        return t
+
+    def axis_index(self, name):
+        """This rank's index along axis `name` (a tuple of names: row-major over them, as in JAX)."""
+        t = self.axes(name)
+        c = self.coords()
+        idx = 0
+        for a in t:
+            i = self.axis_names.index(a)
+            idx = idx * self.shape[i] + c[i]
+        return idx
+
+    def size(self, name):
+        """The length of axis `name` (a tuple of names: the product)."""
+        return _prod(self.shape[self.axis_names.index(a)] for a in self.axes(name))
+
+    def group(self, axes):
+        """The commlib group of this rank and the ranks that differ from it only along `axes`,
+        ordered row-major over `axes` as given. Built once (by its members, no traffic), then reused."""
+        t = self.axes(axes)
+        g = self._groups.get(t)
+        if g is None:
+            g = self._groups[t] = self._build(t)
+        return g
+
+    def _build(self, t):
+        parent = self._g
+        along = [self.axis_names.index(a) for a in t]
+        rest = [i for i in range(len(self.shape)) if i not in along]
+        mine = self.coords()
+        plane = self._ranks.transpose(rest + along)[tuple(mine[i] for i in rest)]
+        members = [int(r) for r in plane.reshape(-1)]  # parent ranks, row-major over t as given
+        gid = zlib.crc32(repr(("mesh", parent.gid, self.shape, self.axis_names, self._serial, t)).encode()) | 1
+        return Group(parent.transport, parent.engine, gid, [parent.world[m] for m in members],
+                     members.index(parent.rank()), parent.timeout)
+
+    # ------------------------------------------------------ collectives
+    def preduce(self, x, axes, op):
+        """Element-wise reduction of x with `op` over the ranks along `axes` (jax.lax.psum and kin)."""
+        g, a = self.group(axes), _array(x)
+        return g.stream.run(_c._all_reduce, g, a, op, None)
+
+    def ipreduce(self, x, axes, op):
+        g, a = self.group(axes), _array(x)
+        return g.stream.submit("ipreduce", _c._all_reduce, g, a, op, None)
+
+    def psum(self, x, axes):
+        return self.preduce(x, axes, "sum")
+
+    def pmax(self, x, axes):
+        return self.preduce(x, axes, "max")
+
+    def pmin(self, x, axes):
+        return self.preduce(x, axes, "min")
+
+    def pprod(self, x, axes):
+        return self.preduce(x, axes, "prod")
+
+    def ipsum(self, x, axes):
+        return self.ipreduce(x, axes, "sum")
+
+    def ipmax(self, x, axes):
+        return self.ipreduce(x, axes, "max")
+
+    def ipmin(self, x, axes):
+        return self.ipreduce(x, axes, "min")
+
+    def ipprod(self, x, axes):
+        return self.ipreduce(x, axes, "prod")
+
+    def all_gather(self, x, axis_name, *, axis=0, tiled=False):
+        """jax.lax.all_gather: the blocks of the ranks along `axis_name`, stacked on a new dimension at
+        `axis` (tiled: concatenated along `axis`)."""
+        g, a, axis = self._gather_args(x, axis_name, axis, tiled)
+        return g.stream.run(_all_gather, g, a, axis, tiled)
+
+    def iall_gather(self, x, axis_name, *, axis=0, tiled=False):
+        g, a, axis = self._gather_args(x, axis_name, axis, tiled)
+        return g.stream.submit("iall_gather", _all_gather, g, a, axis, tiled)
+
+    def _gather_args(self, x, axis_name, axis, tiled):
+        g, a = self.group(axis_name), _array(x)
+        if tiled and a.ndim == 0:
+            raise ValueError("all_gather(tiled=True) needs an array of at least one dimension")
+        return g, a, _axis(axis, a.ndim + (0 if tiled else 1), "axis")
+
+    def psum_scatter(self, x, axis_name, *, scatter_dimension=0, tiled=False):
+        """jax.lax.psum_scatter: the sum over the ranks along `axis_name`, of which this rank keeps block
+        i (its index) of `scatter_dimension` (untiled: that dimension has the axis's size and goes)."""
+        g, a, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
+        return g.stream.run(_psum_scatter, g, a, d, tiled)
+
+    def ipsum_scatter(self, x, axis_name, *, scatter_dimension=0, tiled=False):
+        g, a, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
+        return g.stream.submit("ipsum_scatter", _psum_scatter, g, a, d, tiled)
+
+    def _scatter_args(self, x, axis_name, d, tiled):
+        g, a = self.group(axis_name), _array(x)
+        d = _axis(d, a.ndim, "scatter_dimension")
+        n = g.size()
+        if tiled and a.shape[d] % n:
+            raise ValueError(f"psum_scatter(tiled=True): dimension {d} of shape {a.shape} is not divisible by "
+                             f"the size {n} of {axis_name!r}")
+        if not tiled and a.shape[d] != n:
+            raise ValueError(f"psum_scatter: dimension {d} of shape {a.shape} must equal the size {n} of "
+                             f"{axis_name!r} (or pass tiled=True)")
+        return g, a, d
+
+    def all_to_all(self, x, axis_name, split_axis, concat_axis, *, tiled=False):
+        """jax.lax.all_to_all: block j of `split_axis` goes to the j-th rank along `axis_name`; the blocks
+        received are stacked at `concat_axis` (tiled: concatenated along it)."""
+        g, a, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
+        return g.stream.run(_all_to_all, g, a, s, c, tiled)
+
+    def iall_to_all(self, x, axis_name, split_axis, concat_axis, *, tiled=False):
+        g, a, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
+        return g.stream.submit("iall_to_all", _all_to_all, g, a, s, c, tiled)
+
+    def _a2a_args(self, x, axis_name, split_axis, concat_axis, tiled):
+        g, a = self.group(axis_name), _array(x)
+        if a.ndim == 0:
+            raise ValueError("all_to_all needs an array of at least one dimension")
+        s = _axis(split_axis, a.ndim, "split_axis")
+        c = _axis(concat_axis, a.ndim, "concat_axis")
+        n = g.size()
+        if tiled and a.shape[s] % n:
+            raise ValueError(f"all_to_all(tiled=True): split_axis {s} of shape {a.shape} is not divisible by "
+                             f"the size {n} of {axis_name!r}")
+        if not tiled and a.shape[s] != n:
+            raise ValueError(f"all_to_all: split_axis {s} of shape {a.shape} must equal the size {n} of "
+                             f"{axis_name!r} (or pass tiled=True)")
+        return g, a, s, c
+
+    def ppermute(self, x, axis_name, perm):
+        """jax.lax.ppermute: send x along the (src, dst) pairs of indices along `axis_name`; zeros where
+        nothing arrives."""
+        g, a, perm = self._perm_args(x, axis_name, perm)
+        return g.stream.run(_c._ppermute, g, a, perm)
+
+    def ippermute(self, x, axis_name, perm):
+        g, a, perm = self._perm_args(x, axis_name, perm)
+        return g.stream.submit("ippermute", _c._ppermute, g, a, perm)
+
+    def _perm_args(self, x, axis_name, perm):
+        g, a = self.group(axis_name), _array(x)
+        n = g.size()
+        pairs = [tuple(p) for p in perm]
+        for p in pairs:
+            if len(p) != 2 or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n
+                                  for i in p):
+                raise ValueError(f"ppermute: {p!r} is not a (src, dst) pair of indices along {axis_name!r} "
+                                 f"(size {n})")
+        return g, a, pairs  # a repeated source or destination: ValueError from the collective
+
+
+def _array(x):
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if a.dtype == object:
+        raise TypeError("mesh collectives take numeric arrays, not object arrays")
+    return a
+
+
+def _axis(axis, ndim, what):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"{what}={axis!r} is out of range for {ndim} dimensions")
+    return int(axis) % max(ndim, 1)
+
+
+# ----------------------------------------------------------- bodies (run on the sub-group's stream)
+def _all_gather(g, a, axis, tiled):
+    if tiled and axis == 0:
+        return _c._all_gather(g, a)
+    stacked = _c._all_gather(g, a[None])  # (n, *a.shape): block i from the i-th rank
+    if not tiled:
+        return np.moveaxis(stacked, 0, axis)
+    return np.concatenate(list(stacked), axis=axis)
+
+
+def _psum_scatter(g, a, d, tiled):
+    front = np.moveaxis(a, d, 0)  # reduce_scatter splits dimension 0
+    block = _c._reduce_scatter(g, front, "sum")
+    if not tiled:
+        return block[0]
+    return np.moveaxis(block, 0, d)
+
+
+def _all_to_all(g, a, s, c, tiled):
+    if tiled:
+        return _c._all_to_all(g, a, s, c)
+    front = np.moveaxis(a, s, 0)  # (n, ...): block j to the j-th rank
+    got = _c._all_to_all(g, front, 0, 0)  # (n, ...): block j from the j-th rank
+    return np.moveaxis(got, 0, c)
+
+
+__all__ = ["Mesh"]
