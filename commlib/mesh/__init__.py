@@ -6,5 +6,8 @@
     z = mesh.all_gather(x, "dp", axis=0, tiled=True)
 """
 from ._mesh import Mesh
+from ._sharded import (NamedSharding, ShardedArray, all_gather, all_reduce, all_to_all, distributed_broadcast,
+                       ppermute, reduce_scatter, reshard, shard, to_device)
 
-__all__ = ["Mesh"]
+__all__ = ["Mesh", "NamedSharding", "ShardedArray", "all_gather", "all_reduce", "all_to_all",
+           "distributed_broadcast", "ppermute", "reduce_scatter", "reshard", "shard", "to_device"]

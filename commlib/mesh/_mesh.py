@@ -85,10 +85,11 @@ class Mesh:
             raise ValueError(f"axis names repeated in {t}")
         return t
 
-    def axis_index(self, name):
-        """This rank's index along axis `name` (a tuple of names: row-major over them, as in JAX)."""
+    def axis_index(self, name, rank=None):
+        """The index of this rank (or `rank`) along axis `name` (a tuple of names: row-major over them,
+        as in JAX)."""
         t = self.axes(name)
-        c = self.coords()
+        c = self.coords(rank)
         idx = 0
         for a in t:
             i = self.axis_names.index(a)
@@ -115,7 +116,10 @@ class Mesh:
         mine = self.coords()
         plane = self._ranks.transpose(rest + along)[tuple(mine[i] for i in rest)]
         members = [int(r) for r in plane.reshape(-1)]  # parent ranks, row-major over t as given
-        gid = zlib.crc32(repr(("mesh", parent.gid, self.shape, self.axis_names, self._serial, t)).encode()) | 1
+        # the members are part of the identity: the groups along one axis are disjoint but must differ
+        # (finalize() compares the histories of equal group ids across ranks)
+        gid = zlib.crc32(repr(("mesh", parent.gid, self.shape, self.axis_names, self._serial, t,
+                               members)).encode()) | 1
         return Group(parent.transport, parent.engine, gid, [parent.world[m] for m in members],
                      members.index(parent.rank()), parent.timeout)
 
