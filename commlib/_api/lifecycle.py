@@ -58,14 +58,13 @@ def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, 
     any launcher it returns a group of size 1 (every collective is the
     identity), or raises CommError when `strict`.
     """
-    global _world, _client
+    global _world
     with _lock:
         if _world is not None:
             return _world
         if _finalized:
             raise CommError("commlib.finalize() was called on this rank; the job cannot be joined again")
         from .. import _rendezvous
-        from .._transport import Endpoint, Transport
 
         if timeout is None:
             timeout = default_timeout()

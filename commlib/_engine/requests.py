@@ -61,8 +61,7 @@ class Request:
         timeout: seconds, to wait less than the operation's own bound (CommTimeout when it passes).
         """
         if not self._done.is_set():
-            limit = self.timeout if timeout is None or (self.timeout is not None and self.timeout < timeout) \
-                else timeout
+            limit = min((t for t in (self.timeout, timeout) if t is not None), default=None)
             deadline = None if limit is None else time.monotonic() + limit
             if self._waiter is not None:
                 self._waiter(self, deadline)

@@ -96,14 +96,4 @@ def same_dtype(tensors, what):
     return dt
 
 
-def flat_numel(tensors):
-    return int(sum(t.numel() for t in tensors))
-
-
-def as_flat(a):
-    """A 1-d view of a contiguous array (0-d included)."""
-    return a.reshape(-1) if a.ndim != 1 else a
-
-
-__all__ = ["array", "reduce_op", "premultiply", "average", "contiguous_target", "same_dtype", "flat_numel",
-           "as_flat", "np"]
+__all__ = ["array", "reduce_op", "premultiply", "average", "contiguous_target", "same_dtype"]
