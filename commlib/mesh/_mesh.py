@@ -250,9 +250,9 @@ def _array(x):
 
 
 def _axis(axis, ndim, what):
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
         raise ValueError(f"{what}={axis!r} is out of range for {ndim} dimensions")
-    return int(axis) % max(ndim, 1)
+    return int(axis) % ndim
 
 
 # ----------------------------------------------------------- bodies (run on the sub-group's stream)

@@ -227,8 +227,9 @@ def _gather_dim(cur, d):
         pad = [(0, 0)] * cur.local.ndim
         pad[d] = (0, big - cur.local.shape[d])
         stacked = mesh.all_gather(np.pad(cur.local, pad), t, axis=0)  # (n, ...padded block)
-        pieces = [np.take(stacked[k], range(_bounds(length, n, k)[1] - _bounds(length, n, k)[0]), axis=d)
-                  for k in range(n)]
+        head = (slice(None),) * d
+        pieces = [stacked[k][head + (slice(0, stop - start),)]  # views; the concatenation is the one copy
+                  for k, (start, stop) in enumerate(_bounds(length, n, k) for k in range(n))]
         cur.local = np.concatenate(pieces, axis=d)
     cur._layout[d] = ()
 

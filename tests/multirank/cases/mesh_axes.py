@@ -405,6 +405,7 @@ def error_checks(p):
     everyone_raised(p, f"{p.tag} psum_scatter dim != axis size", p.m.psum_scatter, np.ones((N + 1, 2)), first)
     everyone_raised(p, f"{p.tag} psum_scatter dim=1 != axis size", p.m.psum_scatter, np.ones((2, N + 1)), first,
                     scatter_dimension=1)
+    everyone_raised(p, f"{p.tag} psum_scatter of a 0-d array", p.m.psum_scatter, np.float64(1.0), first)
     if N > 1:
         everyone_raised(p, f"{p.tag} psum_scatter tiled not divisible", p.m.psum_scatter, np.ones(2 * N + 1),
                         first, tiled=True)
