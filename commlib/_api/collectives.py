@@ -306,13 +306,18 @@ def _all_to_all(g, x, split_axis=0, concat_axis=0):
         raise ValueError(f"all_to_all: x.shape[{split_axis}] = {a.shape[split_axis]} is not divisible by "
                          f"the group size {n}")
     send = [np.ascontiguousarray(b) for b in np.split(a, n, axis=split_axis)]
-    recv = [np.empty_like(send[0]) for _ in range(n)]
+    block = send[0].shape
+    if concat_axis == 0:  # the received blocks are consecutive slices of the result: receive straight into it
+        out = np.empty((n * block[0],) + block[1:], a.dtype)
+        recv = list(out.reshape((n,) + block))
+    else:
+        out, recv = None, [np.empty(block, a.dtype) for _ in range(n)]
     if n == 1:
         recv[0][...] = send[0]
     else:
         o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
         pairwise.all_to_all(o, [_addr(b) for b in send], [_addr(b) for b in recv], send[0].nbytes)
-    return np.concatenate(recv, axis=concat_axis)
+    return out if out is not None else np.concatenate(recv, axis=concat_axis)
 
 
 def _axis(axis, ndim, what):

@@ -16,6 +16,7 @@ import numpy as np
 from .._api import collectives as _c
 from .._api import lifecycle
 from .._engine import Group
+from . import _tensors
 
 _SERIAL = collections.Counter()  # (parent gid, shape, names) -> meshes made so far in this process
 
@@ -51,6 +52,8 @@ class Mesh:
         self._serial = _SERIAL[key]
         self._ranks = np.arange(g.size()).reshape(self.shape)
         self._groups = {}
+        self._layouts = {}  # (dim_specs, ndim, replicated_axes) -> canonical layout (_sharded.py)
+        self._plans = {}  # (shape, layout, partial, target) -> the steps of a move (_sharded.py)
 
     # ------------------------------------------------------------ layout
     def __repr__(self):
@@ -126,12 +129,12 @@ class Mesh:
     # ------------------------------------------------------ collectives
     def preduce(self, x, axes, op):
         """Element-wise reduction of x with `op` over the ranks along `axes` (jax.lax.psum and kin)."""
-        g, a = self.group(axes), _array(x)
-        return g.stream.run(_c._all_reduce, g, a, op, None)
+        g, (a, back) = self.group(axes), _tensors.as_array(x)
+        return _run(g, back, _c._all_reduce, g, a, op, None)
 
     def ipreduce(self, x, axes, op):
-        g, a = self.group(axes), _array(x)
-        return g.stream.submit("ipreduce", _c._all_reduce, g, a, op, None)
+        g, (a, back) = self.group(axes), _tensors.as_array(x)
+        return _submit("ipreduce", g, back, _c._all_reduce, g, a, op, None)
 
     def psum(self, x, axes):
         return self.preduce(x, axes, "sum")
@@ -160,31 +163,31 @@ class Mesh:
     def all_gather(self, x, axis_name, *, axis=0, tiled=False):
         """jax.lax.all_gather: the blocks of the ranks along `axis_name`, stacked on a new dimension at
         `axis` (tiled: concatenated along `axis`)."""
-        g, a, axis = self._gather_args(x, axis_name, axis, tiled)
-        return g.stream.run(_all_gather, g, a, axis, tiled)
+        g, a, back, axis = self._gather_args(x, axis_name, axis, tiled)
+        return _run(g, back, _all_gather, g, a, axis, tiled)
 
     def iall_gather(self, x, axis_name, *, axis=0, tiled=False):
-        g, a, axis = self._gather_args(x, axis_name, axis, tiled)
-        return g.stream.submit("iall_gather", _all_gather, g, a, axis, tiled)
+        g, a, back, axis = self._gather_args(x, axis_name, axis, tiled)
+        return _submit("iall_gather", g, back, _all_gather, g, a, axis, tiled)
 
     def _gather_args(self, x, axis_name, axis, tiled):
-        g, a = self.group(axis_name), _array(x)
+        g, (a, back) = self.group(axis_name), _tensors.as_array(x)
         if tiled and a.ndim == 0:
             raise ValueError("all_gather(tiled=True) needs an array of at least one dimension")
-        return g, a, _axis(axis, a.ndim + (0 if tiled else 1), "axis")
+        return g, a, back, _axis(axis, a.ndim + (0 if tiled else 1), "axis")
 
     def psum_scatter(self, x, axis_name, *, scatter_dimension=0, tiled=False):
         """jax.lax.psum_scatter: the sum over the ranks along `axis_name`, of which this rank keeps block
         i (its index) of `scatter_dimension` (untiled: that dimension has the axis's size and goes)."""
-        g, a, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
-        return g.stream.run(_psum_scatter, g, a, d, tiled)
+        g, a, back, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
+        return _run(g, back, _psum_scatter, g, a, d, tiled)
 
     def ipsum_scatter(self, x, axis_name, *, scatter_dimension=0, tiled=False):
-        g, a, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
-        return g.stream.submit("ipsum_scatter", _psum_scatter, g, a, d, tiled)
+        g, a, back, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
+        return _submit("ipsum_scatter", g, back, _psum_scatter, g, a, d, tiled)
 
     def _scatter_args(self, x, axis_name, d, tiled):
-        g, a = self.group(axis_name), _array(x)
+        g, (a, back) = self.group(axis_name), _tensors.as_array(x)
         d = _axis(d, a.ndim, "scatter_dimension")
         n = g.size()
         if tiled and a.shape[d] % n:
@@ -193,20 +196,20 @@ class Mesh:
         if not tiled and a.shape[d] != n:
             raise ValueError(f"psum_scatter: dimension {d} of shape {a.shape} must equal the size {n} of "
                              f"{axis_name!r} (or pass tiled=True)")
-        return g, a, d
+        return g, a, back, d
 
     def all_to_all(self, x, axis_name, split_axis, concat_axis, *, tiled=False):
         """jax.lax.all_to_all: block j of `split_axis` goes to the j-th rank along `axis_name`; the blocks
         received are stacked at `concat_axis` (tiled: concatenated along it)."""
-        g, a, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
-        return g.stream.run(_all_to_all, g, a, s, c, tiled)
+        g, a, back, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
+        return _run(g, back, _all_to_all, g, a, s, c, tiled)
 
     def iall_to_all(self, x, axis_name, split_axis, concat_axis, *, tiled=False):
-        g, a, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
-        return g.stream.submit("iall_to_all", _all_to_all, g, a, s, c, tiled)
+        g, a, back, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
+        return _submit("iall_to_all", g, back, _all_to_all, g, a, s, c, tiled)
 
     def _a2a_args(self, x, axis_name, split_axis, concat_axis, tiled):
-        g, a = self.group(axis_name), _array(x)
+        g, (a, back) = self.group(axis_name), _tensors.as_array(x)
         if a.ndim == 0:
             raise ValueError("all_to_all needs an array of at least one dimension")
         s = _axis(split_axis, a.ndim, "split_axis")
@@ -218,20 +221,20 @@ class Mesh:
         if not tiled and a.shape[s] != n:
             raise ValueError(f"all_to_all: split_axis {s} of shape {a.shape} must equal the size {n} of "
                              f"{axis_name!r} (or pass tiled=True)")
-        return g, a, s, c
+        return g, a, back, s, c
 
     def ppermute(self, x, axis_name, perm):
         """jax.lax.ppermute: send x along the (src, dst) pairs of indices along `axis_name`; zeros where
         nothing arrives."""
-        g, a, perm = self._perm_args(x, axis_name, perm)
-        return g.stream.run(_c._ppermute, g, a, perm)
+        g, a, back, perm = self._perm_args(x, axis_name, perm)
+        return _run(g, back, _c._ppermute, g, a, perm)
 
     def ippermute(self, x, axis_name, perm):
-        g, a, perm = self._perm_args(x, axis_name, perm)
-        return g.stream.submit("ippermute", _c._ppermute, g, a, perm)
+        g, a, back, perm = self._perm_args(x, axis_name, perm)
+        return _submit("ippermute", g, back, _c._ppermute, g, a, perm)
 
     def _perm_args(self, x, axis_name, perm):
-        g, a = self.group(axis_name), _array(x)
+        g, (a, back) = self.group(axis_name), _tensors.as_array(x)
         n = g.size()
         pairs = [tuple(p) for p in perm]
         for p in pairs:
@@ -239,14 +242,23 @@ class Mesh:
                                   for i in p):
                 raise ValueError(f"ppermute: {p!r} is not a (src, dst) pair of indices along {axis_name!r} "
                                  f"(size {n})")
-        return g, a, pairs  # a repeated source or destination: ValueError from the collective
+        return g, a, back, pairs  # a repeated source or destination: ValueError from the collective
 
 
-def _array(x):
-    a = x if type(x) is np.ndarray else np.asarray(x)
-    if a.dtype == object:
-        raise TypeError("mesh collectives take numeric arrays, not object arrays")
-    return a
+def _run(g, back, fn, *args):
+    """fn(*args) on g's stream; the result as a tensor when the input was one (`back`)."""
+    out = g.stream.run(fn, *args)
+    return out if back is None else back(out)
+
+
+def _submit(what, g, back, fn, *args):
+    if back is None:
+        return g.stream.submit(what, fn, *args)
+    return g.stream.submit(what, _converted, back, fn, *args)
+
+
+def _converted(back, fn, *args):
+    return back(fn(*args))
 
 
 def _axis(axis, ndim, what):

@@ -12,6 +12,9 @@ between layouts uses the fewest collectives the pair allows:
 
 Uneven splits take the same routes where the collective allows them (gathers
 pad to the largest block); otherwise the dimension is gathered and re-sliced.
+A move is planned once per (shape, layout, partial, target) and mesh, as a list
+of `Step`s and a final slice (`plan()`); later moves of that kind only run the
+collectives, which keeps the layer's Python cost to a few microseconds a call.
 """
 import dataclasses
 
@@ -19,6 +22,8 @@ import numpy as np
 
 from .._api import collectives as _c
 from .._api import objects as _objects
+from . import _mesh as _mesh_bodies
+from . import _tensors
 from ._mesh import Mesh
 
 
@@ -51,16 +56,23 @@ def _jax_spec(layout):
 class ShardedArray:
     """This rank's block (`.local`) of a global array of `.shape` laid out on `.mesh` by `.spec`."""
 
-    def __init__(self, local, shape, mesh, layout, partial=frozenset()):
-        self.local = local
+    def __init__(self, local, shape, mesh, layout, partial=frozenset(), *, back=None):
+        self._local = local  # always a NumPy array
+        self._back = back  # None, or how a block goes back to the caller's kind (a torch tensor)
         self.shape = tuple(shape)
         self.mesh = mesh
-        self._layout = layout
+        self._layout = tuple(layout)
         self.partial = frozenset(partial)
 
     @property
+    def local(self):
+        """This rank's block: a NumPy array, or a torch tensor over the same memory when the array was
+        made from one."""
+        return self._local if self._back is None else self._back(self._local)
+
+    @property
     def dtype(self):
-        return self.local.dtype
+        return self._local.dtype
 
     @property
     def ndim(self):
@@ -90,7 +102,7 @@ class ShardedArray:
     def from_local(cls, local, mesh, spec, partial=()):
         """Wrap the blocks every rank computed; their shapes are checked across ranks (ValueError on
         every rank when they do not fit `spec` with np.array_split's blocks)."""
-        a = np.asarray(local)
+        a, back = _tensors.as_array(local)
         layout = _layout(mesh, spec, a.ndim)
         part = frozenset(mesh.axes(tuple(partial))) if partial else frozenset()
         if part & {x for t in layout for x in t}:
@@ -126,7 +138,7 @@ class ShardedArray:
                 raise ValueError(f"from_local: the blocks along dimension {d} have sizes {sizes}; a dimension of "
                                  f"{length} split over {parts} takes {want} (np.array_split)")
             shape.append(length)
-        return cls(a, shape, mesh, layout, part)
+        return cls(a, shape, mesh, layout, part, back=back)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,99 +164,149 @@ def shard(x, mesh, dim_specs, replicated_axes=None):
     A plain array (the same global array on every rank) is sliced without
     traffic; a ShardedArray moves with the fewest collectives (see the module
     docstring). `replicated_axes`: mesh axes the result must be replicated
-    along (checked: none may shard a dimension).
+    along (checked: none may shard a dimension). A CPU torch tensor gives a
+    ShardedArray whose `.local` and `.full()` are tensors.
     """
     if not isinstance(x, ShardedArray):
-        a = np.asarray(x)
-        target = _layout(mesh, dim_specs, a.ndim)
-        _check_replicated(mesh, target, replicated_axes)
-        src = ShardedArray(a, a.shape, mesh, ((),) * a.ndim)
-        return ShardedArray(_slice(src, target), a.shape, mesh, target)
+        a, back = _tensors.as_array(x)
+        target = _target(mesh, dim_specs, a.ndim, replicated_axes)
+        index = _slice_index(mesh, a.shape, ((),) * a.ndim, target)
+        return ShardedArray(_cut(a, index), a.shape, mesh, target, back=back)
     if x.mesh is not mesh and (x.mesh.shape != mesh.shape or x.mesh.axis_names != mesh.axis_names
                                or x.mesh.parent is not mesh.parent):
         raise ValueError(f"shard: the array lives on {x.mesh}, not on {mesh}")
-    target = _layout(mesh, dim_specs, x.ndim)
-    _check_replicated(mesh, target, replicated_axes)
-    cur = ShardedArray(x.local, x.shape, x.mesh, list(x._layout), x.partial)
-    _resolve_partial(cur, target)
-    _move_between_dims(cur, target)
-    for d, t in enumerate(cur._layout):
-        if t and t != target[d]:
-            _gather_dim(cur, d)
-    cur.local = _slice(cur, target)
-    cur._layout = target
-    return cur
+    target = _target(mesh, dim_specs, x.ndim, replicated_axes)
+    steps, index = plan(mesh, x.shape, x._layout, x.partial, target)
+    local = x._local
+    for step in steps:
+        local = step.run(local)
+    return ShardedArray(_cut(local, index), x.shape, mesh, target, back=x._back)
 
 
 reshard = shard
 
 
-def _check_replicated(mesh, target, replicated_axes):
-    if replicated_axes is None:
-        return
-    rep = set(mesh.axes(replicated_axes))
-    clash = rep & {a for t in target for a in t}
-    if clash:
-        raise ValueError(f"axes {sorted(clash)} are named both as replicated and as sharding a dimension")
+def _target(mesh, dim_specs, ndim, replicated_axes):
+    """The canonical target layout, cached per mesh (the checks run once per distinct spec)."""
+    try:
+        key = (dim_specs, ndim, replicated_axes)
+        return mesh._layouts[key]
+    except TypeError:  # an unhashable spec (a list): checked every time
+        key = None
+    except KeyError:
+        pass
+    target = _layout(mesh, dim_specs, ndim)
+    if replicated_axes is not None:
+        rep = set(mesh.axes(replicated_axes))
+        clash = rep & {a for t in target for a in t}
+        if clash:
+            raise ValueError(f"axes {sorted(clash)} are named both as replicated and as sharding a dimension")
+    if key is not None:
+        _remember(mesh._layouts, key, target)
+    return target
 
 
-def _resolve_partial(cur, target):
-    """Pending sums: psum_scatter straight into a target shard where the split is even, psum the rest."""
-    mesh = cur.mesh
+def _remember(cache, key, value):
+    if len(cache) >= _CACHE_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+_CACHE_ENTRIES = 256
+
+
+# ------------------------------------------------------------------ plans
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One collective of a move: `kind` on the sub-group along `axes`, at dimension `dim` (all_to_all:
+    split `dim`, concatenate `other`); `sizes`: the block sizes of an uneven gather."""
+
+    kind: str  # "psum_scatter" | "psum" | "all_to_all" | "all_gather"
+    axes: tuple
+    dim: int = 0
+    other: int = 0
+    sizes: tuple = ()
+    group: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def run(self, a):
+        g = self.group
+        if self.kind == "psum":
+            return g.stream.run(_c._all_reduce, g, a, "sum", None)
+        if self.kind == "psum_scatter":
+            return g.stream.run(_mesh_bodies._psum_scatter, g, a, self.dim, True)
+        if self.kind == "all_to_all":
+            return g.stream.run(_c._all_to_all, g, a, self.dim, self.other)
+        if not self.sizes:
+            return g.stream.run(_mesh_bodies._all_gather, g, a, self.dim, True)
+        return _gather_uneven(g, a, self.dim, self.sizes)
+
+
+def plan(mesh, shape, layout, partial, target):
+    """(steps, index): the collectives that move this rank's block from (layout, partial) to `target`,
+    and the slice that cuts its target block from what they leave. Cached per mesh; no traffic."""
+    key = (tuple(shape), tuple(layout), frozenset(partial), target)
+    got = mesh._plans.get(key)
+    if got is None:
+        got = _plan(mesh, *key)
+        _remember(mesh._plans, key, got)
+    return got
+
+
+def _plan(mesh, shape, layout, partial, target):
+    cur, partial, steps = list(layout), set(partial), []
+
+    def step(kind, axes, dim=0, other=0, sizes=()):
+        steps.append(Step(kind, axes, dim, other, sizes, mesh.group(axes)))
+
+    # pending sums: psum_scatter straight into a target shard where the split is even, psum the rest
     for d, t in enumerate(target):
-        if t and not cur._layout[d] and set(t) <= cur.partial and cur.shape[d] % mesh.size(t) == 0 \
-                and not any(set(t) & set(u) for u in cur._layout):
-            cur.local = mesh.psum_scatter(cur.local, t, scatter_dimension=d, tiled=True)
-            cur._layout[d] = t
-            cur.partial -= set(t)
-    if cur.partial:
-        cur.local = mesh.psum(cur.local, tuple(sorted(cur.partial, key=mesh.axis_names.index)))
-        cur.partial = frozenset()
-
-
-def _move_between_dims(cur, target):
-    """A shard that changes dimension on the same axes: one all_to_all (even splits)."""
-    mesh = cur.mesh
-    for i, t in enumerate(cur._layout):
+        if t and not cur[d] and set(t) <= partial and shape[d] % mesh.size(t) == 0 \
+                and not any(set(t) & set(u) for u in cur):
+            step("psum_scatter", t, d)
+            cur[d] = t
+            partial -= set(t)
+    if partial:
+        step("psum", tuple(a for a in mesh.axis_names if a in partial))
+    # a shard that changes dimension on the same axes: one all_to_all (even splits)
+    for i, t in enumerate(cur):
         if not t or target[i] == t:
             continue
-        j = next((j for j, u in enumerate(target) if u == t and not cur._layout[j]), None)
+        j = next((j for j, u in enumerate(target) if u == t and not cur[j]), None)
         n = mesh.size(t)
-        if j is None or cur.shape[i] % n or cur.shape[j] % n:
-            continue
-        cur.local = mesh.all_to_all(cur.local, t, split_axis=j, concat_axis=i, tiled=True)
-        cur._layout[i], cur._layout[j] = (), t
+        if j is not None and shape[i] % n == 0 and shape[j] % n == 0:
+            step("all_to_all", t, j, i)
+            cur[i], cur[j] = (), t
+    # what is still sharded differently becomes replicated: an all_gather (uneven: padded blocks)
+    for d, t in enumerate(cur):
+        if t and t != target[d]:
+            n = mesh.size(t)
+            even = shape[d] % n == 0
+            step("all_gather", t, d, sizes=() if even else tuple(b - a for a, b in
+                                                                  (_bounds(shape[d], n, k) for k in range(n))))
+            cur[d] = ()
+    return tuple(steps), _slice_index(mesh, shape, cur, target)
 
 
-def _gather_dim(cur, d):
-    """Dimension d becomes replicated: an all_gather along its axes (blocks padded when uneven)."""
-    mesh, t = cur.mesh, cur._layout[d]
-    n, length = mesh.size(t), cur.shape[d]
-    if length % n == 0:
-        cur.local = mesh.all_gather(cur.local, t, axis=d, tiled=True)
-    else:
-        big = -(-length // n)
-        pad = [(0, 0)] * cur.local.ndim
-        pad[d] = (0, big - cur.local.shape[d])
-        stacked = mesh.all_gather(np.pad(cur.local, pad), t, axis=0)  # (n, ...padded block)
-        head = (slice(None),) * d
-        pieces = [stacked[k][head + (slice(0, stop - start),)]  # views; the concatenation is the one copy
-                  for k, (start, stop) in enumerate(_bounds(length, n, k) for k in range(n))]
-        cur.local = np.concatenate(pieces, axis=d)
-    cur._layout[d] = ()
+def _slice_index(mesh, shape, cur, target):
+    """The index that cuts this rank's target block from a block laid out as `cur` (None: all of it)."""
+    index = [slice(None) if t == cur[d] or not t else slice(*_bounds(shape[d], mesh.size(t), mesh.axis_index(t)))
+             for d, t in enumerate(target)]
+    return None if all(s == slice(None) for s in index) else tuple(index)
 
 
-def _slice(cur, target):
-    """This rank's block of the target layout, cut from the current one (which holds at least it)."""
-    mesh = cur.mesh
-    index = []
-    for d, t in enumerate(target):
-        if t == cur._layout[d] or not t:
-            index.append(slice(None))
-        else:
-            index.append(slice(*_bounds(cur.shape[d], mesh.size(t), mesh.axis_index(t))))
-    out = cur.local[tuple(index)]
-    return np.ascontiguousarray(out)
+def _cut(a, index):
+    return a if index is None else np.ascontiguousarray(a[index])
+
+
+def _gather_uneven(g, a, d, sizes):
+    """The blocks of `sizes` along dimension d gathered: padded to the largest, stacked, then cut back."""
+    big = max(sizes)
+    pad = [(0, 0)] * a.ndim
+    pad[d] = (0, big - a.shape[d])
+    stacked = g.stream.run(_mesh_bodies._all_gather, g, np.pad(a, pad), 0, False)  # (n, ...padded block)
+    head = (slice(None),) * d
+    # views; the concatenation is the one copy
+    return np.concatenate([stacked[k][head + (slice(0, size),)] for k, size in enumerate(sizes)], axis=d)
 
 
 # -------------------------------------------------------------- the module functions
@@ -254,8 +316,8 @@ def all_reduce(a):
         return shard(a, a.mesh, a.spec)
     rep = tuple(x for x in a.mesh.axis_names if all(x not in t for t in a._layout))
     if not rep:
-        return ShardedArray(a.local.copy(), a.shape, a.mesh, a._layout)
-    return ShardedArray(a.mesh.psum(a.local, rep), a.shape, a.mesh, a._layout)
+        return ShardedArray(a._local.copy(), a.shape, a.mesh, a._layout, back=a._back)
+    return ShardedArray(a.mesh.psum(a._local, rep), a.shape, a.mesh, a._layout, back=a._back)
 
 
 def all_gather(a, axis=None):
@@ -293,22 +355,24 @@ def reduce_scatter(a, axis):
 
 
 def distributed_broadcast(x, mesh=None):
-    """The first rank's x on every rank: a plain array, or a replicated ShardedArray on `mesh`."""
+    """The first rank's x on every rank (the other ranks' x is ignored; they may pass None): a plain
+    array (a torch tensor when the first rank's x is one), or a replicated ShardedArray on `mesh`."""
     g = mesh.parent if mesh is not None else _c._g(None)
+    first = g.rank() == 0
+    a, back = _tensors.as_array(x) if first else (None, None)
     if g.size() > 1:
-        meta = _objects.broadcast_obj((np.shape(x), np.asarray(x).dtype.str) if g.rank() == 0 else None, 0,
-                                     group=g)
-        buf = np.ascontiguousarray(x) if g.rank() == 0 else np.empty(meta[0], np.dtype(meta[1]))
-        out = g.stream.run(_c._broadcast, g, buf, 0)
-    else:
-        out = np.asarray(x)
-    if mesh is None:
-        return out
-    return ShardedArray(out, out.shape, mesh, ((),) * out.ndim)
+        meta = (a.shape, _tensors.dtype_code(a.dtype), back is not None) if first else None
+        shape, dtype, torch_kind = _objects.broadcast_obj(meta, 0, group=g)
+        buf = np.ascontiguousarray(a) if first else np.empty(shape, _tensors.dtype(dtype))
+        a = g.stream.run(_c._broadcast, g, buf, 0)
+        back = _tensors.to_torch if torch_kind else None
+    if mesh is not None:
+        return ShardedArray(a, a.shape, mesh, ((),) * a.ndim, back=back)
+    return a if back is None else back(a)
 
 
 def ppermute(a, permutation):
     """Blocks sent along (src, dst) pairs of flat mesh ranks; the layout stays (zeros where nothing arrives)."""
     g = a.mesh.parent
-    local = g.stream.run(_c._ppermute, g, a.local, [tuple(p) for p in permutation])
-    return ShardedArray(local, a.shape, a.mesh, a._layout, a.partial)
+    local = g.stream.run(_c._ppermute, g, a._local, [tuple(p) for p in permutation])
+    return ShardedArray(local, a.shape, a.mesh, a._layout, a.partial, back=a._back)

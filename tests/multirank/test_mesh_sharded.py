@@ -9,3 +9,10 @@ import pytest
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8], ids=lambda n: f"n{n}")
 def test_sharded_transitions(n, run, assert_ranks_ok):
     assert_ranks_ok(run(n, "mesh_sharded.py", env={"COMMLIB_TIMEOUT": "30"}, timeout=180), n, "mesh_sharded")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
+def test_torch_tensors(n, run, assert_ranks_ok):
+    pytest.importorskip("torch")
+    assert_ranks_ok(run(n, "mesh_torch.py", env={"COMMLIB_TIMEOUT": "30"}, timeout=100), n, "mesh_torch")
