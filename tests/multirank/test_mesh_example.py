@@ -34,3 +34,34 @@ def test_tensor_parallel_mlp_matches_one_process(n, reference):
     assert len(losses) == len(reference)
     np.testing.assert_allclose(losses, reference, rtol=1e-9, atol=1e-12)
     assert losses[-1] < losses[0] / 5  # it trains
+
+
+def _result(n, name, key):
+    path = os.path.join(_harness.REPO, "examples", name)
+    rc, out, err = _harness._communicate([sys.executable, "-m", "commrun", "-n", str(n), path],
+                                         _harness.base_env({"COMMLIB_TIMEOUT": "30"}), 100)
+    assert rc == 0, f"exit {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
+    line = next((ln for ln in out.splitlines() if f"RESULT {key} " in ln), None)
+    assert line, _harness._tail(out)
+    return [float(v) for v in line.split(f"RESULT {key} ", 1)[1].split()]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_fft2d_pencil_matches_numpy(n):
+    (err,) = _result(n, "fft2d_pencil.py", "max_abs_error")
+    assert err < 1e-9
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_zero_sharded_sgd_matches_one_process(n):
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(_harness.REPO, "examples"))
+    try:
+        import zero_sharded_sgd
+    finally:
+        sys.path.pop(0)
+    losses = _result(n, "zero_sharded_sgd.py", "losses")
+    np.testing.assert_allclose(losses, zero_sharded_sgd.serial(), rtol=1e-9, atol=1e-12)
+    assert losses[-1] < losses[0] / 50  # it trains
