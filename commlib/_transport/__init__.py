@@ -30,7 +30,8 @@ from .._errors import CommError, PeerLost
 from .._wire import HEADER_NBYTES, decode
 from . import _io
 from .diagnose import peer_mismatch, status_error
-from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
+from .interfaces import routed_address
+from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
 __all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "env_number",
            "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]

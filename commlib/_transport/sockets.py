@@ -1,7 +1,8 @@
 """Connections between ranks: listeners, the authenticated handshake, the sticky failure.
 
 Every rank listens on a TCP port (bound to the interface that routes to the
-coordinator, never 0.0.0.0) and on an abstract Unix socket. A connection
+coordinator or the one COMMLIB_IFNAME names, never 0.0.0.0: interfaces.py)
+and on an abstract Unix socket. A connection
 carries traffic in ONE direction: the sender opens it on first use, so no
 rank ever waits for another to connect before it can make progress (a ring
 where everyone connects to the right and reads from the left cannot
@@ -19,6 +20,7 @@ How a step's status becomes an error is `diagnose.py`'s job; what the
 coordinator says about other ranks is `notices.py`'s.
 """
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
@@ -30,6 +32,7 @@ import threading
 import time
 
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
+from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
 
 log = logging.getLogger("commlib")
@@ -71,16 +74,18 @@ def host_identity():
     return f"{socket.gethostname()}/{boot}/{netns}"
 
 
-def routed_address(host):
-    """The local address this machine uses to reach `host` (UDP connect sends nothing)."""
-    try:
-        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
-        family, _, _, _, addr = infos[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            return s.getsockname()[0]
-    except OSError as exc:
-        raise CommError(f"cannot find a local interface that reaches the coordinator {host}: {exc}") from exc
+def _fmt(address):
+    host, port = address[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _why(exc):
+    """The errno text of a failed connect ('connection refused (ECONNREFUSED)'), else its message."""
+    if exc is None:
+        return "no attempt finished in time"
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{os.strerror(exc.errno).lower()} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return str(exc) or type(exc).__name__
 
 
 def _hung_up(sock):
@@ -104,7 +109,7 @@ def _tune(sock, tcp):
 class Endpoint:
     """This process's listeners, connections, failure state and wake pipe."""
 
-    def __init__(self, rank, secret, coordinator_host, timeout):
+    def __init__(self, rank, secret, coordinator_host, timeout, spans_hosts=False):
         self.rank = rank  # world rank
         self.secret = secret
         self.timeout = timeout
@@ -113,6 +118,10 @@ class Endpoint:
         if transport not in ("auto", "tcp"):
             raise CommError(f"COMMLIB_TRANSPORT={transport!r}: expected 'auto' (Unix sockets within a host) or 'tcp'")
         self.force_tcp = transport == "tcp"
+        try:  # before any descriptor exists: nothing to close on this error
+            bind_host, self.address_source = listen_address(coordinator_host, spans_hosts)
+        except CommError as exc:
+            raise CommError(f"rank {rank}: {exc}") from exc
         self.table = None  # world rank -> registration dict
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
@@ -131,7 +140,6 @@ class Endpoint:
         os.set_blocking(self.arrival_r, False)
         os.set_blocking(self._arrival_w, False)
 
-        bind_host = routed_address(coordinator_host)
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self._tcp = socket.socket(family, socket.SOCK_STREAM)
         self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -279,18 +287,46 @@ class Endpoint:
         """The open connection to world rank dst, or None."""
         return self._out.get((group, channel, dst))
 
+    def route(self, dst):
+        """How this rank reaches world rank dst: ("unix", abstract name) or ("tcp", (host, port))."""
+        peer = self.table[dst]
+        if peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp:
+            return "unix", peer["unix"]
+        return "tcp", tuple(peer["tcp"])
+
+    def describe_route(self, dst):
+        kind, where = self.route(dst)
+        return "unix socket" if kind == "unix" else f"tcp {_fmt(where)}"
+
+    def set_table(self, table):
+        """Take the job's table; CommError when a rank on another host advertises a loopback address."""
+        self.table = table
+        for r, info in enumerate(table):
+            if info["host_id"] != self.host_id and any(is_loopback(t["tcp"][0]) for t in (info, table[self.rank])):
+                bad = r if is_loopback(info["tcp"][0]) else self.rank
+                raise CommError(f"rank {self.rank}: rank {bad} listens on the loopback address "
+                                f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
+                                f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
+                                f"interfaces here: {describe(interfaces())}")
+
+    def routes_text(self):
+        """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""
+        peers = "; ".join(f"{r} {self.describe_route(r)}" for r in range(len(self.table)) if r != self.rank)
+        return (f"commlib rank {self.rank} on {socket.gethostname()}: listening on tcp {_fmt(self.tcp_address)} "
+                f"(from {self.address_source}); peers: {peers or 'none'}")
+
     def _connect(self, key, deadline, what):
         group, channel, dst = key
-        peer = self.table[dst]
-        local = peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp
-        address = "\0" + peer["unix"] if local else tuple(peer["tcp"])
+        kind, where = self.route(dst)
+        local = kind == "unix"
+        address = "\0" + where if local else where
         last = None
         while True:
             self.raise_if_failed()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self.fail(CommTimeout(f"rank {self.rank}: {what} could not connect to rank {dst} at "
-                                            f"{address if not local else 'its unix socket'}: {last}"
+                                            f"{self.describe_route(dst)}: {_why(last)}"
                                             + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
             sock = socket.socket(family, socket.SOCK_STREAM)
