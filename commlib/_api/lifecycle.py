@@ -131,6 +131,7 @@ def _join(env, timeout, coordinator=None):
             coordinator.close()
         raise
     ep.notices.send = client.send
+    ep.coordinator_sock = client.sock
     if env.source != "commrun":  # rank 0 hosts the coordinator: losing it is losing rank 0
         ep.notices.coordinator_rank = 0
     client.start_listener(ep.notices.on_notice)

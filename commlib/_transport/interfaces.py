@@ -5,8 +5,9 @@ coordinator: the other hosts reach the coordinator, so the route to it is the
 network they share (a UDP connect picks it and sends nothing). On a machine
 with a management network, a fast one and a docker bridge that guess can be
 wrong, so COMMLIB_IFNAME overrides it, as NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-do: an interface name (`eth1`), a comma list tried in order (`ib0,eth1`), or a
-network in CIDR form (`10.0.0.0/8`); items may be mixed. Among the addresses
+do: an interface name (`eth1`, exact), a comma list tried in order (`ib0,eth1`:
+names a host lacks are passed over), or a network in CIDR form (`10.0.0.0/8`);
+items may be mixed. Among the addresses
 allowed, the one of the coordinator's family comes first, and the routed one
 first of all.
 
@@ -106,15 +107,16 @@ def choose(value, table, routed=None):
     """The address COMMLIB_IFNAME=`value` selects from `table` ({name: [addresses]}).
 
     Candidates keep the order of the items; the routed address (when it is a
-    candidate) wins, then addresses of its family. CommError naming the value
-    and every interface when nothing matches.
+    candidate) wins, then addresses of its family. Names this host lacks are
+    passed over (one list serves hosts with different cards). CommError naming
+    the value and every interface when nothing matches.
     """
     try:
         items = parse(value)
     except ValueError as exc:
         raise CommError(f"COMMLIB_IFNAME={value!r}: {exc}") from None
     unknown = [v for kind, v in items if kind == "name" and v not in table]
-    if unknown:
+    if len(unknown) == len(items):
         raise CommError(f"COMMLIB_IFNAME={value!r}: no interface named {', '.join(unknown)} on this host; "
                         f"interfaces: {describe(table)}")
     candidates = []

@@ -157,9 +157,16 @@ class Notices:
         def line(r):
             if r in got:
                 return got[r].get("state", "?")
-            return f"gone: {self.exits[r]}" if r in self.exits else "no answer (stopped, or holding the GIL?)"
+            if r in self.exits:
+                return f"gone: {self.exits[r]}"
+            link = self.ep.link_note(r)
+            return f"no answer; unreachable? {link}" if link else "no answer (stopped, or holding the GIL?)"
 
-        return "\n  stall report:\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
+        head = "\n  stall report:"
+        note = None if got else self.ep.coordinator_note()  # no answer at all: is our query itself stuck?
+        if note:
+            head += f" {note}"
+        return head + "\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
 
     def peer_header(self, peer, wait_s=0.5):
         """The header of the collective `peer` is blocked in (bytes), or None."""

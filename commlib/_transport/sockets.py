@@ -21,6 +21,7 @@ coordinator says about other ranks is `notices.py`'s.
 """
 import contextlib
 import errno
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -88,6 +89,30 @@ def _why(exc):
     return str(exc) or type(exc).__name__
 
 
+_TCP_INFO = struct.Struct("<8B13I")  # struct tcp_info up to tcpi_last_ack_recv (linux/tcp.h)
+SIOCOUTQ = 0x5411  # bytes in a socket's send queue, sent or not
+
+
+def silent_for(sock, queued=False):
+    """Seconds since a TCP socket last got an ACK while it has data waiting for one, else None.
+
+    Linux only (TCP_INFO). Data sent and being retransmitted is a link that went
+    down (a stopped or busy peer's kernel still acknowledges); with `queued`,
+    data that could not even be sent (no route once the link is down) counts
+    too: for a connection whose queries are answered within a second.
+    """
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
+        outq = struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0] if queued else 0
+    except (OSError, AttributeError):
+        return None
+    info = _TCP_INFO.unpack(raw[:_TCP_INFO.size].ljust(_TCP_INFO.size, b"\0"))
+    retransmits, unacked, last_ack_recv_s = info[2], info[12], info[20] / 1000
+    if unacked and retransmits or outq and last_ack_recv_s > 1.0:
+        return last_ack_recv_s
+    return None
+
+
 def _hung_up(sock):
     """True when the peer of this (unused) connection has closed it."""
     try:
@@ -123,6 +148,7 @@ class Endpoint:
         except CommError as exc:
             raise CommError(f"rank {rank}: {exc}") from exc
         self.table = None  # world rank -> registration dict
+        self.coordinator_sock = None  # our connection to the coordinator (a stall report checks its link)
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
         self.notices = Notices(self)  # what the coordinator tells us about the other ranks
@@ -314,6 +340,28 @@ class Endpoint:
         peers = "; ".join(f"{r} {self.describe_route(r)}" for r in range(len(self.table)) if r != self.rank)
         return (f"commlib rank {self.rank} on {socket.gethostname()}: listening on tcp {_fmt(self.tcp_address)} "
                 f"(from {self.address_source}); peers: {peers or 'none'}")
+
+    def link_note(self, peer):
+        """'tcp 10.0.0.2:4711 unacknowledged for 12 s' when our TCP connection to world rank peer
+        has data in flight that it stopped acknowledging (a link down, not a busy peer), else None."""
+        with self._cond:
+            socks = [s for k, s in list(self._out.items()) + list(self._in.items()) if k[2] == peer]
+        for sock in socks:
+            if sock.family != socket.AF_UNIX and (silent := silent_for(sock)) is not None:
+                with contextlib.suppress(OSError):
+                    return f"tcp {_fmt(sock.getpeername())} unacknowledged for {silent:.0f} s"
+        return None
+
+    def coordinator_note(self):
+        """Words for a coordinator connection that stopped acknowledging what we sent, else None."""
+        sock = self.coordinator_sock
+        silent = silent_for(sock, queued=True) if sock is not None else None
+        if silent is None:
+            return None
+        with contextlib.suppress(OSError):
+            return (f"the coordinator at {sock.getpeername()[0]} has not acknowledged for {silent:.0f} s "
+                    f"(is the link to its host down?)")
+        return None
 
     def _connect(self, key, deadline, what):
         group, channel, dst = key

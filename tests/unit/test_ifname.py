@@ -48,6 +48,7 @@ def test_parse_rejects(value, words):
     ("fd00::/15", None, "fd00::5"),
     ("172.16.0.0/12,ib0", "10.4.0.7", "10.4.0.7"),
     ("lo", None, "127.0.0.1"),
+    ("wlan0,eth0", None, "192.168.1.5"),  # a name this host lacks is passed over in a list
 ])
 def test_choose(value, routed, expected):
     assert choose(value, TABLE, routed) == expected
@@ -55,7 +56,8 @@ def test_choose(value, routed, expected):
 
 @pytest.mark.parametrize("value, words", [
     ("eth7", "no interface named eth7"),
-    ("eth0,wlan0", "no interface named wlan0"),
+    ("wlan0,eth7", "no interface named wlan0, eth7"),
+    ("wlan0,docker0", "no usable address"),
     ("docker0", "no usable address"),
     ("10.9.0.0/16", "no usable address"),
     ("fe80::/10", "no usable address"),
