@@ -31,6 +31,7 @@ class Notices:
         self.current = None  # (what, peer world rank, header bytes or None) while blocked
         self.last = None  # the last operation this rank entered (formatted only when asked)
         self.digests = {}  # world rank -> its finalize() digest message
+        self.reports = {}  # topic -> {world rank: "report" message}
         self._statuses = {}
         self._cond = threading.Condition()
         self._spread = False
@@ -84,6 +85,10 @@ class Notices:
         elif kind == "digest":
             with self._cond:
                 self.digests[msg.get("from", peer)] = msg
+                self._cond.notify_all()
+        elif kind == "report":  # a front-end's message relayed between ranks (commlib.doctor)
+            with self._cond:
+                self.reports.setdefault(msg.get("topic"), {})[msg.get("from", peer)] = msg
                 self._cond.notify_all()
         elif kind == "coordinator_lost" and not ep.closed:
             host = self.coordinator_rank
@@ -182,6 +187,16 @@ class Notices:
             return bytes.fromhex(got["hdr"])
         except ValueError:
             return None
+
+    def gather_reports(self, topic, ranks, deadline):
+        """{rank: message} of the "report"s on `topic` from `ranks`, waiting until all of them
+        have sent one or are gone, or until deadline."""
+        with self._cond:
+            while True:
+                got = self.reports.get(topic, {})
+                if all(r in got or r in self.exits for r in ranks) or time.monotonic() >= deadline:
+                    return {r: got[r] for r in ranks if r in got}
+                self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------ finalize
     def exchange_digests(self, mine, size, deadline):

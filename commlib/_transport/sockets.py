@@ -86,6 +86,8 @@ def _why(exc):
         return "no attempt finished in time"
     if isinstance(exc, OSError) and exc.errno:
         return f"{os.strerror(exc.errno).lower()} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    if isinstance(exc, TimeoutError):
+        return "timed out (no reply: packets dropped by a firewall, or no route back to this host?)"
     return str(exc) or type(exc).__name__
 
 
@@ -295,8 +297,12 @@ class Endpoint:
             return {(k[0], k[2]): s for k, s in self._in.items() if k[1] == channel}
 
     # -------------------------------------------------------------- connecting
-    def outgoing(self, group, channel, dst, deadline, what):
-        """fd of the connection to world rank `dst`, opening and authenticating it on first use."""
+    def outgoing(self, group, channel, dst, deadline, what, sticky=True):
+        """fd of the connection to world rank `dst`, opening and authenticating it on first use.
+
+        A connection not made by the deadline fails this process (sticky), unless not `sticky`:
+        then it is only this call's error (a best-effort or diagnostic connect).
+        """
         key = (group, channel, dst)
         sock = self._out.get(key)
         if sock is not None:
@@ -307,7 +313,7 @@ class Endpoint:
             sock = self._out.get(key)
             if sock is not None:
                 return sock.fileno()
-            return self._connect(key, deadline, what)
+            return self._connect(key, deadline, what, sticky)
 
     def out_sock(self, group, channel, dst):
         """The open connection to world rank dst, or None."""
@@ -363,7 +369,7 @@ class Endpoint:
                     f"(is the link to its host down?)")
         return None
 
-    def _connect(self, key, deadline, what):
+    def _connect(self, key, deadline, what, sticky=True):
         group, channel, dst = key
         kind, where = self.route(dst)
         local = kind == "unix"
@@ -373,9 +379,10 @@ class Endpoint:
             self.raise_if_failed()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self.fail(CommTimeout(f"rank {self.rank}: {what} could not connect to rank {dst} at "
-                                            f"{self.describe_route(dst)}: {_why(last)}"
-                                            + self.stall_report(), rank=dst))
+                text = f"rank {self.rank}: {what} could not connect to rank {dst} at {self.describe_route(dst)}: "
+                if not sticky:
+                    raise CommTimeout(text + _why(last), rank=dst)
+                raise self.fail(CommTimeout(text + _why(last) + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:

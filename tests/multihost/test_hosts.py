@@ -130,31 +130,93 @@ def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
         assert leftovers(marker) == [], leftovers(marker)
 
 
+def _srun(fab, job_id, step, *program):
+    """Four tasks, two per host, started as srun would: SLURM_* variables only. (codes, out, err)"""
+    procs = []
+    try:
+        for r in range(4):
+            env = base_env(SLURM_PROCID=r, SLURM_NTASKS=4, SLURM_LOCALID=r % 2, SLURM_NODEID=r // 2,
+                           SLURM_JOB_ID=job_id, SLURM_STEP_ID=step, SLURM_NODELIST=f"{fab.subnet}.[1-2]",
+                           SLURM_TASKS_PER_NODE="2(x2)", COMMLIB_TIMEOUT=90, COMMLIB_VERBOSE=1)
+            argv = ["ip", "netns", "exec", fab.hosts[r // 2], sys.executable, *program]
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        results = [p.communicate(timeout=250) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    return [p.returncode for p in procs], "".join(o for o, _ in results), "".join(e for _, e in results)
+
+
 def test_slurm_style_start_across_two_hosts():
     """srun's variables only (no commrun): rank 0 hosts the coordinator at the node list's first host."""
     with Fabric(2, "10.236.5") as fab:
         job_id = random.randrange(10_000, 1_000_000)
-        procs = []
-        try:
-            for r in range(4):
-                env = base_env(SLURM_PROCID=r, SLURM_NTASKS=4, SLURM_LOCALID=r % 2, SLURM_NODEID=r // 2,
-                               SLURM_JOB_ID=job_id, SLURM_STEP_ID=0, SLURM_NODELIST="10.236.5.[1-2]",
-                               SLURM_TASKS_PER_NODE="2(x2)", COMMLIB_TIMEOUT=90, COMMLIB_VERBOSE=1)
-                argv = ["ip", "netns", "exec", fab.hosts[r // 2], sys.executable,
-                        os.path.join(CASES, "every_collective.py")]
-                procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True, start_new_session=True))
-            results = [p.communicate(timeout=250) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, 9)
-                    p.wait()
-        out = "".join(o for o, _ in results)
-        err = "".join(e for _, e in results)
-        assert [p.returncode for p in procs] == [0] * 4, out + err
+        codes, out, err = _srun(fab, job_id, 0, os.path.join(CASES, "every_collective.py"))
+        assert codes == [0] * 4, out + err
         assert _ok_ranks(out) == [0, 1, 2, 3], out + err
         routes = _routes(err)
         for r, (address, peers) in routes.items():
             assert address == fab.addr(r // 2), (r, address)
             assert peers[r ^ 1] == "unix socket" and peers[(r + 2) % 4].startswith(f"tcp {fab.addr(1 - r // 2)}:")
+        # the doctor under the same launcher (the next job step)
+        codes, out, err = _srun(fab, job_id, 1, "-m", "commlib.doctor")
+        assert codes == [0] * 4, out + err
+        assert "all 12 connections between 4 ranks work" in out, out + err
+        assert _doctor_rows(out)[3] == (fab.addr(1), ["tcp", "tcp", "unix", "-"]), out
+
+
+def _doctor_rows(out):
+    """{rank: (address, [cells])} from the doctor's transport table."""
+    rows = {}
+    for m in re.finditer(r"^(?:\[0\] )?\s+(\d+)  \S+\s+(\d+\.\d+\.\d+\.\d+:\d+)((?:\s+(?:-|unix|tcp|FAIL))+)\s*$", out, re.M):
+        rows[int(m[1])] = (m[2].rsplit(":", 1)[0], m[3].split())
+    return rows
+
+
+def _matrix(out, title):
+    """The rows of the matrix after the line starting with `title`: {rank: [cells]}."""
+    lines = out.split(title, 1)[1].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        m = re.match(r"^(?:\[0\] )?\s+(\d+)((?:\s+\S+)+)\s*$", line)
+        if not m:
+            break
+        rows[int(m[1])] = m[2].split()
+    return rows
+
+
+def test_doctor_table_and_matrices_across_hosts():
+    with Fabric(2, "10.236.6") as fab:
+        argv = fab.commrun("--doctor", "--hosts", f"{fab.hosts[0]}:2,{fab.hosts[1]}:1", "--ifname", "fab0")
+        rc, out, err, took = run_job(argv, base_env(), timeout=200)
+        assert rc == 0, f"exit {rc}\n{out}\n{err}"
+        assert "all 6 connections between 3 ranks work" in out, out
+        rows = _doctor_rows(out)
+        assert rows == {0: (fab.addr(0), ["-", "unix", "tcp"]), 1: (fab.addr(0), ["unix", "-", "tcp"]),
+                        2: (fab.addr(1), ["tcp", "tcp", "-"])}, out
+        for title in ("latency (microseconds", "bandwidth (MB/s"):
+            m = _matrix(out, title)
+            assert sorted(m) == [0, 1, 2], out
+            for r, cells in m.items():
+                assert cells[r] == "-" and all(float(c) > 0 for i, c in enumerate(cells) if i != r), (title, out)
+
+
+def test_doctor_reports_an_unreachable_pair_and_checks_the_rest():
+    with Fabric(3, "10.236.7") as fab:
+        fab.ip(1, "route", "add", "unreachable", f"{fab.addr(2)}/32")  # host 1 cannot reach host 2
+        argv = fab.commrun("--doctor", "--hosts", ",".join(f"{h}:1" for h in fab.hosts), "--ifname", "fab0")
+        rc, out, err, took = run_job(argv, base_env(), timeout=200)
+        assert rc != 0, out + err
+        rows = _doctor_rows(out)
+        assert rows[0][1] == ["-", "tcp", "tcp"] and rows[1][1] == ["tcp", "-", "FAIL"], out
+        assert rows[2][1] == ["tcp", "FAIL", "-"], out
+        assert re.search(rf"FAILED rank 1 -> rank 2 \(tcp {fab.addr(2)}:\d+\): .*could not connect to rank 2 at "
+                         rf"tcp {fab.addr(2)}:\d+: no route to host \(EHOSTUNREACH\)", out), out
+        assert re.search(rf"FAILED rank 2 -> rank 1 \(tcp {fab.addr(1)}:\d+\): .*could not connect to rank 1", out), out
+        bw = _matrix(out, "bandwidth (MB/s")
+        assert bw[1][2] == "x" and bw[2][1] == "x", out
+        assert float(bw[0][1]) > 0 and float(bw[0][2]) > 0 and float(bw[2][0]) > 0, out
+        assert "2 problem(s)" in out, out

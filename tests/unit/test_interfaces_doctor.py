@@ -1,4 +1,4 @@
-"""COMMLIB_IFNAME: parsing and choosing an address from an interface table (no sockets)."""
+"""COMMLIB_IFNAME parsing and address choice, the doctor's pair schedule and CLI (no sockets but a loopback UDP one)."""
 import ipaddress
 
 import pytest
@@ -79,3 +79,26 @@ def test_loopback_is_refused_when_the_job_spans_hosts():
         listen_address("127.0.0.1", True, {})
     assert is_loopback("::1") and is_loopback("127.3.0.1") and not is_loopback("10.0.0.1")
     assert not is_loopback("not-an-address")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9, 64])
+def test_doctor_schedule_pairs_everyone_once_in_disjoint_rounds(n):
+    from commlib.doctor import schedule
+
+    rounds = schedule(n)
+    pairs = [p for rnd in rounds for p in rnd]
+    assert sorted(pairs) == [(a, b) for a in range(n) for b in range(a + 1, n)]
+    for rnd in rounds:
+        ranks = [r for p in rnd for r in p]
+        assert len(ranks) == len(set(ranks))
+    assert len(rounds) <= max(1, n if n % 2 else n - 1)
+
+
+def test_commrun_doctor_takes_no_program(tmp_path):
+    from click.testing import CliRunner
+    from commrun.cli import main
+
+    script = tmp_path / "x.py"
+    script.write_text("")
+    result = CliRunner().invoke(main, ["--doctor", "-n", "2", str(script)])
+    assert result.exit_code == 2 and "--doctor runs its own check" in result.output
