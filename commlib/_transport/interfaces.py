@@ -140,19 +140,25 @@ def choose(value, table, routed=None):
 
 
 def listen_address(coordinator_host, spans_hosts, environ=os.environ):
-    """The address this rank listens on and advertises (see the module docstring)."""
+    """(address, where it came from): the address this rank listens on and advertises.
+
+    `spans_hosts`: the launcher says the ranks are on more than one host. A
+    loopback address is then refused, unless the coordinator itself is reached
+    over loopback (every rank that reaches it is on this host: launchers that
+    do not know where the ranks are, such as torch's store, pass spans_hosts).
+    """
     value = environ.get("COMMLIB_IFNAME", "").strip()
+    try:
+        routed = routed_address(coordinator_host)
+    except CommError:
+        if not value:
+            raise
+        routed = None  # the override does not need the route; it only orders the candidates
     if value:
-        try:
-            routed = routed_address(coordinator_host)
-        except CommError:
-            routed = None  # the override does not need the route; it only orders the candidates
-        address = choose(value, interfaces(), routed)
-        source = f"COMMLIB_IFNAME={value}"
+        address, source = choose(value, interfaces(), routed), f"COMMLIB_IFNAME={value}"
     else:
-        address = routed_address(coordinator_host)
-        source = f"the route to the coordinator {coordinator_host}"
-    if spans_hosts and is_loopback(address):
+        address, source = routed, f"the route to the coordinator {coordinator_host}"
+    if spans_hosts and is_loopback(address) and not (routed and is_loopback(routed)):
         raise CommError(f"this job's ranks span hosts, but {source} gives the loopback address {address}, "
                         f"which the other hosts cannot reach: set COMMLIB_IFNAME (commrun --ifname) to the "
                         f"interface the hosts share; interfaces: {describe(interfaces())}")

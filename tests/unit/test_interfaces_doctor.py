@@ -70,13 +70,19 @@ def test_choose_errors_name_the_value_and_every_interface(value, words):
     assert "eth0 192.168.1.5 fe80::1 fd00::5" in text and "docker0 (no address)" in text and "ib0 10.4.0.7" in text
 
 
-def test_loopback_is_refused_when_the_job_spans_hosts():
+def test_loopback_is_refused_when_the_job_spans_hosts(monkeypatch):
+    from commlib._transport import interfaces
+
     env = {"COMMLIB_IFNAME": "lo"}
-    assert listen_address("127.0.0.1", False, env) == ("127.0.0.1", "COMMLIB_IFNAME=lo")
-    with pytest.raises(CommError, match="span hosts.*loopback address 127.0.0.1.*interfaces: lo"):
-        listen_address("127.0.0.1", True, env)
-    with pytest.raises(CommError, match="route to the coordinator 127.0.0.1 gives the loopback"):
-        listen_address("127.0.0.1", True, {})
+    # a coordinator reached over loopback: every rank is on this host, whatever the launcher says
+    assert listen_address("127.0.0.1", True, env) == ("127.0.0.1", "COMMLIB_IFNAME=lo")
+    assert listen_address("127.0.0.1", True, {}) == ("127.0.0.1", "the route to the coordinator 127.0.0.1")
+    monkeypatch.setattr(interfaces, "routed_address", lambda host: "10.1.2.3")
+    assert listen_address("node1", False, env) == ("127.0.0.1", "COMMLIB_IFNAME=lo")
+    with pytest.raises(CommError, match="span hosts, but COMMLIB_IFNAME=lo gives the loopback address 127.0.0.1.*"
+                                        "interfaces: lo"):
+        listen_address("node1", True, env)
+    assert listen_address("node1", True, {}) == ("10.1.2.3", "the route to the coordinator node1")
     assert is_loopback("::1") and is_loopback("127.3.0.1") and not is_loopback("10.0.0.1")
     assert not is_loopback("not-an-address")
 
