@@ -333,8 +333,10 @@ class Endpoint:
     def set_table(self, table):
         """Take the job's table; CommError when a rank on another host advertises a loopback address."""
         self.table = table
+        stack = self.host_id.split("/", 1)[-1]  # boot id and network namespace: who shares our loopback
         for r, info in enumerate(table):
-            if info["host_id"] != self.host_id and any(is_loopback(t["tcp"][0]) for t in (info, table[self.rank])):
+            if (info["host_id"].split("/", 1)[-1] != stack
+                    and any(is_loopback(t["tcp"][0]) for t in (info, table[self.rank]))):
                 bad = r if is_loopback(info["tcp"][0]) else self.rank
                 raise CommError(f"rank {self.rank}: rank {bad} listens on the loopback address "
                                 f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
