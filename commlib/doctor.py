@@ -140,8 +140,8 @@ def run(pair_timeout=PAIR_TIMEOUT_S, nbytes=MEASURE_BYTES, out=sys.stdout):
     got = notices.gather_reports("doctor/measure", others, time.monotonic() + pair_timeout + 10.0)
     speed = {me: {str(p): v for p, v in mine.items()}}
     speed.update({r: m["speed"] for r, m in got.items()})
-    _print_report(out, n, table, reports, silent, speed, nbytes)
-    problems = _failures(n, reports, silent)
+    _print_report(out, n, table, reports, speed, nbytes)
+    problems = _failures(reports, silent)
     errors = {me: measure_error, **{r: m.get("error") for r, m in got.items()}}
     problems += [f"FAILED rank {r} while measuring: {e}" for r, e in sorted(errors.items()) if e]
     for line in problems:
@@ -163,7 +163,7 @@ def _cell(rep, peer):
     return "unix" if route.startswith("unix") else "tcp" if route.startswith("tcp") else route
 
 
-def _print_report(out, n, table, reports, silent, speed, nbytes):
+def _print_report(out, n, table, reports, speed, nbytes):
     hosts = {info["host_id"] for info in table}
     print(f"commlib doctor: {n} ranks on {len(hosts)} host(s) (network namespaces count as hosts)\n", file=out)
     lead = f"{'rank':>4}  {'host':<16} {'address':<22}"
@@ -199,7 +199,7 @@ def _speed(speed, r, p, index):
     return theirs[0] if index == 0 else theirs[2]
 
 
-def _failures(n, reports, silent):
+def _failures(reports, silent):
     lines = []
     for r in silent:
         lines.append(f"FAILED rank {r}: sent no report (it died, or cannot reach the coordinator)")
