@@ -352,6 +352,11 @@ class Client:
         self._listener = None
         self._closing = False
 
+    @property
+    def sock(self):
+        """The connection (for a transport that reports on its link health)."""
+        return self._sock
+
     @classmethod
     def connect(cls, address, secret, rank, timeout):
         """Connect and authenticate, retrying refused connections until `timeout`."""

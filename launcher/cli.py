@@ -35,6 +35,22 @@ def _route_address(host):
         return s.getsockname()[0]
 
 
+def _ifname_address(ifname, routed):
+    """The coordinator's address on --ifname (a job across hosts): never loopback."""
+    from commlib._transport.interfaces import choose, describe, interfaces, is_loopback
+    from commlib._errors import CommError
+
+    try:
+        table = interfaces()
+        address = choose(ifname, table, routed)
+    except CommError as e:
+        raise click.BadParameter(str(e), param_hint="--ifname")
+    if is_loopback(address):
+        raise click.BadParameter(f"{ifname} gives the loopback address {address}, which the other hosts cannot "
+                                 f"reach; interfaces: {describe(table)}", param_hint="--ifname")
+    return address
+
+
 def _runs_as_is(first):
     """An executable given first (`python`, `./a.out`, `hostname`) runs as it is, as under mpirun;
     a Python source file (`x.py`, or any file that is not executable) runs under this Python."""
@@ -78,6 +94,14 @@ def _check_program(program, module, direct):
 @click.option("--coordinator-host", metavar="ADDR",
               help="Address the coordinator binds and ranks connect to [default: 127.0.0.1 for local "
                    "jobs, else this machine's address on the route to the first remote host].")
+@click.option("--ifname", metavar="IF[,IF...]|CIDR",
+              help="Interface(s) or network whose address every rank listens on (sets COMMLIB_IFNAME); "
+                   "across hosts the coordinator binds it too [default: the route to the coordinator].")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Each rank prints its address and the transport it uses to every peer (COMMLIB_VERBOSE=1).")
+@click.option("--doctor", is_flag=True,
+              help="Check the set-up instead of running a program: every pair connects and authenticates; "
+                   "addresses, transports, bandwidth and latency per pair.")
 @click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop the job after this long, dumping every Python rank's stacks (exit 124).")
@@ -86,8 +110,8 @@ def _check_program(program, module, direct):
 @click.version_option(__version__, "-V", "--version", prog_name="commrun")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, tag_output, timeout,
-         grace, program):
+def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
+         tag_output, timeout, grace, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -105,6 +129,10 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         spawn.Rank(r, host, local_rank, local_size, hosts.is_local(host))
         for r, (host, local_rank, local_size) in enumerate(hosts.place(n, host_list))
     ]
+    if doctor:
+        if program:
+            raise click.UsageError(f"--doctor runs its own check: no program ({program[0]}) is taken")
+        program, module, direct = ("commlib.doctor",), True, False
     if any(rank.local for rank in ranks):
         _check_program(program, module, direct)
     elif not program:
@@ -116,11 +144,19 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             try:
                 coordinator_host = _route_address(remote[0])
             except OSError as e:
-                raise click.UsageError(
-                    f"cannot tell which address {remote[0]} reaches this machine by ({e}); pass --coordinator-host"
-                )
+                if not ifname:
+                    raise click.UsageError(f"cannot tell which address {remote[0]} reaches this machine by ({e}); "
+                                           f"pass --ifname or --coordinator-host")
+                coordinator_host = None
+            if ifname:
+                coordinator_host = _ifname_address(ifname, coordinator_host)
     argv = spawn.program_argv(program, module, direct)
     extra = {}
+    if ifname:
+        extra["COMMLIB_IFNAME"] = ifname
+    if verbose:
+        extra["COMMLIB_VERBOSE"] = "1"
+        supervise.say(f"coordinator on {coordinator_host}" + (f", ranks on COMMLIB_IFNAME={ifname}" if ifname else ""))
     busiest = max(rank.local_size for rank in ranks)
     if busiest > spawn.cpu_count() and "OMP_NUM_THREADS" not in os.environ:
         extra["OMP_NUM_THREADS"] = "1"

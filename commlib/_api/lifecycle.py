@@ -121,16 +121,17 @@ def _join(env, timeout, coordinator=None):
         coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
                                               port=env.coordinator[1])
         coordinator.start()
-    ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout)
+    ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout, spans_hosts=env.local_size < env.size)
     try:
         client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
-        ep.table = client.register(ep.info(), timeout)
+        ep.set_table(client.register(ep.info(), timeout))
     except BaseException:
         ep.close()
         if coordinator is not None:
             coordinator.close()
         raise
     ep.notices.send = client.send
+    ep.coordinator_sock = client.sock
     if env.source != "commrun":  # rank 0 hosts the coordinator: losing it is losing rank 0
         ep.notices.coordinator_rank = 0
     client.start_listener(ep.notices.on_notice)
@@ -140,6 +141,8 @@ def _join(env, timeout, coordinator=None):
     if env.size > 1:  # every large collective needs the ring neighbour: connect now if it can be
         transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
     _world._coordinator = coordinator
+    if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):
+        print(ep.routes_text(), file=sys.stderr, flush=True)
     _install_excepthook(client, env.rank)
     atexit.register(_finalize_at_exit)
     return _world

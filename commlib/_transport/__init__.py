@@ -30,7 +30,8 @@ from .._errors import CommError, PeerLost
 from .._wire import HEADER_NBYTES, decode
 from . import _io
 from .diagnose import peer_mismatch, status_error
-from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity, routed_address
+from .interfaces import routed_address
+from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
 __all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "env_number",
            "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
@@ -65,10 +66,26 @@ class Transport:
     def connect_eagerly(self, gid, dst, timeout):
         """Open the collective connection to dst now if it can be (best effort: never an error)."""
         try:
-            self.ep.outgoing(gid, CH_COLL, dst, time.monotonic() + timeout, "init")
+            self.ep.outgoing(gid, CH_COLL, dst, time.monotonic() + timeout, "init", sticky=False)
         except (CommError, OSError):
             return False
         return True
+
+    def probe(self, gid, dst, timeout):
+        """Open (or reuse) the authenticated point-to-point connection to world rank dst, for a check
+        of the set-up: (route words, seconds taken, None) or (route words, seconds, error words).
+        A failure is this call's only: the process stays usable for its other peers."""
+        start = time.monotonic()
+        try:
+            self.ep.outgoing(gid, CH_P2P, dst, start + timeout, "connection check", sticky=False)
+            error = None
+        except (CommError, OSError) as exc:
+            error = str(exc)
+        return self.ep.describe_route(dst), time.monotonic() - start, error
+
+    def routes_text(self):
+        """This rank's address and its route to every peer, in one line."""
+        return self.ep.routes_text()
 
 
 class CollectiveChannel:

@@ -31,6 +31,7 @@ class Notices:
         self.current = None  # (what, peer world rank, header bytes or None) while blocked
         self.last = None  # the last operation this rank entered (formatted only when asked)
         self.digests = {}  # world rank -> its finalize() digest message
+        self.reports = {}  # topic -> {world rank: "report" message}
         self._statuses = {}
         self._cond = threading.Condition()
         self._spread = False
@@ -84,6 +85,10 @@ class Notices:
         elif kind == "digest":
             with self._cond:
                 self.digests[msg.get("from", peer)] = msg
+                self._cond.notify_all()
+        elif kind == "report":  # a front-end's message relayed between ranks (commlib.doctor)
+            with self._cond:
+                self.reports.setdefault(msg.get("topic"), {})[msg.get("from", peer)] = msg
                 self._cond.notify_all()
         elif kind == "coordinator_lost" and not ep.closed:
             host = self.coordinator_rank
@@ -157,9 +162,16 @@ class Notices:
         def line(r):
             if r in got:
                 return got[r].get("state", "?")
-            return f"gone: {self.exits[r]}" if r in self.exits else "no answer (stopped, or holding the GIL?)"
+            if r in self.exits:
+                return f"gone: {self.exits[r]}"
+            link = self.ep.link_note(r)
+            return f"no answer; unreachable? {link}" if link else "no answer (stopped, or holding the GIL?)"
 
-        return "\n  stall report:\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
+        head = "\n  stall report:"
+        note = None if got else self.ep.coordinator_note()  # no answer at all: is our query itself stuck?
+        if note:
+            head += f" {note}"
+        return head + "\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
 
     def peer_header(self, peer, wait_s=0.5):
         """The header of the collective `peer` is blocked in (bytes), or None."""
@@ -175,6 +187,16 @@ class Notices:
             return bytes.fromhex(got["hdr"])
         except ValueError:
             return None
+
+    def gather_reports(self, topic, ranks, deadline):
+        """{rank: message} of the "report"s on `topic` from `ranks`, waiting until all of them
+        have sent one or are gone, or until deadline."""
+        with self._cond:
+            while True:
+                got = self.reports.get(topic, {})
+                if all(r in got or r in self.exits for r in ranks) or time.monotonic() >= deadline:
+                    return {r: got[r] for r in ranks if r in got}
+                self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------ finalize
     def exchange_digests(self, mine, size, deadline):

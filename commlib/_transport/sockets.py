@@ -1,7 +1,8 @@
 """Connections between ranks: listeners, the authenticated handshake, the sticky failure.
 
 Every rank listens on a TCP port (bound to the interface that routes to the
-coordinator, never 0.0.0.0) and on an abstract Unix socket. A connection
+coordinator or the one COMMLIB_IFNAME names, never 0.0.0.0: interfaces.py)
+and on an abstract Unix socket. A connection
 carries traffic in ONE direction: the sender opens it on first use, so no
 rank ever waits for another to connect before it can make progress (a ring
 where everyone connects to the right and reads from the left cannot
@@ -19,6 +20,8 @@ How a step's status becomes an error is `diagnose.py`'s job; what the
 coordinator says about other ranks is `notices.py`'s.
 """
 import contextlib
+import errno
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -30,6 +33,7 @@ import threading
 import time
 
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
+from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
 
 log = logging.getLogger("commlib")
@@ -71,16 +75,44 @@ def host_identity():
     return f"{socket.gethostname()}/{boot}/{netns}"
 
 
-def routed_address(host):
-    """The local address this machine uses to reach `host` (UDP connect sends nothing)."""
+def _fmt(address):
+    host, port = address[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _why(exc):
+    """The errno text of a failed connect ('connection refused (ECONNREFUSED)'), else its message."""
+    if exc is None:
+        return "no attempt finished in time"
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{os.strerror(exc.errno).lower()} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    if isinstance(exc, TimeoutError):
+        return "timed out (no reply: packets dropped by a firewall, or no route back to this host?)"
+    return str(exc) or type(exc).__name__
+
+
+_TCP_INFO = struct.Struct("<8B13I")  # struct tcp_info up to tcpi_last_ack_recv (linux/tcp.h)
+SIOCOUTQ = 0x5411  # bytes in a socket's send queue, sent or not
+
+
+def silent_for(sock, queued=False):
+    """Seconds since a TCP socket last got an ACK while it has data waiting for one, else None.
+
+    Linux only (TCP_INFO). Data sent and being retransmitted is a link that went
+    down (a stopped or busy peer's kernel still acknowledges); with `queued`,
+    data that could not even be sent (no route once the link is down) counts
+    too: for a connection whose queries are answered within a second.
+    """
     try:
-        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
-        family, _, _, _, addr = infos[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            return s.getsockname()[0]
-    except OSError as exc:
-        raise CommError(f"cannot find a local interface that reaches the coordinator {host}: {exc}") from exc
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
+        outq = struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0] if queued else 0
+    except (OSError, AttributeError):
+        return None
+    info = _TCP_INFO.unpack(raw[:_TCP_INFO.size].ljust(_TCP_INFO.size, b"\0"))
+    retransmits, unacked, last_ack_recv_s = info[2], info[12], info[20] / 1000
+    if unacked and retransmits or outq and last_ack_recv_s > 1.0:
+        return last_ack_recv_s
+    return None
 
 
 def _hung_up(sock):
@@ -104,7 +136,7 @@ def _tune(sock, tcp):
 class Endpoint:
     """This process's listeners, connections, failure state and wake pipe."""
 
-    def __init__(self, rank, secret, coordinator_host, timeout):
+    def __init__(self, rank, secret, coordinator_host, timeout, spans_hosts=False):
         self.rank = rank  # world rank
         self.secret = secret
         self.timeout = timeout
@@ -113,7 +145,12 @@ class Endpoint:
         if transport not in ("auto", "tcp"):
             raise CommError(f"COMMLIB_TRANSPORT={transport!r}: expected 'auto' (Unix sockets within a host) or 'tcp'")
         self.force_tcp = transport == "tcp"
+        try:  # before any descriptor exists: nothing to close on this error
+            bind_host, self.address_source = listen_address(coordinator_host, spans_hosts)
+        except CommError as exc:
+            raise CommError(f"rank {rank}: {exc}") from exc
         self.table = None  # world rank -> registration dict
+        self.coordinator_sock = None  # our connection to the coordinator (a stall report checks its link)
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
         self.notices = Notices(self)  # what the coordinator tells us about the other ranks
@@ -131,7 +168,6 @@ class Endpoint:
         os.set_blocking(self.arrival_r, False)
         os.set_blocking(self._arrival_w, False)
 
-        bind_host = routed_address(coordinator_host)
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self._tcp = socket.socket(family, socket.SOCK_STREAM)
         self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -261,8 +297,12 @@ class Endpoint:
             return {(k[0], k[2]): s for k, s in self._in.items() if k[1] == channel}
 
     # -------------------------------------------------------------- connecting
-    def outgoing(self, group, channel, dst, deadline, what):
-        """fd of the connection to world rank `dst`, opening and authenticating it on first use."""
+    def outgoing(self, group, channel, dst, deadline, what, sticky=True):
+        """fd of the connection to world rank `dst`, opening and authenticating it on first use.
+
+        A connection not made by the deadline fails this process (sticky), unless not `sticky`:
+        then it is only this call's error (a best-effort or diagnostic connect).
+        """
         key = (group, channel, dst)
         sock = self._out.get(key)
         if sock is not None:
@@ -273,25 +313,78 @@ class Endpoint:
             sock = self._out.get(key)
             if sock is not None:
                 return sock.fileno()
-            return self._connect(key, deadline, what)
+            return self._connect(key, deadline, what, sticky)
 
     def out_sock(self, group, channel, dst):
         """The open connection to world rank dst, or None."""
         return self._out.get((group, channel, dst))
 
-    def _connect(self, key, deadline, what):
-        group, channel, dst = key
+    def route(self, dst):
+        """How this rank reaches world rank dst: ("unix", abstract name) or ("tcp", (host, port))."""
         peer = self.table[dst]
-        local = peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp
-        address = "\0" + peer["unix"] if local else tuple(peer["tcp"])
+        if peer["host_id"] == self.host_id and peer.get("unix") and not self.force_tcp:
+            return "unix", peer["unix"]
+        return "tcp", tuple(peer["tcp"])
+
+    def describe_route(self, dst):
+        kind, where = self.route(dst)
+        return "unix socket" if kind == "unix" else f"tcp {_fmt(where)}"
+
+    def set_table(self, table):
+        """Take the job's table; CommError when a rank on another host advertises a loopback address."""
+        self.table = table
+        stack = self.host_id.split("/", 1)[-1]  # boot id and network namespace: who shares our loopback
+        for r, info in enumerate(table):
+            if (info["host_id"].split("/", 1)[-1] != stack
+                    and any(is_loopback(t["tcp"][0]) for t in (info, table[self.rank]))):
+                bad = r if is_loopback(info["tcp"][0]) else self.rank
+                raise CommError(f"rank {self.rank}: rank {bad} listens on the loopback address "
+                                f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
+                                f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
+                                f"interfaces here: {describe(interfaces())}")
+
+    def routes_text(self):
+        """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""
+        peers = "; ".join(f"{r} {self.describe_route(r)}" for r in range(len(self.table)) if r != self.rank)
+        return (f"commlib rank {self.rank} on {socket.gethostname()}: listening on tcp {_fmt(self.tcp_address)} "
+                f"(from {self.address_source}); peers: {peers or 'none'}")
+
+    def link_note(self, peer):
+        """'tcp 10.0.0.2:4711 unacknowledged for 12 s' when our TCP connection to world rank peer
+        has data in flight that it stopped acknowledging (a link down, not a busy peer), else None."""
+        with self._cond:
+            socks = [s for k, s in list(self._out.items()) + list(self._in.items()) if k[2] == peer]
+        for sock in socks:
+            if sock.family != socket.AF_UNIX and (silent := silent_for(sock)) is not None:
+                with contextlib.suppress(OSError):
+                    return f"tcp {_fmt(sock.getpeername())} unacknowledged for {silent:.0f} s"
+        return None
+
+    def coordinator_note(self):
+        """Words for a coordinator connection that stopped acknowledging what we sent, else None."""
+        sock = self.coordinator_sock
+        silent = silent_for(sock, queued=True) if sock is not None else None
+        if silent is None:
+            return None
+        with contextlib.suppress(OSError):
+            return (f"the coordinator at {sock.getpeername()[0]} has not acknowledged for {silent:.0f} s "
+                    f"(is the link to its host down?)")
+        return None
+
+    def _connect(self, key, deadline, what, sticky=True):
+        group, channel, dst = key
+        kind, where = self.route(dst)
+        local = kind == "unix"
+        address = "\0" + where if local else where
         last = None
         while True:
             self.raise_if_failed()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self.fail(CommTimeout(f"rank {self.rank}: {what} could not connect to rank {dst} at "
-                                            f"{address if not local else 'its unix socket'}: {last}"
-                                            + self.stall_report(), rank=dst))
+                text = f"rank {self.rank}: {what} could not connect to rank {dst} at {self.describe_route(dst)}: "
+                if not sticky:
+                    raise CommTimeout(text + _why(last), rank=dst)
+                raise self.fail(CommTimeout(text + _why(last) + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:

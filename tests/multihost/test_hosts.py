@@ -1,0 +1,222 @@
+"""Jobs across namespace hosts: every collective on 3 hosts, interface choice, a link cut mid-job, srun.
+
+Each test builds its own hosts (_netns.Fabric: namespaces on a bridge, a
+subnet of 10.236.0.0/16 that exists only there) and removes them. Skipped
+with the reason without root or iproute2. Jobs run through the real launcher
+(or, for the Slurm-style start, as plain processes with SLURM_* variables)
+with a hard timeout; the machine is shared and slow, so limits are generous.
+"""
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _netns import Fabric, Job, base_env, leftovers, run_job
+
+pytestmark = pytest.mark.timeout(300)
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
+
+
+def _ok_ranks(out):
+    return sorted(int(m) for m in re.findall(r"rank (\d+): \d+ checks ok", out))
+
+
+def _routes(out):
+    """{rank: (listening address, {peer: route})} from COMMLIB_VERBOSE lines."""
+    got = {}
+    for m in re.finditer(r"commlib rank (\d+) on \S+: listening on tcp (\S+):\d+ \(from [^)]*\); peers: (.*)", out):
+        peers = dict(re.match(r"(\d+) (.*)", p).groups() for p in m[3].split("; "))
+        got[int(m[1])] = (m[2], {int(k): v for k, v in peers.items()})
+    return got
+
+
+def test_three_hosts_two_ranks_each_every_collective():
+    with Fabric(3, "10.236.1") as fab:
+        hosts = ",".join(f"{h}:2" for h in fab.hosts)
+        argv = fab.commrun("-v", "--hosts", hosts, "--ifname", "fab0",
+                           os.path.join(CASES, "every_collective.py"))
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=90), timeout=280)
+        assert rc == 0 and _ok_ranks(out) == list(range(6)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        routes = _routes(err)
+        assert sorted(routes) == list(range(6)), err
+        for r, (address, peers) in routes.items():
+            assert address == fab.addr(r // 2), (r, address)
+            for p, route in peers.items():  # the host's other rank by Unix socket, the rest by TCP
+                want = "unix socket" if p // 2 == r // 2 else f"tcp {fab.addr(p // 2)}:"
+                assert route.startswith(want), (r, p, route)
+
+
+def test_host_with_two_interfaces_routed_choice_and_ifname():
+    with Fabric(3, "10.236.2") as fab:
+        fab.dead_end(2, "mgmt0", "10.236.99.3/24")  # host 2: a second interface that reaches nothing
+        hosts = ",".join(f"{h}:1" for h in fab.hosts)
+        case = os.path.join(CASES, "every_collective.py")
+        # Without COMMLIB_IFNAME: the route to the coordinator (host 0) picks fab0 on host 2.
+        argv = fab.commrun("-v", "--hosts", hosts, "--coordinator-host", fab.addr(0), case)
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=90), timeout=250)
+        assert rc == 0 and _ok_ranks(out) == [0, 1, 2], f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        routes = _routes(err)
+        assert routes[2][0] == fab.addr(2) and "the route to the coordinator" in err, err
+
+        # The right interface named: the same.
+        argv = fab.commrun("-v", "--hosts", hosts, "--coordinator-host", fab.addr(0), "--ifname", "fab0", case)
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=90), timeout=250)
+        assert rc == 0 and _ok_ranks(out) == [0, 1, 2], f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        assert _routes(err)[2][0] == fab.addr(2) and "from COMMLIB_IFNAME=fab0" in err, err
+
+        # A setting that leaves host 2 only its dead interface (hosts 0 and 1 keep their own address):
+        # rank 2 listens where nobody can reach it: a clear error naming rank 2 and its address.
+        argv = fab.commrun("--hosts", hosts, "--coordinator-host", fab.addr(0), case)
+        wrong = f"10.236.99.0/24,{fab.addr(0)},{fab.addr(1)}"
+        rc, out, err, took = run_job(argv, base_env(COMMLIB_TIMEOUT=12, COMMLIB_IFNAME=wrong), timeout=120)
+        assert rc != 0, out + err
+        assert re.search(r"could not connect to rank 2 at tcp 10\.236\.99\.3:\d+: network is unreachable "
+                         r"\(ENETUNREACH\)", out + err), out + err
+        assert took < 90, took
+
+        # A name no host has: refused at init on every rank, naming the value and the interfaces.
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=30, COMMLIB_IFNAME="eth9"), timeout=120)
+        assert rc != 0 and "COMMLIB_IFNAME='eth9': no interface named eth9 on this host; interfaces: lo 127.0.0.1" in out + err, out + err
+        assert "fab0 10.236.2." in out + err, out + err
+
+
+def test_loopback_is_never_advertised_across_hosts():
+    with Fabric(2, "10.236.3") as fab:
+        argv = fab.commrun("--hosts", f"{fab.hosts[0]}:1,{fab.hosts[1]}:1", "--coordinator-host", fab.addr(0),
+                           os.path.join(CASES, "every_collective.py"))
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=30, COMMLIB_IFNAME="lo"), timeout=120)
+        assert rc != 0 and "ranks span hosts, but COMMLIB_IFNAME=lo gives the loopback address 127.0.0.1" in out + err, out + err
+        # commrun --ifname refuses the loopback interface itself, before starting anything
+        rc, out, err, _ = run_job(fab.commrun("--hosts", f"{fab.hosts[0]}:1,{fab.hosts[1]}:1", "--ifname", "lo",
+                                              os.path.join(CASES, "every_collective.py")), base_env(), timeout=60)
+        assert rc == 2 and "loopback address 127.0.0.1" in err, err
+
+
+def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
+    with Fabric(2, "10.236.4") as fab:
+        case = os.path.join(CASES, "collective_loop.py")
+        marker = f"loop-{fab.tag}"
+        argv = fab.commrun("--hosts", f"{fab.hosts[0]}:2,{fab.hosts[1]}:2", "--ifname", "fab0", case, marker)
+        job = Job(argv, base_env(COMMLIB_TIMEOUT=15))
+        try:
+            running = job.wait_for(lambda lines: len({ln.split()[0] for ln in lines if "looping" in ln}) == 4, 200)
+            assert running, job.output()
+            time.sleep(0.5)
+            fab.ip(1, "link", "set", "fab0", "down")
+            cut = time.monotonic()
+            rc = job.finish(120)
+            took = time.monotonic() - cut
+        finally:
+            job.kill()
+        out = job.output()
+        assert rc != 0, out
+        # Every rank reports the failure within the timeout. Host 0's ranks (with the coordinator)
+        # name host 1's ranks as not answering; host 1's ranks name a rank of host 0 they waited for,
+        # or say their query to the coordinator on host 0 is not acknowledged (the link is down).
+        for r in range(4):
+            m = re.search(rf"rank {r}: caught (CommTimeout|PeerLost): (.*)", out)
+            assert m, (r, out)
+            if r < 2:
+                assert re.search(r"rank [23]: no answer", m[2]) or re.search(r"(for|lost) rank [23]\b", m[2]), m[2]
+            else:
+                assert (re.search(r"(for|lost) rank [01]\b", m[2])
+                        or f"the coordinator at {fab.addr(0)} has not acknowledged" in m[2]), m[2]
+        assert took < 15 + 30, (took, out)
+        time.sleep(1.0)
+        assert leftovers(marker) == [], leftovers(marker)
+
+
+def _srun(fab, job_id, step, *program):
+    """Four tasks, two per host, started as srun would: SLURM_* variables only. (codes, out, err)"""
+    procs = []
+    try:
+        for r in range(4):
+            env = base_env(SLURM_PROCID=r, SLURM_NTASKS=4, SLURM_LOCALID=r % 2, SLURM_NODEID=r // 2,
+                           SLURM_JOB_ID=job_id, SLURM_STEP_ID=step, SLURM_NODELIST=f"{fab.subnet}.[1-2]",
+                           SLURM_TASKS_PER_NODE="2(x2)", COMMLIB_TIMEOUT=90, COMMLIB_VERBOSE=1)
+            argv = ["ip", "netns", "exec", fab.hosts[r // 2], sys.executable, *program]
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        results = [p.communicate(timeout=250) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    return [p.returncode for p in procs], "".join(o for o, _ in results), "".join(e for _, e in results)
+
+
+def test_slurm_style_start_across_two_hosts():
+    """srun's variables only (no commrun): rank 0 hosts the coordinator at the node list's first host."""
+    with Fabric(2, "10.236.5") as fab:
+        job_id = random.randrange(10_000, 1_000_000)
+        codes, out, err = _srun(fab, job_id, 0, os.path.join(CASES, "every_collective.py"))
+        assert codes == [0] * 4, out + err
+        assert _ok_ranks(out) == [0, 1, 2, 3], out + err
+        routes = _routes(err)
+        for r, (address, peers) in routes.items():
+            assert address == fab.addr(r // 2), (r, address)
+            assert peers[r ^ 1] == "unix socket" and peers[(r + 2) % 4].startswith(f"tcp {fab.addr(1 - r // 2)}:")
+        # the doctor under the same launcher (the next job step)
+        codes, out, err = _srun(fab, job_id, 1, "-m", "commlib.doctor")
+        assert codes == [0] * 4, out + err
+        assert "all 12 connections between 4 ranks work" in out, out + err
+        assert _doctor_rows(out)[3] == (fab.addr(1), ["tcp", "tcp", "unix", "-"]), out
+
+
+def _doctor_rows(out):
+    """{rank: (address, [cells])} from the doctor's transport table."""
+    rows = {}
+    for m in re.finditer(r"^(?:\[0\] )?\s+(\d+)  \S+\s+(\d+\.\d+\.\d+\.\d+:\d+)((?:\s+(?:-|unix|tcp|FAIL))+)\s*$", out, re.M):
+        rows[int(m[1])] = (m[2].rsplit(":", 1)[0], m[3].split())
+    return rows
+
+
+def _matrix(out, title):
+    """The rows of the matrix after the line starting with `title`: {rank: [cells]}."""
+    lines = out.split(title, 1)[1].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        m = re.match(r"^(?:\[0\] )?\s+(\d+)((?:\s+\S+)+)\s*$", line)
+        if not m:
+            break
+        rows[int(m[1])] = m[2].split()
+    return rows
+
+
+def test_doctor_table_and_matrices_across_hosts():
+    with Fabric(2, "10.236.6") as fab:
+        argv = fab.commrun("--doctor", "--hosts", f"{fab.hosts[0]}:2,{fab.hosts[1]}:1", "--ifname", "fab0")
+        rc, out, err, took = run_job(argv, base_env(), timeout=200)
+        assert rc == 0, f"exit {rc}\n{out}\n{err}"
+        assert "all 6 connections between 3 ranks work" in out, out
+        rows = _doctor_rows(out)
+        assert rows == {0: (fab.addr(0), ["-", "unix", "tcp"]), 1: (fab.addr(0), ["unix", "-", "tcp"]),
+                        2: (fab.addr(1), ["tcp", "tcp", "-"])}, out
+        for title in ("latency (microseconds", "bandwidth (MB/s"):
+            m = _matrix(out, title)
+            assert sorted(m) == [0, 1, 2], out
+            for r, cells in m.items():
+                assert cells[r] == "-" and all(float(c) > 0 for i, c in enumerate(cells) if i != r), (title, out)
+
+
+def test_doctor_reports_an_unreachable_pair_and_checks_the_rest():
+    with Fabric(3, "10.236.7") as fab:
+        fab.ip(1, "route", "add", "unreachable", f"{fab.addr(2)}/32")  # host 1 cannot reach host 2
+        argv = fab.commrun("--doctor", "--hosts", ",".join(f"{h}:1" for h in fab.hosts), "--ifname", "fab0")
+        rc, out, err, took = run_job(argv, base_env(), timeout=200)
+        assert rc != 0, out + err
+        rows = _doctor_rows(out)
+        assert rows[0][1] == ["-", "tcp", "tcp"] and rows[1][1] == ["tcp", "-", "FAIL"], out
+        assert rows[2][1] == ["tcp", "FAIL", "-"], out
+        assert re.search(rf"FAILED rank 1 -> rank 2 \(tcp {fab.addr(2)}:\d+\): .*could not connect to rank 2 at "
+                         rf"tcp {fab.addr(2)}:\d+: no route to host \(EHOSTUNREACH\)", out), out
+        assert re.search(rf"FAILED rank 2 -> rank 1 \(tcp {fab.addr(1)}:\d+\): .*could not connect to rank 1", out), out
+        bw = _matrix(out, "bandwidth (MB/s")
+        assert bw[1][2] == "x" and bw[2][1] == "x", out
+        assert float(bw[0][1]) > 0 and float(bw[0][2]) > 0 and float(bw[2][0]) > 0, out
+        assert "2 problem(s)" in out, out
