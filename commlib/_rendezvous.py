@@ -52,6 +52,7 @@ MAX_MESSAGE = 1 << 20
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
+CONNECT_RETRY_MAX_S = 0.1
 _LEN = struct.Struct(">I")
 _CLIENT_TAG = b"commlib/coord/client"
 _SERVER_TAG = b"commlib/coord/server"
@@ -145,6 +146,7 @@ class Coordinator:
         self._table = [None] * size
         self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._saturated = False
         self._notices = queue.Queue()
         self._closed = False
         self._threads = []
@@ -207,10 +209,16 @@ class Coordinator:
                     return
                 time.sleep(0.05)  # e.g. EMFILE: don't spin
                 continue
+            # Too many handshakes at once (64 ranks starting together, or a flood): wait for a slot,
+            # leaving the rest in the listen backlog. Dropping here failed ranks that connected in a burst.
             if not self._pending.acquire(blocking=False):
-                self._log(f"dropped connection from {_fmt(peer)}: too many pending handshakes")
-                sock.close()
-                continue
+                if not self._saturated:  # once: a large job meets this at every start
+                    self._saturated = True
+                    self._log(f"too many pending handshakes: {_fmt(peer)} and later connections wait for a slot")
+                while not self._pending.acquire(timeout=0.5):
+                    if self._closed:
+                        sock.close()
+                        return
             threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
 
     def _notice_loop(self):
@@ -329,7 +337,11 @@ class Coordinator:
         for conn in targets:
             try:
                 conn.push(data)
-            except OSError as e:  # the reader thread notices and cleans up
+            except (BrokenPipeError, ConnectionResetError):
+                # The rank closed its end (it is exiting): its reader still drains what the rank sent,
+                # a goodbye included, so a shutdown here would turn a goodbye into "lost".
+                continue
+            except OSError as e:  # a rank that stopped reading (SEND_TIMEOUT): the reader thread cleans up
                 with self._lock:
                     still_there = self._ranks.get(conn.rank) is conn
                 if not still_there:
@@ -376,8 +388,10 @@ class Client:
                 break
             except OSError as e:
                 last = e
+                # Under srun every rank but 0 waits here while rank 0 imports and starts the
+                # coordinator: a short cap keeps them from sleeping long after it is up.
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 0.5)
+                delay = min(delay * 2, CONNECT_RETRY_MAX_S)
         try:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -2,8 +2,9 @@
 
 init() finds the launcher's environment, starts this rank's endpoint,
 registers with the coordinator and builds the world group. The collective
-connection to the ring neighbour is opened eagerly, best effort: a peer that
-already finished is no error here (only an operation that needs it fails).
+connection to the ring neighbour is opened eagerly, in the background and best
+effort: init() does not wait for the handshake, and a peer that already
+finished is no error here (only an operation that needs it fails).
 
 finalize() (also run at exit) leaves in an order that keeps every peer
 healthy: queued sends are flushed first (a receiver may still need them);
@@ -138,7 +139,7 @@ def _join(env, timeout, coordinator=None):
     _client = client
     transport = Transport(ep)
     _world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
-    if env.size > 1:  # every large collective needs the ring neighbour: connect now if it can be
+    if env.size > 1:  # every large collective needs the ring neighbour: start connecting now
         transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
     _world._coordinator = coordinator
     if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):

@@ -21,7 +21,9 @@ authenticated connections, the process's sticky failure and wake pipe) and
 its `Notices` (notices.py: what the coordinator says about other ranks).
 A second transport (shared memory, RDMA) provides these same two objects.
 """
+import contextlib
 import os
+import threading
 import time
 
 import numpy as np
@@ -64,12 +66,18 @@ class Transport:
         return self._p2p
 
     def connect_eagerly(self, gid, dst, timeout):
-        """Open the collective connection to dst now if it can be (best effort: never an error)."""
-        try:
-            self.ep.outgoing(gid, CH_COLL, dst, time.monotonic() + timeout, "init", sticky=False)
-        except (CommError, OSError):
-            return False
-        return True
+        """Open the collective connection to dst in the background (best effort: never an error).
+
+        init() does not wait for it: the handshake overlaps whatever the caller does next, and a
+        collective that needs this connection first waits for it (one connect per key at a time).
+        """
+        def connect():
+            with contextlib.suppress(CommError, OSError):
+                self.ep.outgoing(gid, CH_COLL, dst, time.monotonic() + timeout, "init", sticky=False)
+
+        thread = threading.Thread(target=connect, name="commlib-connect", daemon=True)
+        thread.start()
+        return thread
 
     def probe(self, gid, dst, timeout):
         """Open (or reuse) the authenticated point-to-point connection to world rank dst, for a check

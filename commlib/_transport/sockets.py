@@ -44,6 +44,7 @@ SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
 SERVER_HANDSHAKE_S = 3.0  # server side: a silent client is dropped after this (slow-loris bound)
 MAX_PENDING_HANDSHAKES = 64
+LISTEN_BACKLOG = 1024  # every peer may connect at once (the kernel caps it at net.core.somaxconn)
 
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
 _CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
@@ -162,6 +163,7 @@ class Endpoint:
         self._cond = threading.Condition()
         self._closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._saturated = False
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         self.arrival_r, self._arrival_w = os.pipe()  # a byte per new incoming connection
@@ -172,14 +174,14 @@ class Endpoint:
         self._tcp = socket.socket(family, socket.SOCK_STREAM)
         self._tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._tcp.bind((bind_host, 0))
-        self._tcp.listen(128)
+        self._tcp.listen(LISTEN_BACKLOG)
         self._unix = None
         self.unix_name = None
         if hasattr(socket, "AF_UNIX") and os.path.exists("/proc/self/ns/net"):
             self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             name = f"\0commlib-{os.getpid()}-{secrets.token_hex(8)}"
             self._unix.bind(name)
-            self._unix.listen(128)
+            self._unix.listen(LISTEN_BACKLOG)
             self.unix_name = name[1:]
         self.tcp_address = self._tcp.getsockname()[:2]
         self._threads = [threading.Thread(target=self._accept_loop, args=(lst,), daemon=True,
@@ -204,11 +206,17 @@ class Endpoint:
                     return
                 time.sleep(0.01)  # e.g. EMFILE: back off instead of spinning
                 continue
+            # Many peers connecting at once wait in the listen backlog for a handshake slot; dropping
+            # them made each retry after its own timeout and sleep.
             if not self._pending.acquire(blocking=False):
-                log.warning("commlib rank %d: dropped a connection from %s: too many pending handshakes",
-                            self.rank, addr or "unix socket")
-                sock.close()
-                continue
+                if not self._saturated:  # once: a flood of connections must not flood the log
+                    self._saturated = True
+                    log.warning("commlib rank %d: too many pending handshakes: connections from %s and later "
+                                "ones wait for a slot", self.rank, addr or "unix socket")
+                while not self._pending.acquire(timeout=0.5):
+                    if self._closed:
+                        sock.close()
+                        return
             threading.Thread(target=self._handshake_server, args=(sock, addr), daemon=True).start()
 
     def _handshake_server(self, sock, addr):
@@ -379,6 +387,8 @@ class Endpoint:
         last = None
         while True:
             self.raise_if_failed()
+            if self._closed:
+                raise CommError(f"rank {self.rank}: {what}: this rank is closing", rank=dst)
             left = deadline - time.monotonic()
             if left <= 0:
                 text = f"rank {self.rank}: {what} could not connect to rank {dst} at {self.describe_route(dst)}: "
@@ -412,8 +422,12 @@ class Endpoint:
         sock.settimeout(None)
         sock.setblocking(False)
         _tune(sock, not local)
-        self._out[key] = sock
-        self.fds[key + (1,)] = fd = sock.fileno()
+        with self._cond:
+            if self._closed:  # close() ran while we connected: nobody would close this socket
+                sock.close()
+                raise CommError(f"rank {self.rank}: {what}: this rank is closing", rank=dst)
+            self._out[key] = sock
+            self.fds[key + (1,)] = fd = sock.fileno()
         return fd
 
     def _peer_gone(self, peer, what):

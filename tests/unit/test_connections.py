@@ -115,3 +115,62 @@ def test_the_engine_reads_from_the_retry_that_replaced_a_dead_attempt(pair):
         assert req.wait() == b"data"
     finally:
         engine.close("test over")
+
+
+def test_a_connection_opened_ahead_of_need_fails_only_its_own_call(pair):
+    """init()'s eager connect to the ring neighbour times out (a peer too busy to accept): a
+    CommTimeout of that call, not the process's failure that every later operation re-raised."""
+    a, b = pair
+    b._unix.close()  # rank 1 accepts nothing any more
+    with pytest.raises(CommTimeout, match="could not connect to rank 1"):
+        a.outgoing(0, CH_P2P, 1, time.monotonic() + 0.5, "init", sticky=False)
+    assert a.failure is None
+    with pytest.raises(CommTimeout):  # the same failure in an operation that needs the peer is sticky
+        a.outgoing(0, CH_P2P, 1, time.monotonic() + 0.5, "send")
+    assert isinstance(a.failure, CommTimeout)
+
+
+def test_a_burst_beyond_the_pending_handshakes_waits_instead_of_failing(monkeypatch, caplog):
+    """Many ranks connecting to one rank at once (64 ranks starting together): the connections past
+    MAX_PENDING_HANDSHAKES wait in the listen backlog for a slot; every one gets in, none is dropped
+    (a dropped connection made its rank retry, and logged a warning per drop)."""
+    import socket
+    import threading
+
+    from commlib._transport import sockets
+
+    monkeypatch.setattr(sockets, "MAX_PENDING_HANDSHAKES", 2)
+    monkeypatch.setattr(sockets, "SERVER_HANDSHAKE_S", 1.0)
+    secret = os.urandom(32)
+    n = 12
+    eps = [Endpoint(r, secret, "127.0.0.1", 10.0) for r in range(n)]
+    table = [ep.info() for ep in eps]
+    for ep in eps:
+        ep.table = table
+    # Two silent connections hold both slots for SERVER_HANDSHAKE_S: the burst has to wait.
+    silent = [socket.create_connection(tuple(table[0]["tcp"])) for _ in range(2)]
+    errors = []
+
+    def connect(ep):
+        try:
+            ep.outgoing(0, CH_P2P, 0, time.monotonic() + 10, "burst")
+        except Exception as exc:  # noqa: BLE001 - collected and reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=connect, args=(ep,)) for ep in eps[1:]]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert not errors, errors
+        for r in range(1, n):
+            _registered(eps[0], (0, r))
+        assert all(ep.failure is None for ep in eps)
+        waits = [r.getMessage() for r in caplog.records if "pending handshakes" in r.getMessage()]
+        assert len(waits) == 1 and "wait for a slot" in waits[0], waits
+    finally:
+        for s in silent:
+            s.close()
+        for ep in eps:
+            ep.close()

@@ -278,16 +278,25 @@ def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, lo
 
 
 def test_pending_handshakes_are_bounded(logs, monkeypatch):
+    """At most MAX_PENDING_HANDSHAKES at once; later connections wait in the backlog (never dropped:
+    a burst of ranks must all get in) and are served as slots free up."""
     monkeypatch.setattr(rv, "MAX_PENDING_HANDSHAKES", 2)
-    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 2.0)
+    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 1.0)
     c = rv.Coordinator(1, SECRET, log=logs.append)
     c.start()
-    silent = [socket.create_connection(c.address) for _ in range(3)]
+    silent = [socket.create_connection(c.address, timeout=5) for _ in range(3)]
     wait_for(lambda: any("too many pending handshakes" in line for line in logs))
+    for s in silent[:2]:  # the first two are served at once
+        assert rv._recv_exact(s, len(rv.MAGIC)) == rv.MAGIC
+    silent[2].settimeout(0.3)
+    with pytest.raises(socket.timeout):  # the third waits for a slot...
+        silent[2].recv(1)
+    silent[2].settimeout(5)  # ...which the silent two free when their handshake times out
+    assert rv._recv_exact(silent[2], len(rv.MAGIC)) == rv.MAGIC
     for s in silent:
         s.close()
     wait_for(lambda: sum("dropped connection" in line for line in logs) >= 3)
-    out, errors = run_ranks(c.address, [0])  # slots free again once the strangers are gone
+    out, errors = run_ranks(c.address, [0])
     assert not errors
     c.close()
 
