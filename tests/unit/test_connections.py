@@ -121,7 +121,9 @@ def test_a_connection_opened_ahead_of_need_fails_only_its_own_call(pair):
     """init()'s eager connect to the ring neighbour times out (a peer too busy to accept): a
     CommTimeout of that call, not the process's failure that every later operation re-raised."""
     a, b = pair
-    b._unix.close()  # rank 1 accepts nothing any more
+    # Rank 1's address refuses every attempt (closing its listener does not: the accept thread
+    # still holds it open, and the kernel completes connections into its backlog).
+    a.table = [a.table[0], dict(a.table[1], unix=f"commlib-nobody-{os.getpid()}")]
     with pytest.raises(CommTimeout, match="could not connect to rank 1"):
         a.outgoing(0, CH_P2P, 1, time.monotonic() + 0.5, "init", sticky=False)
     assert a.failure is None
