@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .._errors import CommError
-from .._transport import copy as _copy, env_number, spin_seconds
+from .._transport import copy as _copy, env_number, spin_policy
 from .._wire import collective_header, shape_hash
 from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
 from .streams import Stream
@@ -106,7 +106,7 @@ class Group:
         if self.chunk < 64:
             raise CommError(f"COMMLIB_CHUNK_BYTES={self.chunk} is too small (minimum 64)")
         self.chunk -= self.chunk % 16
-        self.spin_s = spin_seconds()
+        self.spin = spin_policy()
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
         self._scratch = None
@@ -179,7 +179,7 @@ class Group:
     def channel(self):
         """The transport's collective channel for this group (created on first use)."""
         if self._channel is None:
-            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin_s, self.peer_check_s)
+            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin, self.peer_check_s)
         return self._channel
 
     def scratch(self, nbytes):
