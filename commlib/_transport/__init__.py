@@ -234,7 +234,9 @@ def env_number(name, default, kind=int):
 
 
 SPIN_MAX_US = 200  # adaptive: the most a step spins on a prompt peer when every local rank has a core
-SPIN_MAX_SHARED_US = 20  # ... and when ranks share cores: a short spin, dropped for a late peer
+SPIN_MAX_SHARED_US = 0  # ... and when ranks outnumber cores: the partner usually needs our core, so
+# any spin delays it (a 20 us cap measured 282 vs 244 us for an 8 B all_reduce at n=4 and up to 4x
+# slower small all_gathers at n=8 on 2 cores, benchmarks/RESULTS.md, issue 14)
 
 
 def spin_policy():
