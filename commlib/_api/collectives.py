@@ -146,7 +146,7 @@ def _all_gather_user(g, x, out):
                          f"{out.dtype} array of shape {out.shape}")
     if not out.flags.writeable:
         raise ValueError(f"rank {g._rank}: all_gather: out is read-only")
-    if a.size and np.shares_memory(a, out) and (
+    if a.size and np.may_share_memory(a, out) and (
             not a.flags.c_contiguous or _addr(a) != _addr(out) + g._rank * a.nbytes):
         raise ValueError(f"rank {g._rank}: all_gather: x overlaps out other than as this rank's block of it")
     return _all_gather(g, a, out)
