@@ -15,12 +15,26 @@ import os
 # (benchmarks/crossover.py; 2 cores, so n=4 is oversubscribed, which favours
 # fewer steps: the ring's 2(n-1) steps each cost a wake-up).
 ALL_REDUCE_SMALL_BYTES_PAIR = 32 << 10  # n=2: doubling 17 us vs ring 24 at 32 KiB; ring wins from 64 KiB
-ALL_REDUCE_SMALL_BYTES = 256 << 10  # n>=3: doubling 340 vs ring 349 us at 256 KiB; ring wins from 512 KiB
+ALL_REDUCE_SMALL_BYTES = 256 << 10  # n=3,4: doubling 340 vs ring 349 us at 256 KiB; ring wins from 512 KiB
+ALL_REDUCE_SMALL_BYTES_MANY = 64 << 10  # n>4: doubling moves log2(n) whole buffers (n=8, 256 KiB: 19 ms vs
+                                        # Rabenseifner 4.5)
 BROADCAST_SMALL_BYTES = 8 << 10  # n=4: chain wins from 16 KiB (1.7x at 4 MiB); below, within noise
 REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within noise
+# Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
+# 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
+# Rabenseifner beats doubling from 256 KiB (n=4: 1 MiB 3.1 vs 9.3 ms; n=8: 256 KiB 4.5 vs 19 ms) and
+# ties or beats the ring up to 4 MiB at power-of-two n with 2 log2 n steps instead of 2(n-1) for the
+# same bytes; at other n its fold moves the whole buffer twice more, so it stops at 1 MiB there.
+ALL_REDUCE_RABENSEIFNER_BYTES = 4 << 20  # power-of-two n >= 4: above the doubling size, up to this
+ALL_REDUCE_RABENSEIFNER_BYTES_ODD = 1 << 20  # other n >= 3
+# all_gather (nbytes: the gathered result), n >= 4: Bruck / recursive doubling up to this
+# (n=8: 1-16 KiB 1.6 vs 5.8-7.3 ms, 64-256 KiB 1.5-2.0 vs 2.4-3.2 ms; n=4: 16-256 KiB 1.15-1.2x;
+# from 1 MiB within noise). At n=3 both take 2 steps and Bruck adds a copy: ring.
+ALL_GATHER_LOG_BYTES = 256 << 10
 
 CHOICES = {
-    "all_reduce": ("doubling", "ring"),
+    "all_reduce": ("doubling", "ring", "rabenseifner"),
+    "all_gather": ("ring", "bruck"),
     "broadcast": ("tree", "chain"),
     "reduce": ("tree", "chain"),
 }
@@ -39,8 +53,16 @@ def choose(kind, nbytes, size):
             raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")
         return forced
     if kind == "all_reduce":
-        small = ALL_REDUCE_SMALL_BYTES_PAIR if size <= 2 else ALL_REDUCE_SMALL_BYTES
-        return "doubling" if nbytes <= small or nbytes < 64 * size else "ring"
+        small = (ALL_REDUCE_SMALL_BYTES_PAIR if size <= 2 else ALL_REDUCE_SMALL_BYTES if size <= 4
+                 else ALL_REDUCE_SMALL_BYTES_MANY)
+        if nbytes <= small or nbytes < 64 * size:
+            return "doubling"
+        if size > 2 and nbytes <= (ALL_REDUCE_RABENSEIFNER_BYTES if size & (size - 1) == 0
+                                   else ALL_REDUCE_RABENSEIFNER_BYTES_ODD):
+            return "rabenseifner"
+        return "ring"
+    if kind == "all_gather":  # nbytes: the gathered result
+        return "bruck" if size > 3 and nbytes <= ALL_GATHER_LOG_BYTES else "ring"
     if kind == "broadcast":
         return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
     if kind == "reduce":

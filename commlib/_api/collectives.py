@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 
 from .. import _kernels
-from .._algorithms import choose, doubling, pairwise, ring, tree
+from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
 from .._algorithms.ring import reduce_scatter_destinations
 from .._algorithms.tree import reduce_needs_accumulator
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
@@ -90,8 +90,11 @@ def _all_reduce(g, x, op="sum", out=None):
         _identity(res, a, opc)
     else:
         o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
-        if choose("all_reduce", a.nbytes, g._size) == "ring":
+        algo = choose("all_reduce", a.nbytes, g._size)
+        if algo == "ring":
             ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
+        elif algo == "rabenseifner":
+            logstep.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
         else:
             if res is not a and _addr(res) != _addr(a):
                 np.copyto(res, a)
@@ -119,8 +122,34 @@ def _all_gather(g, x, out=None):
         mine[...] = a.reshape(-1)
     if n > 1:
         o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
-        ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
+        if choose("all_gather", n * a.nbytes, n) == "bruck":
+            logstep.all_gather(o, _addr(out), a.nbytes, 0 if n & (n - 1) == 0 else g.scratch(n * a.nbytes))
+        else:
+            ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
     return out
+
+
+def _all_gather_user(g, x, out):
+    """all_gather as API.md has it: `out` must be exactly the result's array; without one the
+    result may be a recycled buffer (`Group.recycled`), never one the caller still holds."""
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    n = g._size
+    shape = (n,) if a.ndim == 0 else (n * a.shape[0],) + a.shape[1:]
+    if out is None:
+        a, code = _array(a)
+        return _all_gather(g, a, g.recycled(shape, a.dtype))
+    if type(out) is not np.ndarray:
+        raise ValueError(f"rank {g._rank}: all_gather: out must be a NumPy array, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != a.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"rank {g._rank}: all_gather: out must be a C-contiguous {a.dtype} array of shape "
+                         f"{shape}, got {'a non-contiguous ' if not out.flags.c_contiguous else ''}"
+                         f"{out.dtype} array of shape {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"rank {g._rank}: all_gather: out is read-only")
+    if a.size and np.may_share_memory(a, out) and (
+            not a.flags.c_contiguous or _addr(a) != _addr(out) + g._rank * a.nbytes):
+        raise ValueError(f"rank {g._rank}: all_gather: x overlaps out other than as this rank's block of it")
+    return _all_gather(g, a, out)
 
 
 def _reduce_scatter(g, x, op="sum", out=None):
@@ -395,15 +424,15 @@ def all_max(x, *, group=None):
     return all_reduce(x, "max", group=group)
 
 
-def all_gather(x, *, group=None):
-    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
+def all_gather(x, *, out=None, group=None):
+    """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)); out: gather into it, return it."""
     g = _g(group)
-    return g.stream.run(_all_gather, g, x)
+    return g.stream.run(_all_gather_user, g, x, out)
 
 
-def iall_gather(x, *, group=None):
+def iall_gather(x, *, out=None, group=None):
     g = _g(group)
-    return g.stream.submit("iall_gather", _all_gather, g, x)
+    return g.stream.submit("iall_gather", _all_gather_user, g, x, out)
 
 
 def reduce_scatter(x, op="sum", *, group=None):

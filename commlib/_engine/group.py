@@ -14,19 +14,27 @@ across ranks: a mismatch that moved no bytes (every rank a broadcast root)
 is still found.
 """
 import collections
+import sys
 import time
 import zlib
 
 import numpy as np
 
 from .._errors import CommError
-from .._transport import copy as _copy, env_number, spin_seconds
+from .._transport import copy as _copy, env_number, spin_policy
 from .._wire import collective_header, shape_hash
 from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
 from .streams import Stream
 
 DEFAULT_CHUNK_BYTES = 256 << 10
 HISTORY = 32  # collectives per group remembered for the finalize() comparison
+# Recycled result buffers (Group.recycled): from this size a fresh array costs more in page
+# faults than the collective's per-call overhead (64 MiB: ~11 ms first-touch on the 2-core VM);
+# below it malloc hands back warm memory anyway. At most RECYCLE_KEEP buffers of at most
+# RECYCLE_MAX_BYTES in all stay with the group.
+RECYCLE_MIN_BYTES = 1 << 20
+RECYCLE_MAX_BYTES = 256 << 20
+RECYCLE_KEEP = 4
 
 
 class Status:
@@ -106,10 +114,11 @@ class Group:
         if self.chunk < 64:
             raise CommError(f"COMMLIB_CHUNK_BYTES={self.chunk} is too small (minimum 64)")
         self.chunk -= self.chunk % 16
-        self.spin_s = spin_seconds()
+        self.spin = spin_policy()
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
         self._scratch = None
+        self._recycle = []  # uint8 buffers behind results handed out, oldest first
         self.stream = Stream(f"group-{gid:x}")
         self.engine = engine
         self.p2p = engine.context(gid, world, rank, timeout)
@@ -179,7 +188,7 @@ class Group:
     def channel(self):
         """The transport's collective channel for this group (created on first use)."""
         if self._channel is None:
-            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin_s, self.peer_check_s)
+            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin, self.peer_check_s)
         return self._channel
 
     def scratch(self, nbytes):
@@ -188,6 +197,33 @@ class Group:
             self._scratch = np.empty(max(nbytes, 4096), dtype=np.uint8)
             self._scratch_addr = self._scratch.ctypes.data
         return self._scratch_addr
+
+    def recycled(self, shape, dtype):
+        """An uninitialised array for a result, on the memory of an earlier result nobody holds.
+
+        A buffer is reused only when this pool's list holds its sole reference
+        (CPython's reference count): any array, view, memoryview or tensor the
+        caller kept of an earlier result references it, so a result handed out
+        is never overwritten. A loop `y = all_gather(x)` alternates two buffers.
+        """
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d
+        if nbytes < RECYCLE_MIN_BYTES or nbytes > RECYCLE_MAX_BYTES:
+            return np.empty(shape, dtype)
+        pool = self._recycle
+        for i in range(len(pool)):
+            if pool[i].nbytes == nbytes and sys.getrefcount(pool[i]) == 2:  # the list's + the call's
+                buf = pool.pop(i)
+                break
+        else:
+            buf = np.empty(nbytes, np.uint8)
+        pool.append(buf)
+        total = sum(b.nbytes for b in pool)
+        while len(pool) > RECYCLE_KEEP or total > RECYCLE_MAX_BYTES:
+            total -= pool.pop(0).nbytes  # the oldest: a holder keeps its own reference
+        return buf.view(dtype).reshape(shape)
 
     def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
         """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""

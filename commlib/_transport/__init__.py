@@ -35,7 +35,8 @@ from .diagnose import peer_mismatch, status_error
 from .interfaces import routed_address
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
-__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "env_number",
+__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "spin_policy",
+           "env_number",
            "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
 
 address = _io.address  # address of the first byte of a contiguous buffer
@@ -56,13 +57,13 @@ class Transport:
     def raise_if_failed(self):
         self.ep.raise_if_failed()
 
-    def collective_channel(self, gid, chunk, spin_s, check_s):
-        return CollectiveChannel(self.ep, gid, chunk, spin_s, check_s)
+    def collective_channel(self, gid, chunk, spin, check_s):
+        return CollectiveChannel(self.ep, gid, chunk, spin, check_s)
 
     @property
     def p2p(self):
         if self._p2p is None:
-            self._p2p = PointToPoint(self.ep, spin_seconds())
+            self._p2p = PointToPoint(self.ep, spin_policy())
         return self._p2p
 
     def connect_eagerly(self, gid, dst, timeout):
@@ -99,12 +100,13 @@ class Transport:
 class CollectiveChannel:
     """The collective steps of one group: a step loop bound to the group's constants."""
 
-    def __init__(self, ep, gid, chunk, spin_s, check_s):
+    def __init__(self, ep, gid, chunk, spin, check_s):
+        """spin: (seconds, adaptive) from spin_policy()."""
         self.ep, self.gid, self.check_s = ep, gid, check_s
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
-                                   spin_s, check_s)
+                                   spin[0], check_s, spin[1])
         self.fds = ep.fds
 
     def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, reduce_dst=0, init=0, relay=None,
@@ -173,12 +175,12 @@ class CollectiveChannel:
 class PointToPoint:
     """The point-to-point channel's sockets and its two blocking fast paths."""
 
-    def __init__(self, ep, spin_s):
+    def __init__(self, ep, spin):
         self.ep = ep
         self.rank = ep.rank
         self.wake_r, self.arrival_r = ep.wake_r, ep.arrival_r
         self.state = np.zeros(4, dtype=np.int64)
-        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin_s, FAST_PATH_SLICE_S)
+        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1])
 
     def out_sock(self, gid, dst, deadline, what):
         """The socket to world rank dst (connecting on first use)."""
@@ -256,9 +258,27 @@ def env_number(name, default, kind=int):
         raise CommError(f"{name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
+SPIN_MAX_US = 200  # adaptive: the most a step spins on a prompt peer when every local rank has a core
+SPIN_MAX_SHARED_US = 0  # ... and when ranks outnumber cores: the partner usually needs our core, so
+# any spin delays it (a 20 us cap measured 282 vs 244 us for an 8 B all_reduce at n=4 and up to 4x
+# slower small all_gathers at n=8 on 2 cores, benchmarks/RESULTS.md, issue 14)
+
+
+def spin_policy():
+    """(seconds, adaptive) for the step loop: COMMLIB_SPIN_US fixes the spin; otherwise each
+    step spins up to SPIN_MAX_US (SPIN_MAX_SHARED_US when local ranks outnumber cores) on a
+    peer whose recent waits were short, and not at all on one that is usually late
+    (`_io.spin_budget`), so a rank waiting on a busy or sleeping peer costs no CPU."""
+    spin_us = env_number("COMMLIB_SPIN_US", -1)
+    if spin_us >= 0:
+        return spin_us * 1e-6, False
+    local = env_number("COMMLIB_LOCAL_SIZE", 1)
+    return (SPIN_MAX_US if local <= len(os.sched_getaffinity(0)) else SPIN_MAX_SHARED_US) * 1e-6, True
+
+
 def spin_seconds():
-    """How long a step spins before sleeping in poll: COMMLIB_SPIN_US, else 50 us when every
-    rank on this host can have a core and 0 when they share (an idle rank must cost nothing)."""
+    """How long the progress engine's poll loop spins before sleeping: COMMLIB_SPIN_US, else 50 us
+    when every rank on this host can have a core and 0 when they share (an idle rank must cost nothing)."""
     spin_us = env_number("COMMLIB_SPIN_US", -1)
     if spin_us < 0:
         local = env_number("COMMLIB_LOCAL_SIZE", 1)

@@ -12,8 +12,8 @@ leaves progress in `state`, and `_transport.py` turns codes into exceptions.
 Waiting blocks in poll(2) with the operation's deadline, and it also watches
 a "wake" descriptor that the process makes readable when the job fails (a
 peer died or aborted), so a rank blocked on a healthy peer still learns at
-once. Optional spinning (`spin_us`) trades CPU for latency when ranks do not
-outnumber cores; the caller decides.
+once. Optional spinning trades CPU for latency: a fixed budget (the caller's),
+or one learned per peer from recent waits (`spin_budget`, `learn_wait`).
 """
 from libc.string cimport memcpy, memcmp, memmove
 from libc.errno cimport errno, EINTR
@@ -94,6 +94,43 @@ cdef inline double _now() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+# Adaptive spinning. Spinning pays only when the partner answers within about
+# a wake-up from poll (~10-20 us): then it saves that wake-up; when the partner
+# is late (busy computing, or waiting for our core because ranks outnumber
+# cores) every spun microsecond is a wasted one. So each peer keeps an average
+# of its recent waits (each clipped, so one long idle period costs a few
+# waits of memory, not forever), and the budget is the cap while that average
+# is within SPIN_FAST_S, falling linearly to nothing at twice that.
+cdef double SPIN_FAST_S = 25e-6
+cdef double SPIN_LEARN = 0.25   # weight of the newest wait
+cdef enum:
+    SPIN_SLOTS = 256            # learned averages, one per descriptor (fd % SPIN_SLOTS)
+SPIN_FAST = SPIN_FAST_S
+
+cdef inline double _spin_budget(double avg, double cap) noexcept nogil:
+    if avg <= SPIN_FAST_S:
+        return cap
+    if avg >= 2 * SPIN_FAST_S:
+        return 0.0
+    return cap * (2 * SPIN_FAST_S - avg) / SPIN_FAST_S
+
+cdef inline double _learn_wait(double avg, double waited, double cap) noexcept nogil:
+    cdef double clip = 4 * SPIN_FAST_S if cap < 2 * SPIN_FAST_S else 2 * cap
+    if waited > clip:
+        waited = clip
+    return avg + (waited - avg) * SPIN_LEARN
+
+
+def spin_budget(double avg, double cap):
+    """Seconds a step spins on a peer whose recent waits average `avg` seconds (cap: the most)."""
+    return _spin_budget(avg, cap)
+
+
+def learn_wait(double avg, double waited, double cap):
+    """The peer's new average after a wait of `waited` seconds."""
+    return _learn_wait(avg, waited, cap)
+
+
 cdef struct Step:
     int send_fd
     const char* send_hdr
@@ -118,6 +155,7 @@ cdef struct Step:
     int wake_fd
     double deadline
     double spin_s
+    double* learned          # not NULL: adapt the spin to this peer's average wait (spin_s is the cap)
     double check_s           # > 0: return ST_SLOW after this long without progress
     long long* state
 
@@ -158,7 +196,9 @@ cdef int _run(Step* s) noexcept nogil:
     cdef ssize_t n
     cdef Py_ssize_t pos, avail, want, p, q, room, off
     cdef bint progress, want_out, want_in
-    cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until
+    cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s = s.spin_s
+    cdef double waiting_since = 0.0
+    cdef bint timed = s.spin_s > 0 or s.check_s > 0 or s.learned != NULL
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
 
     if s.send_fd < 0:
@@ -171,9 +211,11 @@ cdef int _run(Step* s) noexcept nogil:
     msg.msg_controllen = 0
     msg.msg_flags = 0
     msg.msg_iov = iov
-    if s.spin_s > 0 or s.check_s > 0:
+    if s.learned != NULL:
+        spin_s = _spin_budget(s.learned[0], s.spin_s)
+    if timed:
         last_progress = _now()
-        spin_until = last_progress + s.spin_s
+        spin_until = last_progress + spin_s
 
     while st[S_SENT] < send_total or st[S_RECVD] < recv_total or (
             s.reduce_dst != NULL and st[S_REDUCED] < s.recv_len):
@@ -270,15 +312,21 @@ cdef int _run(Step* s) noexcept nogil:
                     st[S_ERRNO] = errno
                     return ST_SEND_ERROR
         if progress:
-            if s.spin_s > 0 or s.check_s > 0:
+            if timed:
                 last_progress = _now()
-                spin_until = last_progress + s.spin_s
+                if waiting_since > 0.0 and s.learned != NULL:
+                    s.learned[0] = _learn_wait(s.learned[0], last_progress - waiting_since, s.spin_s)
+                    spin_s = _spin_budget(s.learned[0], s.spin_s)
+                waiting_since = 0.0
+                spin_until = last_progress + spin_s
             continue
         if not want_in and not want_out:
             # Relay waiting for bytes that are still to arrive, with the
             # receive side idle, cannot happen: receive is then pending.
             continue
         now = _now()
+        if waiting_since == 0.0:
+            waiting_since = now
         if now < spin_until:
             continue
         if now >= s.deadline:
@@ -360,9 +408,16 @@ cdef class Stepper:
     cdef Py_ssize_t chunk, ring_ptr, ring_len
     cdef int wake_fd
     cdef double spin_s, check_s
+    cdef bint adaptive
+    cdef double learned[SPIN_SLOTS]
 
     def __init__(self, state, Py_ssize_t chunk, int wake_fd, Py_ssize_t ring_ptr, Py_ssize_t ring_len,
-                 double spin_s, double check_s):
+                 double spin_s, double check_s, bint adaptive=False):
+        """adaptive: spin_s is the most a step spins, learned per peer; else it is fixed."""
+        cdef int i
+        self.adaptive = adaptive
+        for i in range(SPIN_SLOTS):
+            self.learned[i] = 0.0  # a new peer is presumed prompt: spin the cap until it proves late
         self.state = state
         self._state = state
         self.rhdr = bytearray(56)
@@ -413,11 +468,18 @@ cdef class Stepper:
         s.wake_fd = self.wake_fd
         s.deadline = deadline
         s.spin_s = self.spin_s
+        s.learned = NULL
+        if self.adaptive:
+            s.learned = &self.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]
         s.check_s = self.check_s
         s.state = &self._state[0]
         with nogil:
             rc = _run(s)
         return rc
+
+    def learned_wait(self, int fd):
+        """The average wait learned for the peer behind descriptor fd (seconds)."""
+        return self.learned[fd % SPIN_SLOTS] if fd >= 0 else 0.0
 
     cdef inline void _restart(self, bint resume):
         if not resume:

@@ -15,7 +15,7 @@ def test_matrix(n, assert_ranks_ok, run):
 # n=1 never reaches an algorithm (the size-1 group copies), so forcing one only matters from n=2.
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", NS[1:])
-@pytest.mark.parametrize("algo", ["ring", "doubling"])
+@pytest.mark.parametrize("algo", ["ring", "doubling", "rabenseifner"])
 def test_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Both algorithms give the right, rank-identical answer at every size and group size."""
     assert_ranks_ok(run(n, "all_reduce.py", "algo", env={"COMMLIB_ALGO_ALL_REDUCE": algo}, timeout=170), n,
@@ -24,7 +24,7 @@ def test_forced_algorithm(algo, n, assert_ranks_ok, run):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
-@pytest.mark.parametrize("algo", ["ring", "doubling"])
+@pytest.mark.parametrize("algo", ["ring", "doubling", "rabenseifner"])
 def test_tiny_chunks(algo, n, assert_ranks_ok, run):
     """COMMLIB_CHUNK_BYTES=64: many chunks per step, chunk edges inside elements of every size."""
     env = {"COMMLIB_CHUNK_BYTES": "64", "COMMLIB_ALGO_ALL_REDUCE": algo}

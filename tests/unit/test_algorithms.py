@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from commlib import _kernels
-from commlib._algorithms import doubling, pairwise, ring, tree
+from commlib._algorithms import doubling, logstep, pairwise, ring, tree
 from commlib import _algorithms
 
 pytestmark = pytest.mark.timeout(60)
@@ -261,3 +261,109 @@ def test_reduce_with_accumulators_only_where_the_schedule_needs_them(size, root,
     res = run_ranks(size, body)
     assert res[root] is not None
     np.testing.assert_array_equal(res[root], sum(xs))
+
+
+@pytest.mark.parametrize("size", SIZES + [6, 9, 16])
+@pytest.mark.parametrize("count", [0, 1, 3, 10, 37])
+def test_rabenseifner_all_reduce_in_and_out_of_place(size, count):
+    xs = inputs(size, count)
+
+    def body(op):
+        src = xs[op.rank].copy()
+        out = np.full_like(src, np.nan)
+        logstep.all_reduce(op, src.ctypes.data, out.ctypes.data, count, 8)
+        inplace = xs[op.rank].copy()
+        logstep.all_reduce(op, inplace.ctypes.data, inplace.ctypes.data, count, 8)
+        return out, src, inplace
+
+    res = run_ranks(size, body)
+    for r, (out, src, inplace) in enumerate(res):
+        np.testing.assert_array_equal(out, sum(xs))
+        np.testing.assert_array_equal(inplace, sum(xs))
+        np.testing.assert_array_equal(src, xs[r])  # input untouched out of place
+
+
+@pytest.mark.parametrize("size", [3, 5, 6, 8])
+def test_rabenseifner_gives_identical_bits_on_every_rank(size):
+    """Each block is reduced at one rank and copied verbatim: float sums agree to the bit."""
+    rng = np.random.default_rng(size)
+    xs = [rng.standard_normal(29) * 10.0 ** rng.integers(-8, 8, 29) for _ in range(size)]
+
+    def body(op):
+        buf = xs[op.rank].copy()
+        logstep.all_reduce(op, buf.ctypes.data, buf.ctypes.data, 29, 8)
+        return buf.view(np.uint64).copy()
+
+    res = run_ranks(size, body)
+    assert all(np.array_equal(res[0], b) for b in res)
+
+
+@pytest.mark.parametrize("size", SIZES + [6, 9, 16])
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_log_step_all_gather_every_size(size, count):
+    """Recursive doubling at powers of two (in place), Bruck through scratch otherwise."""
+    xs = inputs(size, count)
+
+    def body(op):
+        out = np.full(size * count, np.nan)
+        out[op.rank * count:(op.rank + 1) * count] = xs[op.rank]
+        scratch = np.empty(max(out.nbytes, 1), np.uint8)
+        logstep.all_gather(op, out.ctypes.data, count * 8, scratch.ctypes.data)
+        return out
+
+    for out in run_ranks(size, body):
+        np.testing.assert_array_equal(out, np.concatenate(xs))
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 8, 13, 16])
+def test_log_step_counts(size):
+    """ceil(log2 n) rounds for the all-gather; 2 log2 p (+2 on folded ranks) for the all-reduce."""
+    steps = {}
+
+    class Counting(FakeOp):
+        def exchange(self, *args, **kw):
+            steps[self.rank, kind] = steps.get((self.rank, kind), 0) + 1
+            return FakeOp.exchange(self, *args, **kw)
+
+    global_boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+    logn = (size - 1).bit_length()
+    p = 1 << (size.bit_length() - 1)
+    for kind in ("ag", "ar"):
+        def main(r):
+            op = Counting(r, size, global_boxes, np.float64)
+            buf = np.zeros(4 * size)
+            if kind == "ag":
+                logstep.all_gather(op, buf.ctypes.data, 32, np.empty(buf.nbytes, np.uint8).ctypes.data)
+            else:
+                logstep.all_reduce(op, buf.ctypes.data, buf.ctypes.data, 4 * size, 8)
+        threads = [threading.Thread(target=main, args=(r,)) for r in range(size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    for r in range(size):
+        assert steps[r, "ag"] == logn
+        folded = r < size - p or r >= p
+        assert steps[r, "ar"] == (2 if r >= p else 2 * (p.bit_length() - 1) + 2 * folded)
+
+
+def test_choose_log_step_overrides(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_GATHER", "bruck")
+    assert _algorithms.choose("all_gather", 64 << 20, 4) == "bruck"
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "rabenseifner")
+    assert _algorithms.choose("all_reduce", 8, 3) == "rabenseifner"
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_GATHER")
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE")
+    assert _algorithms.choose("all_gather", 64 << 20, 4) == "ring"
+    assert _algorithms.choose("all_gather", 8 * 16, 16) == "bruck"
+    assert _algorithms.choose("all_gather", 1024, 3) == "ring"  # no fewer steps at n=3
+    assert _algorithms.choose("all_gather", 1024, 2) == "ring"
+    assert _algorithms.choose("all_reduce", 64 << 20, 4) == "ring"
+    assert _algorithms.choose("all_reduce", 1 << 20, 4) == "rabenseifner"
+    assert _algorithms.choose("all_reduce", 4 << 20, 6) == "ring"
+    assert _algorithms.choose("all_reduce", 1 << 20, 6) == "rabenseifner"
+    assert _algorithms.choose("all_reduce", 1 << 20, 2) == "ring"
+    assert _algorithms.choose("all_reduce", 256 << 10, 8) == "rabenseifner"
+    assert _algorithms.choose("all_reduce", 256 << 10, 4) == "doubling"
