@@ -10,10 +10,11 @@ import zlib
 import numpy as np
 
 from .. import _kernels
-from .._algorithms import choose, doubling, pairwise, ring, tree
+from .._algorithms import CHOICES, choose, doubling, pairwise, ring, tree
 from .._algorithms.ring import reduce_scatter_destinations
 from .._algorithms.tree import reduce_needs_accumulator
-from .._dtypes import check_op, dtype_code, dtype_of, op_code
+from .._dtypes import BFLOAT16, OP_NAMES, check_op, dtype_code, dtype_of, op_code
+from .._engine.p2p import EAGER_BYTES
 from .._transport import address as _addr
 from . import lifecycle
 
@@ -358,6 +359,32 @@ def _barrier(g):
 
 
 
+# ------------------------------------------------------ the one-call path
+# Small blocking collectives on an idle stream run as one call of the group's
+# `FastPath` (_transport/_fast.pxi): same checks, header and schedule as the
+# functions above, without a Python call per step. It answers NotImplemented
+# for anything it does not take (then the functions above run, and raise
+# whatever error the arguments deserve).
+def _limit(kind, size, algo):
+    """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
+    limit, p = 0, 8
+    while p <= EAGER_BYTES and choose(kind, p, size) == algo:
+        limit, p = p, p * 2
+    return limit
+
+
+def _arm(g):
+    """Give g its one-call path once its collective connections can exist (after a first collective)."""
+    if g._size < 2 or g.transport is None or g._channel is None:
+        return
+    n = g._size
+    gather = EAGER_BYTES if "all_gather" not in CHOICES and n <= 64 else 0
+    limits = (_limit("all_reduce", n, "doubling"), _limit("reduce", n, "tree"), _limit("broadcast", n, "tree"),
+              gather)
+    g.fast = g._channel.fast_path(g, g.stream, g.world, limits, {name: i for i, name in enumerate(OP_NAMES)},
+                                  _reduction, dtype_code, BFLOAT16)
+
+
 # ------------------------------------------------- blocking and i variants
 # Each collective runs on its group's ordered stream: inline when the group has
 # nothing pending (the fast path), else behind the pending ones. The i variant
@@ -366,7 +393,15 @@ def _barrier(g):
 def all_reduce(x, op="sum", *, out=None, group=None):
     """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
     g = _g(group)
-    return g.stream.run(_all_reduce, g, x, op, out)
+    f = g.fast
+    if f is not None:
+        res = f.all_reduce(x, op, out)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_all_reduce, g, x, op, out)
+    res = g.stream.run(_all_reduce, g, x, op, out)
+    _arm(g)
+    return res
 
 
 def iall_reduce(x, op="sum", *, out=None, group=None):
@@ -393,7 +428,15 @@ def all_max(x, *, group=None):
 def all_gather(x, *, group=None):
     """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,))."""
     g = _g(group)
-    return g.stream.run(_all_gather, g, x)
+    f = g.fast
+    if f is not None:
+        res = f.all_gather(x)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_all_gather, g, x)
+    res = g.stream.run(_all_gather, g, x)
+    _arm(g)
+    return res
 
 
 def iall_gather(x, *, group=None):
@@ -415,7 +458,15 @@ def ireduce_scatter(x, op="sum", *, group=None):
 def broadcast(x, root=0, *, group=None):
     """Root's array on every rank; writes into x when it is writable and returns it."""
     g = _g(group)
-    return g.stream.run(_broadcast, g, x, root)
+    f = g.fast
+    if f is not None:
+        res = f.broadcast(x, root)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_broadcast, g, x, root)
+    res = g.stream.run(_broadcast, g, x, root)
+    _arm(g)
+    return res
 
 
 def ibroadcast(x, root=0, *, group=None):
@@ -426,7 +477,15 @@ def ibroadcast(x, root=0, *, group=None):
 def reduce(x, op="sum", root=0, *, group=None):
     """Reduction of x over ranks on root; None elsewhere."""
     g = _g(group)
-    return g.stream.run(_reduce, g, x, op, root)
+    f = g.fast
+    if f is not None:
+        res = f.reduce(x, op, root)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_reduce, g, x, op, root)
+    res = g.stream.run(_reduce, g, x, op, root)
+    _arm(g)
+    return res
 
 
 def ireduce(x, op="sum", root=0, *, group=None):
@@ -482,7 +541,12 @@ def ippermute(x, perm, *, group=None):
 def barrier(*, group=None):
     """Return when every rank of the group has entered."""
     g = _g(group)
-    return g.stream.run(_barrier, g)
+    f = g.fast
+    if f is not None and f.barrier() is not NotImplemented:
+        return None
+    g.stream.run(_barrier, g)
+    if f is None:
+        _arm(g)
 
 
 def ibarrier(*, group=None):

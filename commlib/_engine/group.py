@@ -109,6 +109,7 @@ class Group:
         self.spin_s = spin_seconds()
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
+        self.fast = None  # the one-call small-message path (`_io.FastPath`), armed by the API once connected
         self._scratch = None
         self.stream = Stream(f"group-{gid:x}")
         self.engine = engine
