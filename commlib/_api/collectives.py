@@ -368,8 +368,11 @@ def _barrier(g):
 def _limit(kind, size, algo):
     """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
     limit, p = 0, 8
-    while p <= EAGER_BYTES and choose(kind, p, size) == algo:
-        limit, p = p, p * 2
+    try:
+        while p <= EAGER_BYTES and choose(kind, p, size) == algo:
+            limit, p = p, p * 2
+    except ValueError:  # a bad COMMLIB_ALGO_<KIND>: the Python path reports it on that collective
+        return 0
     return limit
 
 

@@ -248,8 +248,8 @@ cdef class FastPath:
             return 10
         return -1
 
-    cdef unsigned int _shape_hash(self, cnp.ndarray a) except? 0xFFFFFFFF:
-        """crc32 of repr(shape), as _wire.shape_hash, remembered for the last shape."""
+    cdef unsigned int _shape_hash(self, cnp.ndarray a) noexcept:
+        """crc32 of repr(shape), as _wire.shape_hash, remembered for the last shape (callers keep ndim <= MAX_DIMS)."""
         cdef int nd = cnp.PyArray_NDIM(a), i, pos
         cdef cnp.npy_intp* d = cnp.PyArray_DIMS(a)
         cdef char text[MAX_DIMS * 24 + 4]
@@ -259,8 +259,6 @@ cdef class FastPath:
                     break
             else:
                 return self.last_hash
-        if nd > MAX_DIMS:
-            raise ValueError("arrays of more than 32 dimensions are not supported")
         text[0] = b'('
         pos = 1
         for i in range(nd):
@@ -422,7 +420,8 @@ cdef class FastPath:
             return NotImplemented
         a = <cnp.ndarray>x
         nbytes = cnp.PyArray_NBYTES(a)
-        if nbytes > self.limit or nbytes == 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        if (nbytes > self.limit or nbytes == 0 or cnp.PyArray_NDIM(a) > MAX_DIMS
+                or not cnp.PyArray_IS_C_CONTIGUOUS(a)):
             return NotImplemented
         if out is not None and not cnp.PyArray_ISWRITEABLE(a):
             return NotImplemented
@@ -456,9 +455,9 @@ cdef class FastPath:
         return <int>r if 0 <= r < self.n else -1
 
     cdef bint _array_ok(self, x, Py_ssize_t limit) except -1:
-        """x is an exact, C-contiguous, native ndarray of at most limit bytes."""
-        return (type(x) is cnp.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
-                and cnp.PyArray_NBYTES(<cnp.ndarray>x) <= limit)
+        """x is an exact, C-contiguous ndarray of at most limit bytes (limit 0: this kind is off)."""
+        return (limit > 0 and type(x) is cnp.ndarray and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>x)
+                and cnp.PyArray_NBYTES(<cnp.ndarray>x) <= limit and cnp.PyArray_NDIM(<cnp.ndarray>x) <= MAX_DIMS)
 
     def barrier(self):
         """barrier() in one call; NotImplemented: take the Python path."""
