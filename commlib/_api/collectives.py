@@ -13,7 +13,8 @@ from .. import _kernels
 from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
 from .._algorithms.ring import reduce_scatter_destinations
 from .._algorithms.tree import reduce_needs_accumulator
-from .._dtypes import check_op, dtype_code, dtype_of, op_code
+from .._dtypes import BFLOAT16, OP_NAMES, check_op, dtype_code, dtype_of, op_code
+from .._engine.p2p import EAGER_BYTES
 from .._transport import address as _addr
 from . import lifecycle
 
@@ -392,6 +393,36 @@ def _barrier(g):
 
 
 
+# ------------------------------------------------------ the one-call path
+# Small blocking collectives on an idle stream run as one call of the group's
+# `FastPath` (_transport/_fast.pxi): same checks, header and schedule as the
+# functions above, without a Python call per step. It answers NotImplemented
+# for anything it does not take (then the functions above run, and raise
+# whatever error the arguments deserve).
+def _limit(kind, size, algo):
+    """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
+    limit, p = 0, 8
+    try:
+        while p <= EAGER_BYTES and choose(kind, p, size) == algo:
+            limit, p = p, p * 2
+    except ValueError:  # a bad COMMLIB_ALGO_<KIND>: the Python path reports it on that collective
+        return 0
+    return limit
+
+
+def _arm(g):
+    """Give g its one-call path once its collective connections can exist (after a first collective)."""
+    if g._size < 2 or g.transport is None or g._channel is None:
+        return
+    n = g._size
+    # The one-call all_gather is the ring: on where choose() takes it (n <= 3) up to the eager limit.
+    gather = _limit("all_gather", n, "ring") if n <= 64 else 0
+    limits = (_limit("all_reduce", n, "doubling"), _limit("reduce", n, "tree"), _limit("broadcast", n, "tree"),
+              gather)
+    g.fast = g._channel.fast_path(g, g.stream, g.world, limits, {name: i for i, name in enumerate(OP_NAMES)},
+                                  _reduction, dtype_code, BFLOAT16)
+
+
 # ------------------------------------------------- blocking and i variants
 # Each collective runs on its group's ordered stream: inline when the group has
 # nothing pending (the fast path), else behind the pending ones. The i variant
@@ -400,7 +431,15 @@ def _barrier(g):
 def all_reduce(x, op="sum", *, out=None, group=None):
     """Element-wise reduction of x over all ranks; `out=x` reduces in place and returns x."""
     g = _g(group)
-    return g.stream.run(_all_reduce, g, x, op, out)
+    f = g.fast
+    if f is not None:
+        res = f.all_reduce(x, op, out)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_all_reduce, g, x, op, out)
+    res = g.stream.run(_all_reduce, g, x, op, out)
+    _arm(g)
+    return res
 
 
 def iall_reduce(x, op="sum", *, out=None, group=None):
@@ -427,7 +466,16 @@ def all_max(x, *, group=None):
 def all_gather(x, *, out=None, group=None):
     """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)); out: gather into it, return it."""
     g = _g(group)
-    return g.stream.run(_all_gather_user, g, x, out)
+    f = g.fast
+    if f is not None:
+        if out is None:
+            res = f.all_gather(x)
+            if res is not NotImplemented:
+                return res
+        return g.stream.run(_all_gather_user, g, x, out)
+    res = g.stream.run(_all_gather_user, g, x, out)
+    _arm(g)
+    return res
 
 
 def iall_gather(x, *, out=None, group=None):
@@ -449,7 +497,15 @@ def ireduce_scatter(x, op="sum", *, group=None):
 def broadcast(x, root=0, *, group=None):
     """Root's array on every rank; writes into x when it is writable and returns it."""
     g = _g(group)
-    return g.stream.run(_broadcast, g, x, root)
+    f = g.fast
+    if f is not None:
+        res = f.broadcast(x, root)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_broadcast, g, x, root)
+    res = g.stream.run(_broadcast, g, x, root)
+    _arm(g)
+    return res
 
 
 def ibroadcast(x, root=0, *, group=None):
@@ -460,7 +516,15 @@ def ibroadcast(x, root=0, *, group=None):
 def reduce(x, op="sum", root=0, *, group=None):
     """Reduction of x over ranks on root; None elsewhere."""
     g = _g(group)
-    return g.stream.run(_reduce, g, x, op, root)
+    f = g.fast
+    if f is not None:
+        res = f.reduce(x, op, root)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_reduce, g, x, op, root)
+    res = g.stream.run(_reduce, g, x, op, root)
+    _arm(g)
+    return res
 
 
 def ireduce(x, op="sum", root=0, *, group=None):
@@ -516,7 +580,12 @@ def ippermute(x, perm, *, group=None):
 def barrier(*, group=None):
     """Return when every rank of the group has entered."""
     g = _g(group)
-    return g.stream.run(_barrier, g)
+    f = g.fast
+    if f is not None and f.barrier() is not NotImplemented:
+        return None
+    g.stream.run(_barrier, g)
+    if f is None:
+        _arm(g)
 
 
 def ibarrier(*, group=None):

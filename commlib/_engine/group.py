@@ -117,6 +117,7 @@ class Group:
         self.spin = spin_policy()
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
+        self.fast = None  # the one-call small-message path (`_io.FastPath`), armed by the API once connected
         self._scratch = None
         self._recycle = []  # uint8 buffers behind results handed out, oldest first
         self.stream = Stream(f"group-{gid:x}")

@@ -103,6 +103,7 @@ class CollectiveChannel:
     def __init__(self, ep, gid, chunk, spin, check_s):
         """spin: (seconds, adaptive) from spin_policy()."""
         self.ep, self.gid, self.check_s = ep, gid, check_s
+        self.spin_s, self.stepper_chunk = spin_s, chunk
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
@@ -155,6 +156,38 @@ class CollectiveChannel:
         notices.current = None
         if rc:
             self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, stepper.rhdr, dims))
+
+    def fast_path(self, group, stream, world, limits, ops, legal, dtype_code, bf16):
+        """The one-call small-message path (`_io.FastPath`) over this channel's sockets and ring.
+
+        `group` holds the collective count, digest and history it updates;
+        `stream` is the group's ordered stream (the path runs only when it is
+        idle); limits: the largest payloads it takes for (all_reduce, reduce,
+        broadcast and all_gather), in bytes.
+        """
+        gid = self.gid
+        return _io.FastPath(group, stream, self.ep, self.fds, [(gid, CH_COLL, w, 1) for w in world],
+                            [(gid, CH_COLL, w, 0) for w in world], self.fast_status, self.ep.notices,
+                            self.ring.ctypes.data, self.ring.nbytes, self.stepper_chunk, self.ep.wake_r,
+                            self.spin_s, self.check_s, *limits, ops, legal, dtype_code, bf16)
+
+    def fast_status(self, rc, what, hdr, dims, dst, send_len, src, recv_len, state, rhdr):
+        """A one-call step (world ranks dst/src) stopped with status rc: return to resume it, else raise.
+
+        Mirrors exchange(): after SLOW it asks the peer it waits on whether it
+        is in another collective (and says what this rank is in, for theirs).
+        """
+        ep, notices = self.ep, self.ep.notices
+        if rc == _io.SLOW:
+            waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
+            notices.current = (what, waiting_on, hdr)
+            exc = self._check(waiting_on, hdr, dims)
+            if exc is None:
+                return
+            notices.current = None
+            self._raise(exc)
+        notices.current = None
+        self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, rhdr, dims))
 
     def _check(self, peer, hdr, dims):
         """The error (recorded as the failure) when the peer we wait on is in another collective #seq

@@ -521,3 +521,6 @@ cdef class Stepper:
         s.item = 1
         s.relay = RELAY_NONE
         return self._go(&s, deadline)
+
+
+include "_fast.pxi"
