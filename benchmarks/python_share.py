@@ -33,8 +33,9 @@ def main():
     args = ap.parse_args()
     g = commlib.init()  # outside a launcher: the size-1 world, with the real API functions and Group
     ring = np.empty(1 << 20, np.uint8)
+    stepper = _io.Stepper(np.zeros(4, np.int64), 1 << 18, -1, ring.ctypes.data, ring.nbytes, 0.0, 1.0)
     g.fast = _io.FastPath(g, g.stream, _Endpoint(), {}, [(g.gid, 1, 0, 1)], [(g.gid, 1, 0, 0)], None, None,
-                          ring.ctypes.data, ring.nbytes, 1 << 18, -1, 0.0, 1.0, 32768, 32768, 32768, 65536,
+                          ring.ctypes.data, ring.nbytes, 1 << 18, -1, stepper, 1.0, 32768, 32768, 32768, 65536,
                           {name: i for i, name in enumerate(OP_NAMES)}, _reduction, dtype_code, BFLOAT16)
     x = np.ones(2, np.float32)
 

@@ -415,12 +415,15 @@ def _arm(g):
     if g._size < 2 or g.transport is None or g._channel is None:
         return
     n = g._size
-    # The one-call all_gather is the ring: on where choose() takes it (n <= 3) up to the eager limit.
-    gather = _limit("all_gather", n, "ring") if n <= 64 else 0
+    # The one-call all_gather runs the schedule choose() picks up to the eager limit: the ring, or
+    # (power-of-two n, "bruck") recursive doubling; Bruck proper (other n >= 4) stays in Python.
+    doubling_gather = n & (n - 1) == 0 and _limit("all_gather", n, "bruck") > 0
+    gather = _limit("all_gather", n, "bruck" if doubling_gather else "ring") if n <= 64 else 0
     limits = (_limit("all_reduce", n, "doubling"), _limit("reduce", n, "tree"), _limit("broadcast", n, "tree"),
               gather)
     g.fast = g._channel.fast_path(g, g.stream, g.world, limits, {name: i for i, name in enumerate(OP_NAMES)},
                                   _reduction, dtype_code, BFLOAT16)
+    g.fast.gather_doubling = doubling_gather
 
 
 # ------------------------------------------------- blocking and i variants

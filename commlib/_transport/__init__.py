@@ -103,7 +103,7 @@ class CollectiveChannel:
     def __init__(self, ep, gid, chunk, spin, check_s):
         """spin: (seconds, adaptive) from spin_policy()."""
         self.ep, self.gid, self.check_s = ep, gid, check_s
-        self.spin_s, self.stepper_chunk = spin_s, chunk
+        self.stepper_chunk = chunk
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
@@ -169,7 +169,7 @@ class CollectiveChannel:
         return _io.FastPath(group, stream, self.ep, self.fds, [(gid, CH_COLL, w, 1) for w in world],
                             [(gid, CH_COLL, w, 0) for w in world], self.fast_status, self.ep.notices,
                             self.ring.ctypes.data, self.ring.nbytes, self.stepper_chunk, self.ep.wake_r,
-                            self.spin_s, self.check_s, *limits, ops, legal, dtype_code, bf16)
+                            self.stepper, self.check_s, *limits, ops, legal, dtype_code, bf16)
 
     def fast_status(self, rc, what, hdr, dims, dst, send_len, src, recv_len, state, rhdr):
         """A one-call step (world ranks dst/src) stopped with status rc: return to resume it, else raise.

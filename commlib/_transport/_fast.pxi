@@ -149,6 +149,18 @@ cdef int _plan_ring_gather(Plan* pl, int n, int r, Py_ssize_t block) noexcept no
     return k
 
 
+cdef int _plan_doubling_gather(Plan* pl, int n, int r, Py_ssize_t block) noexcept nogil:
+    """_algorithms/logstep.all_gather for a power-of-two n (recursive doubling), in RES: round k swaps
+    the aligned group of 2^k blocks holding r's with rank r XOR 2^k, both in place."""
+    cdef int mask = 1, k = 0, partner
+    while mask < n:
+        partner = r ^ mask
+        _step(&pl[k], partner, partner, R_RES, (r & ~(mask - 1)) * block, mask * block,
+              R_RES, (partner & ~(mask - 1)) * block, mask * block, 0); k += 1
+        mask <<= 1
+    return k
+
+
 cdef inline void _step(Plan* p, int dst, int src, int send_ref, Py_ssize_t send_off, Py_ssize_t send_len,
                        int recv_ref, Py_ssize_t recv_off, Py_ssize_t recv_len, int flags) noexcept nogil:
     p.dst, p.src, p.send_ref, p.send_off, p.send_len = dst, src, send_ref, send_off, send_len
@@ -172,9 +184,11 @@ cdef class FastPath:
     cdef Py_ssize_t ring_ptr, ring_len, chunk
     cdef public Py_ssize_t limit   # largest payload taken, bytes; 0 disables a collective kind below
     cdef public Py_ssize_t reduce_limit, broadcast_limit, gather_limit
+    cdef public bint gather_doubling   # all_gather by recursive doubling (power-of-two n), else the ring
     cdef int wake_fd, n, rank
     cdef unsigned int gid
     cdef double spin_s, check_s, timeout
+    cdef Stepper stepper       # the channel's step loop: its spin rule and per-peer learned waits
     cdef signed char dt_code[256]   # numpy type number -> wire dtype code; -1 unknown, -2 unsupported
     cdef int bf16_num
     cdef dict ops              # op as given -> op code, for ops known to be legal on some dtype
@@ -194,7 +208,7 @@ cdef class FastPath:
     cdef public long long nogil_ns
 
     def __init__(self, group, stream, ep, fds, list out_keys, list in_keys, status, notices,
-                 Py_ssize_t ring_ptr, Py_ssize_t ring_len, Py_ssize_t chunk, int wake_fd, double spin_s,
+                 Py_ssize_t ring_ptr, Py_ssize_t ring_len, Py_ssize_t chunk, int wake_fd, Stepper stepper,
                  double check_s, Py_ssize_t limit, Py_ssize_t reduce_limit, Py_ssize_t broadcast_limit,
                  Py_ssize_t gather_limit, dict ops, legal, dtype_code, bf16):
         import numpy as np
@@ -214,7 +228,9 @@ cdef class FastPath:
         self.ring_ptr, self.ring_len, self.chunk = ring_ptr, ring_len, chunk
         self.limit, self.reduce_limit, self.broadcast_limit = limit, reduce_limit, broadcast_limit
         self.gather_limit = gather_limit
-        self.wake_fd, self.spin_s, self.check_s = wake_fd, spin_s, check_s
+        self.gather_doubling = False
+        self.wake_fd, self.check_s = wake_fd, check_s
+        self.stepper, self.spin_s = stepper, stepper.spin_s
         self.ops, self.legal = ops, legal
         memset(self.legal_ok, 0, sizeof(self.legal_ok))
         cdef int t
@@ -351,6 +367,7 @@ cdef class FastPath:
         s.wake_fd = self.wake_fd
         s.deadline = deadline
         s.spin_s = self.spin_s
+        s.learned = NULL
         s.check_s = self.check_s
         s.state = st
         s.dtype = dtype
@@ -376,6 +393,9 @@ cdef class FastPath:
                         s.send_buf = _ref(p.send_ref, x, res, self.snap) + p.send_off
                         s.send_len = p.send_len
                         s.recv_fd = rfd[k]
+                        if self.stepper.adaptive:  # the same per-peer waits the Python path learns
+                            s.learned = &self.stepper.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd)
+                                                              % SPIN_SLOTS]
                         s.recv_hdr_len = 56 if s.recv_fd >= 0 else 0
                         s.recv_len = p.recv_len
                         s.swap = (p.flags & F_SWAP) != 0
@@ -536,7 +556,8 @@ cdef class FastPath:
         return res if self.rank == rt else None
 
     def all_gather(self, x):
-        """all_gather(x) into a new array; NotImplemented: take the Python path."""
+        """all_gather(x) into a new array (the ring, or recursive doubling with gather_doubling);
+        NotImplemented: take the Python path."""
         cdef Plan plan[MAX_STEPS]
         cdef int sfd[MAX_STEPS]
         cdef int rfd[MAX_STEPS]
@@ -555,7 +576,10 @@ cdef class FastPath:
         code = self._code(a)
         if code < 0:
             return NotImplemented
-        nsteps = _plan_ring_gather(plan, self.n, self.rank, block)
+        if self.gather_doubling:
+            nsteps = _plan_doubling_gather(plan, self.n, self.rank, block)
+        else:
+            nsteps = _plan_ring_gather(plan, self.n, self.rank, block)
         if not self._claim(plan, nsteps, sfd, rfd):
             return NotImplemented
         try:

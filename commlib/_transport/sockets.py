@@ -42,6 +42,11 @@ CH_COLL, CH_P2P = 0, 1
 CHANNEL_NAMES = ("collective", "point-to-point")
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
+# A peer address with no route (ENETUNREACH/EHOSTUNREACH) for this long is a set-up error, not a
+# late peer: the connect fails then instead of at the deadline (and before the peer, waiting for
+# this connection, times out with a less precise report).
+UNREACHABLE_GRACE_S = 2.0
+_UNREACHABLE = (errno.ENETUNREACH, errno.EHOSTUNREACH)
 SERVER_HANDSHAKE_S = 3.0  # server side: a silent client is dropped after this (slow-loris bound)
 MAX_PENDING_HANDSHAKES = 64
 LISTEN_BACKLOG = 1024  # every peer may connect at once (the kernel caps it at net.core.somaxconn)
@@ -385,12 +390,14 @@ class Endpoint:
         local = kind == "unix"
         address = "\0" + where if local else where
         last = None
+        unreachable_since = None
         while True:
             self.raise_if_failed()
             if self._closed:
                 raise CommError(f"rank {self.rank}: {what}: this rank is closing", rank=dst)
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0 or unreachable_since is not None and now - unreachable_since >= UNREACHABLE_GRACE_S:
                 text = f"rank {self.rank}: {what} could not connect to rank {dst} at {self.describe_route(dst)}: "
                 if not sticky:
                     raise CommTimeout(text + _why(last), rank=dst)
@@ -417,6 +424,10 @@ class Endpoint:
             except (ConnectionError, OSError) as exc:
                 sock.close()
                 last = exc
+                if getattr(exc, "errno", None) in _UNREACHABLE:
+                    unreachable_since = unreachable_since or time.monotonic()
+                else:
+                    unreachable_since = None
                 self._peer_gone(dst, what)  # refused or cut off by a peer known to be gone
                 time.sleep(0.01)
         sock.settimeout(None)

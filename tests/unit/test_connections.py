@@ -176,3 +176,28 @@ def test_a_burst_beyond_the_pending_handshakes_waits_instead_of_failing(monkeypa
             s.close()
         for ep in eps:
             ep.close()
+
+
+def test_an_unreachable_peer_address_fails_after_the_grace_not_the_deadline(pair, monkeypatch):
+    """A peer address with no route (ENETUNREACH: the wrong interface chosen) is a set-up error:
+    the connect gives up after UNREACHABLE_GRACE_S naming the address and errno, long before its
+    deadline, while the peer waiting for this connection would only say it waited."""
+    import errno
+    import socket
+
+    from commlib._transport import sockets
+
+    class Unreachable(socket.socket):
+        def connect(self, address):
+            raise OSError(errno.ENETUNREACH, os.strerror(errno.ENETUNREACH))
+
+    a, _ = pair
+    a.force_tcp = True
+    monkeypatch.setattr(sockets, "UNREACHABLE_GRACE_S", 0.3)
+    monkeypatch.setattr(socket, "socket", Unreachable)
+    start = time.monotonic()
+    with pytest.raises(CommTimeout, match=r"could not connect to rank 1 at tcp 127\.0\.0\.1:\d+: "
+                                          r"network is unreachable \(ENETUNREACH\)"):
+        a.outgoing(0, CH_P2P, 1, start + 20, "send")
+    assert time.monotonic() - start < 5
+    assert isinstance(a.failure, CommTimeout)
