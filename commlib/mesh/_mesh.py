@@ -269,9 +269,11 @@ def _axis(axis, ndim, what):
 
 # ----------------------------------------------------------- bodies (run on the sub-group's stream)
 def _all_gather(g, a, axis, tiled):
+    # _all_gather_user: a large result lands on a recycled buffer nobody holds (as cl.all_gather's
+    # does), not on 64 MiB of fresh memory touched for the first time every call
     if tiled and axis == 0:
-        return _c._all_gather(g, a)
-    stacked = _c._all_gather(g, a[None])  # (n, *a.shape): block i from the i-th rank
+        return _c._all_gather_user(g, a, None)
+    stacked = _c._all_gather_user(g, a[None], None)  # (n, *a.shape): block i from the i-th rank
     if not tiled:
         return np.moveaxis(stacked, 0, axis)
     return np.concatenate(list(stacked), axis=axis)

@@ -16,3 +16,10 @@ def test_sharded_transitions(n, run, assert_ranks_ok):
 def test_torch_tensors(n, run, assert_ranks_ok):
     pytest.importorskip("torch")
     assert_ranks_ok(run(n, "mesh_torch.py", env={"COMMLIB_TIMEOUT": "30"}, timeout=100), n, "mesh_torch")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 3], ids=lambda n: f"n{n}")
+def test_large_results_kept_across_calls(n, run, assert_ranks_ok):
+    """Mesh all_gathers over 1 MiB reuse result buffers: what the program still holds is never one."""
+    assert_ranks_ok(run(n, "mesh_recycle.py", env={"COMMLIB_TIMEOUT": "30"}, timeout=100), n, "mesh_recycle")
