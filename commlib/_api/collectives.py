@@ -174,6 +174,11 @@ def _reduce_scatter(g, x, op="sum", out=None):
         return out
     count = out.size
     o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)
+    if choose("reduce_scatter", a.nbytes, n) == "doubling":  # small: latency-bound, log2 n steps
+        full = np.array(a, order="C")
+        doubling.all_reduce(o, _addr(full), full.nbytes, g.scratch(full.nbytes))
+        out.reshape(-1)[...] = full.reshape(-1)[r * count:(r + 1) * count]
+        return out
     tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]
     dst_of = reduce_scatter_destinations(r, n, _addr(out), [_addr(t) for t in tmp])
     ring.reduce_scatter(o, _addr(a), dst_of, [i * count for i in range(n)], [count] * n, a.itemsize)

@@ -18,3 +18,13 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Every root, every dtype, large and odd sizes with the broadcast algorithm forced."""
     assert_ranks_ok(run(n, "collectives.py", "bcast", env={"COMMLIB_ALGO_BROADCAST": algo}), n,
                     f"broadcast with COMMLIB_ALGO_BROADCAST={algo}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", NS[1:])
+@pytest.mark.parametrize("algo", ["ring", "doubling"])
+def test_reduce_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
+    """Every op and dtype, small, odd and large sizes with the reduce_scatter algorithm forced (by default
+    doubling up to 16 KiB at n >= 3, the ring above and at n = 2)."""
+    assert_ranks_ok(run(n, "collectives.py", "rs", env={"COMMLIB_ALGO_REDUCE_SCATTER": algo}), n,
+                    f"reduce_scatter with COMMLIB_ALGO_REDUCE_SCATTER={algo}")

@@ -156,6 +156,8 @@ if mode == "full":
     barrier_checks()
 elif mode == "bcast":
     broadcast_checks()
+elif mode == "rs":
+    reduce_scatter_checks()
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 c.finish()
