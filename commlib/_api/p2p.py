@@ -37,7 +37,9 @@ def _post_send(x, dst, tag, group, sync, block, what):
 
 def send(x, dst, tag=0, *, group=None):
     """Send x to rank dst; up to 64 KiB returns without waiting for the receiver."""
-    _post_send(x, dst, tag, group, False, True, "send")
+    f = _g(group).p2p_fast
+    if f is None or f.send(x, dst, tag) is NotImplemented:
+        _post_send(x, dst, tag, group, False, True, "send")
 
 
 def isend(x, dst, tag=0, *, group=None):
@@ -68,6 +70,11 @@ def _receive(g, out, src, tag, status, block, what):
 def recv(shape, dtype, src, tag=0, *, status=False, group=None):
     """Receive a message of exactly this shape and dtype from src."""
     g = _g(group)
+    f = g.p2p_fast
+    if f is not None and not status:
+        got = f.recv(shape, dtype, src, tag)
+        if got is not NotImplemented:
+            return got
     src, tag = _src(g, src), _tag(tag, True)
     return _receive(g, np.empty(shape, dtype), src, tag, status, True, f"recv(tag={tag})")
 

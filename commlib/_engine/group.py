@@ -123,6 +123,8 @@ class Group:
         self.stream = Stream(f"group-{gid:x}")
         self.engine = engine
         self.p2p = engine.context(gid, world, rank, timeout)
+        # the one-call blocking send/recv (`_io.P2PFast`); None on a group without peers
+        self.p2p_fast = engine.one_call(self.p2p) if transport is not None and self._size > 1 else None
         engine.groups[gid] = self
         self.digest = 0  # crc32 chained over every collective header
         self.history = collections.deque(maxlen=HISTORY)

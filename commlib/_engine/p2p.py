@@ -37,7 +37,7 @@ import weakref
 
 import numpy as np
 
-from .._dtypes import DT_BYTES, dtype_name, dtype_of
+from .._dtypes import BFLOAT16, DT_BYTES, dtype_code, dtype_name, dtype_of
 from .._transport import address as _address, spin_seconds
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
@@ -46,6 +46,7 @@ from .matching import ANY_SOURCE, ANY_TAG, Matcher, Message, Posted, matches
 from .requests import Request
 
 EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
+_FALLBACK = object()  # a fast path's answer: the engine must serve this one
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
 
 
@@ -151,6 +152,11 @@ class Engine:
                     if any(key[0] == gid for key in self._in):
                         self._kick()
             return ctx
+
+    def one_call(self, ctx):
+        """The one-call blocking send/recv of group context ctx (`_io.P2PFast`): the latency path in
+        one Cython call, continuing in `_fast_send_queue` / `_fast_recv_rest` when a step does not finish."""
+        return self.p2p.fast_path(self, ctx, EAGER_BYTES, dtype_code, BFLOAT16, message_header)
 
     def idle(self):
         """Nothing outstanding: the caller may use a blocking fast path."""
@@ -369,24 +375,27 @@ class Engine:
         self._hand_over(conn, got)  # another frame came first: the engine takes it from here
         return _FALLBACK
 
-    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w):
+    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_FALLBACK):
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
         Returns None once it arrived; the header of another frame that came instead (no payload
         byte read); or _FALLBACK when other work appeared before any byte of the frame (the engine
-        then serves this receive with the rest).
+        then serves this receive with the rest). `first`: what a first step already taken (a fresh
+        one, by the one-call path) returned.
         """
         notices = self.p2p.notices
         resume = False
+        got = first
         while True:
             with self.lock:
-                if not resume and not self.idle():
-                    return _FALLBACK
-                notices.current = (what, src_w, None)
-                try:
-                    got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
-                finally:
-                    notices.current = None
+                if got is _FALLBACK:
+                    if not resume and not self.idle():
+                        return _FALLBACK
+                    notices.current = (what, src_w, None)
+                    try:
+                        got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                    finally:
+                        notices.current = None
                 if got is None or isinstance(got, bytes):
                     return got
                 if got == 0 and not self.idle():
@@ -395,6 +404,35 @@ class Engine:
                     raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
                                    rank=src_w, op=what)
                 resume = got > 0 or resume
+                got = _FALLBACK
+
+    # ------------------------------------------- the one-call path's continuations
+    # `_io.P2PFast` runs a blocking send or receive as one step in one call; a step that does not
+    # finish goes on here, exactly as the Python fast path above would.
+    def _fast_send_queue(self, ctx, dst, a, nbytes, tag, dtype, count, sent):
+        """The rest of a one-call send stuck `sent` bytes into its frame (lock held): queued first in
+        line, the engine writes it; the caller waits on the Request returned."""
+        dst_w = ctx.world[dst]
+        sock = self.p2p.out_sock(ctx.gid, dst_w, time.monotonic() + ctx.timeout, "send")
+        return self._queue_send(ctx, (ctx.gid, dst_w), sock, [a.reshape(-1).view(np.uint8)], nbytes, tag, dtype,
+                                count, 0, f"send(tag={tag})", ctx.timeout, sent=sent, seq=0)
+
+    def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc):
+        """A one-call receive whose first step stopped with status rc, on `conn` (claimed busy): the
+        result, or NotImplemented when the engine must serve it (nothing of its frame was read)."""
+        try:
+            with self.lock:
+                got = self.p2p.recv_status(rc, what, src_w, nbytes)
+            got = self._step_frame(conn, expect, self.transport_address(out), nbytes, deadline, what, src_w,
+                                   first=got)
+            if got is None:
+                self._last_tag[ctx.gid, src] = tag
+                return out
+            if got is not _FALLBACK:
+                self._hand_over(conn, got)  # another frame came first: the engine takes it from here
+            return NotImplemented
+        finally:
+            conn.busy = False
 
     def _hand_over(self, conn, header):
         """A header a fast path read but does not take: the engine goes on with that frame."""
@@ -925,7 +963,6 @@ class Engine:
     transport_address = staticmethod(_address)
 
 
-_FALLBACK = object()
 _NO_FRAME = bytes(HEADER_NBYTES)  # a header no frame carries (its magic is zero)
 
 

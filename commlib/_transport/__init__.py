@@ -215,6 +215,11 @@ class PointToPoint:
         self.state = np.zeros(4, dtype=np.int64)
         self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1])
 
+    def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
+        """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
+        stepper; `engine` owns the lock, the queues and the continuations it calls back."""
+        return _io.P2PFast(engine, ctx, self, self.ep.fds, limit, dtype_code, bf16, header)
+
     def out_sock(self, gid, dst, deadline, what):
         """The socket to world rank dst (connecting on first use)."""
         sock = self.ep.out_sock(gid, CH_P2P, dst)
@@ -257,6 +262,10 @@ class PointToPoint:
         received so far (an int) when FAST_PATH_SLICE_S passed without progress.
         """
         rc = self.stepper.raw(-1, b"", 0, 0, sock.fileno(), ptr, nbytes, deadline, resume, expect)
+        return self.recv_status(rc, what, peer, nbytes)
+
+    def recv_status(self, rc, what, peer, nbytes):
+        """What a receive step's status rc means, as recv_step returns it (or the error it raises)."""
         if rc == 0:
             return None
         if rc == _io.MISMATCH:

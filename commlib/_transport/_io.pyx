@@ -524,3 +524,4 @@ cdef class Stepper:
 
 
 include "_fast.pxi"
+include "_p2p_fast.pxi"

@@ -169,3 +169,43 @@ def test_detection_latency_over_repeats(jobs):
     record_figure("SIGKILL detection latency over 10 jobs x 3 survivors (n=4, 1 MiB all_reduce loop)",
                   f"median {med * 1000:.1f} ms, max {worst * 1000:.1f} ms, {len(samples)} samples")
     assert worst < DETECT_BOUND_S
+
+
+PINGPONG_LOOP = """
+ignore_sigterm()
+g = cl.init(); r = g.rank(); n = g.size()
+peer = r ^ 1
+x = np.full(2, r, np.float64)
+emit(ready=True)
+i = 0
+try:
+    for i in range(100000000):
+        if r % 2 == 0:
+            cl.send(x, peer, tag=1)
+            y = cl.recv((2,), np.float64, peer, tag=1)
+        else:
+            y = cl.recv((2,), np.float64, peer, tag=1)
+            cl.send(x, peer, tag=1)
+        assert y[0] == peer, y
+except cl.CommError as e:
+    emit(t=t_wall(), etype=type(e).__name__, msg=str(e), i=i)
+    sys.exit(0)
+emit(t=t_wall(), etype="none", msg="the loop ended without an error")
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("victim", [0, 1])
+def test_sigkill_mid_ping_pong(jobs, victim):
+    """A peer SIGKILLed while its partner is in a one-call blocking send or recv: PeerLost naming it."""
+    job = jobs(PINGPONG_LOOP, 2, env=JOB_ENV, commrun_args=["--grace", "10"]).start()
+    ranks = job.wait_ranks()
+    job.wait_for(lambda j: len(j.records("ready")) == 2, 60, "both ranks to be ready")
+    time.sleep(0.5)  # thousands of round trips in
+    t_kill = time.time()
+    ranks[victim].kill()
+    assert job.wait(40) == 137, job.output()
+    lat = survivor_reports(job, victim, t_kill, bound=DETECT_BOUND_S, names=f"rank {victim}")
+    record_figure(f"SIGKILL detection latency mid ping-pong, victim={victim} (s)",
+                  {r: round(v, 3) for r, v in lat.items()})
+    job.assert_no_leftovers()
