@@ -15,7 +15,8 @@ import os
 # (benchmarks/crossover.py; 2 cores, so n=4 is oversubscribed, which favours
 # fewer steps: the ring's 2(n-1) steps each cost a wake-up).
 ALL_REDUCE_SMALL_BYTES_PAIR = 32 << 10  # n=2: doubling 17 us vs ring 24 at 32 KiB; ring wins from 64 KiB
-ALL_REDUCE_SMALL_BYTES = 256 << 10  # n=3,4: doubling 340 vs ring 349 us at 256 KiB; ring wins from 512 KiB
+ALL_REDUCE_SMALL_BYTES = 128 << 10  # n=3,4 (quiet machine, interleaved, median of 3, n=4): doubling 298 vs
+                                    # Rabenseifner 365 us at 128 KiB, 781 vs 447 at 256 KiB
 ALL_REDUCE_SMALL_BYTES_MANY = 64 << 10  # n>4: doubling moves log2(n) whole buffers (n=8, 256 KiB: 19 ms vs
                                         # Rabenseifner 4.5)
 BROADCAST_SMALL_BYTES = 8 << 10  # n=4: chain wins from 16 KiB (1.7x at 4 MiB); below, within noise
@@ -38,13 +39,17 @@ ALL_GATHER_LOG_BYTES = 256 << 10
 # moves log2 n whole buffers). At n=2 both take one step and the ring sends half: 16-32 KiB 1.5-1.8x.
 REDUCE_SCATTER_SMALL_BYTES = 16 << 10
 REDUCE_SCATTER_SMALL_BYTES_MANY = 8 << 10  # n > 8
+# power-of-two n >= 4, up to this: recursive halving (log2 n steps, the ring's bytes; logstep.py). n=4,
+# quiet machine, interleaved, median of 3, halving / ring time: 16 B 0.82, 1 KiB 0.90, 64 KiB 0.87,
+# 256 KiB 0.71, 1 MiB 0.42, 4 MiB 0.60, 16 MiB 0.85; 64 MiB 1.18 (the ring wins)
+REDUCE_SCATTER_HALVING_BYTES = 16 << 20
 
 CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner"),
     "all_gather": ("ring", "bruck"),
     "broadcast": ("tree", "chain"),
     "reduce": ("tree", "chain"),
-    "reduce_scatter": ("ring", "doubling"),
+    "reduce_scatter": ("ring", "doubling", "halving"),
 }
 
 
@@ -74,6 +79,8 @@ def choose(kind, nbytes, size):
     if kind == "broadcast":
         return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
     if kind == "reduce_scatter":
+        if size > 2 and size & (size - 1) == 0 and nbytes <= REDUCE_SCATTER_HALVING_BYTES:
+            return "halving"
         small = REDUCE_SCATTER_SMALL_BYTES if size <= 8 else REDUCE_SCATTER_SMALL_BYTES_MANY
         return "doubling" if size > 2 and nbytes <= small else "ring"
     if kind == "reduce":

@@ -1,5 +1,6 @@
-"""Log-step schedules for mid-size messages: Bruck / recursive-doubling all-gather and
-Rabenseifner's all-reduce (recursive-halving reduce-scatter + recursive-doubling all-gather).
+"""Log-step schedules for mid-size messages: Bruck / recursive-doubling all-gather, the
+recursive-halving reduce-scatter, and Rabenseifner's all-reduce (recursive-halving
+reduce-scatter + recursive-doubling all-gather).
 
 A ring takes n-1 (all-gather) or 2(n-1) (all-reduce) dependent steps, each a
 wake-up of one rank by another; these take ceil(log2 n) and 2 log2 p (+2 for
@@ -55,6 +56,21 @@ def all_gather(op, out, bs, scratch):
         d <<= 1
     op.copy(out + r * bs, scratch, (n - r) * bs)  # blocks r .. n-1
     op.copy(out, scratch + (n - r) * bs, r * bs)  # blocks 0 .. r-1
+
+
+def reduce_scatter(op, buf, count, item):
+    """Recursive halving, n a power of two: reduce the `count` elements at address `buf` in place
+    until block r (the r-th of n equal blocks) holds this rank's fully reduced block. Round k swaps
+    half of the current range with rank r XOR n/2^(k+1): log2 n steps, (n-1)/n of the buffer sent."""
+    n, r = op.size, op.rank
+    bs = count // n * item
+    lo, width, mask = 0, n, n >> 1
+    while mask:
+        half = width >> 1
+        keep, give = (lo + half, lo) if r & mask else (lo, lo + half)
+        op.exchange(r ^ mask, buf + give * bs, half * bs, r ^ mask, 0, half * bs, reduce_dst=buf + keep * bs)
+        lo, width = keep, half
+        mask >>= 1
 
 
 def all_reduce(op, src, out, count, item):

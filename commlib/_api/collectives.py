@@ -174,9 +174,13 @@ def _reduce_scatter(g, x, op="sum", out=None):
         return out
     count = out.size
     o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)
-    if choose("reduce_scatter", a.nbytes, n) == "doubling":  # small: latency-bound, log2 n steps
+    algo = choose("reduce_scatter", a.nbytes, n)
+    if algo != "ring":  # log2 n steps on a copy of x, then this rank's block of it
         full = np.array(a, order="C")
-        doubling.all_reduce(o, _addr(full), full.nbytes, g.scratch(full.nbytes))
+        if algo == "halving" and n & (n - 1) == 0:
+            logstep.reduce_scatter(o, _addr(full), full.size, full.itemsize)
+        else:  # doubling (also a forced "halving" where n is not a power of two)
+            doubling.all_reduce(o, _addr(full), full.nbytes, g.scratch(full.nbytes))
         out.reshape(-1)[...] = full.reshape(-1)[r * count:(r + 1) * count]
         return out
     tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]

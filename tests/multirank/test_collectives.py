@@ -22,7 +22,7 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
-@pytest.mark.parametrize("algo", ["ring", "doubling"])
+@pytest.mark.parametrize("algo", ["ring", "doubling", "halving"])
 def test_reduce_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Every op and dtype, small, odd and large sizes with the reduce_scatter algorithm forced (by default
     doubling up to 16 KiB at n >= 3, the ring above and at n = 2)."""

@@ -366,4 +366,39 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("all_reduce", 1 << 20, 6) == "rabenseifner"
     assert _algorithms.choose("all_reduce", 1 << 20, 2) == "ring"
     assert _algorithms.choose("all_reduce", 256 << 10, 8) == "rabenseifner"
-    assert _algorithms.choose("all_reduce", 256 << 10, 4) == "doubling"
+    assert _algorithms.choose("all_reduce", 128 << 10, 4) == "doubling"
+    assert _algorithms.choose("all_reduce", 256 << 10, 4) == "rabenseifner"
+    # reduce_scatter: recursive halving at power-of-two n >= 4 up to 16 MiB, doubling when small at
+    # other n >= 3, else (and always at n = 2) the ring
+    assert _algorithms.choose("reduce_scatter", 16, 4) == "halving"
+    assert _algorithms.choose("reduce_scatter", 16 << 20, 8) == "halving"
+    assert _algorithms.choose("reduce_scatter", 64 << 20, 4) == "ring"
+    assert _algorithms.choose("reduce_scatter", 16 << 10, 3) == "doubling"
+    assert _algorithms.choose("reduce_scatter", 32 << 10, 6) == "ring"
+    assert _algorithms.choose("reduce_scatter", 16, 2) == "ring"
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+@pytest.mark.parametrize("block", [0, 1, 3])
+def test_log_step_reduce_scatter_halving(size, block):
+    """Recursive halving leaves rank r's fully reduced block r in place, in log2 n steps, and sends
+    (n - 1)/n of the buffer."""
+    xs = inputs(size, size * block)
+    sent = {}
+
+    class Counting(FakeOp):
+        def exchange(self, dst, send_ptr, send_len, *args, **kw):
+            steps, nbytes = sent.get(self.rank, (0, 0))
+            sent[self.rank] = (steps + 1, nbytes + send_len)
+            return FakeOp.exchange(self, dst, send_ptr, send_len, *args, **kw)
+
+    def body(op):
+        op.__class__ = Counting
+        buf = xs[op.rank].copy()
+        logstep.reduce_scatter(op, buf.ctypes.data, buf.size, 8)
+        return buf[op.rank * block:(op.rank + 1) * block].copy()
+
+    total = np.sum(xs, axis=0)
+    for r, got in enumerate(run_ranks(size, body)):
+        np.testing.assert_allclose(got, total[r * block:(r + 1) * block])
+        assert sent[r] == ((size - 1).bit_length(), (size - 1) * block * 8)
