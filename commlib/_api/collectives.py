@@ -433,6 +433,7 @@ def _arm(g):
     g.fast = g._channel.fast_path(g, g.stream, g.world, limits, {name: i for i, name in enumerate(OP_NAMES)},
                                   _reduction, dtype_code, BFLOAT16)
     g.fast.gather_doubling = doubling_gather
+    g.fast.arm_reduce_scatter(_limit("reduce_scatter", n, "halving"))  # power-of-two n only
 
 
 # ------------------------------------------------- blocking and i variants
@@ -498,7 +499,15 @@ def iall_gather(x, *, out=None, group=None):
 def reduce_scatter(x, op="sum", *, group=None):
     """Reduce x over ranks; rank r gets block r of the result along axis 0."""
     g = _g(group)
-    return g.stream.run(_reduce_scatter, g, x, op)
+    f = g.fast
+    if f is not None:
+        res = f.reduce_scatter(x, op)
+        if res is not NotImplemented:
+            return res
+        return g.stream.run(_reduce_scatter, g, x, op)
+    res = g.stream.run(_reduce_scatter, g, x, op)
+    _arm(g)
+    return res
 
 
 def ireduce_scatter(x, op="sum", *, group=None):

@@ -53,6 +53,7 @@ cdef enum:
 cdef enum:
     C_ALL_REDUCE = 1
     C_ALL_GATHER = 2
+    C_REDUCE_SCATTER = 3
     C_BROADCAST = 4
     C_BARRIER = 5
     C_REDUCE = 6
@@ -161,6 +162,24 @@ cdef int _plan_doubling_gather(Plan* pl, int n, int r, Py_ssize_t block) noexcep
     return k
 
 
+cdef int _plan_halving(Plan* pl, int n, int r, Py_ssize_t block) noexcept nogil:
+    """_algorithms/logstep.reduce_scatter (recursive halving, power-of-two n) on SNAP, a copy of x:
+    each round sends half the current range to r XOR mask and reduces the partner's copy of the
+    other half into it, until block r is left."""
+    cdef int lo = 0, width = n, mask = n >> 1, k = 0, half, keep, give
+    while mask:
+        half = width >> 1
+        if r & mask:
+            keep, give = lo + half, lo
+        else:
+            keep, give = lo, lo + half
+        _step(&pl[k], r ^ mask, r ^ mask, R_SNAP, give * block, half * block, R_SNAP, keep * block, half * block,
+              F_REDUCE); k += 1
+        lo, width = keep, half
+        mask >>= 1
+    return k
+
+
 cdef inline void _step(Plan* p, int dst, int src, int send_ref, Py_ssize_t send_off, Py_ssize_t send_len,
                        int recv_ref, Py_ssize_t recv_off, Py_ssize_t recv_len, int flags) noexcept nogil:
     p.dst, p.src, p.send_ref, p.send_off, p.send_len = dst, src, send_ref, send_off, send_len
@@ -185,6 +204,7 @@ cdef class FastPath:
     cdef public Py_ssize_t limit   # largest payload taken, bytes; 0 disables a collective kind below
     cdef public Py_ssize_t reduce_limit, broadcast_limit, gather_limit
     cdef public bint gather_doubling   # all_gather by recursive doubling (power-of-two n), else the ring
+    cdef readonly Py_ssize_t rs_limit  # reduce_scatter (recursive halving) up to this input size; 0: off
     cdef int wake_fd, n, rank
     cdef unsigned int gid
     cdef double spin_s, check_s, timeout
@@ -554,6 +574,59 @@ cdef class FastPath:
         finally:
             self.release()
         return res if self.rank == rt else None
+
+    def arm_reduce_scatter(self, Py_ssize_t limit):
+        """Take reduce_scatter by recursive halving (power-of-two n only) up to `limit` input bytes."""
+        import numpy as np
+        if limit <= 0 or self.n & (self.n - 1) or self.n < 2:
+            self.rs_limit = 0
+            return
+        if self.snap_buf.nbytes < limit:
+            self.snap_buf = np.empty(limit, dtype=np.uint8)
+            self.snap = <char*>cnp.PyArray_DATA(self.snap_buf)
+        self.rs_limit = limit
+
+    def reduce_scatter(self, x, op):
+        """reduce_scatter(x, op) by recursive halving in one call; NotImplemented: the Python path."""
+        cdef cnp.ndarray a, res
+        cdef int code, opc, nsteps, nd
+        cdef Py_ssize_t nbytes, block
+        cdef Plan plan[MAX_STEPS]
+        cdef int sfd[MAX_STEPS]
+        cdef int rfd[MAX_STEPS]
+        cdef cnp.npy_intp dims[MAX_DIMS]
+        if self.rs_limit == 0 or type(x) is not cnp.ndarray:
+            return NotImplemented
+        a = <cnp.ndarray>x
+        nbytes = cnp.PyArray_NBYTES(a)
+        nd = cnp.PyArray_NDIM(a)
+        if (nbytes == 0 or nbytes > self.rs_limit or nd == 0 or nd > MAX_DIMS
+                or not cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_DIMS(a)[0] % self.n):
+            return NotImplemented
+        code = self._code(a)
+        if code < 0:
+            return NotImplemented
+        opc = self._opc(op, code)
+        if opc < 0:
+            return NotImplemented
+        block = nbytes // self.n
+        nsteps = _plan_halving(plan, self.n, self.rank, block)
+        if not self._claim(plan, nsteps, sfd, rfd):
+            return NotImplemented
+        try:
+            hdr = self._begin(C_REDUCE_SCATTER, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
+            memcpy(self.snap, cnp.PyArray_DATA(a), nbytes)
+            memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
+            dims[0] //= self.n
+            descr = <object>cnp.PyArray_DESCR(a)
+            Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
+            res = PyArray_NewFromDescr(cnp.ndarray, <void*>descr, nd, dims, NULL, NULL, 0, None)
+            self._execute(plan, nsteps, sfd, rfd, hdr, <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(res),
+                          nbytes, code, opc, x)
+            memcpy(cnp.PyArray_DATA(res), self.snap + self.rank * block, block)
+        finally:
+            self.release()
+        return res
 
     def all_gather(self, x):
         """all_gather(x) into a new array (the ring, or recursive doubling with gather_doubling);
