@@ -19,7 +19,8 @@ ALL_REDUCE_SMALL_BYTES = 128 << 10  # n=3,4 (quiet machine, interleaved, median 
                                     # Rabenseifner 365 us at 128 KiB, 781 vs 447 at 256 KiB
 ALL_REDUCE_SMALL_BYTES_MANY = 64 << 10  # n>4: doubling moves log2(n) whole buffers (n=8, 256 KiB: 19 ms vs
                                         # Rabenseifner 4.5)
-BROADCAST_SMALL_BYTES = 8 << 10  # n=4: chain wins from 16 KiB (1.7x at 4 MiB); below, within noise
+BROADCAST_SMALL_BYTES = 64 << 10  # n=4, quiet machine, interleaved, median of 3, tree / chain time: 8-64 KiB
+                                  # 0.49-0.70 (the tree runs in one call), 128 KiB 1.17; 4 MiB 1.7
 REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within noise
 # Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
 # 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
@@ -43,6 +44,9 @@ REDUCE_SCATTER_SMALL_BYTES_MANY = 8 << 10  # n > 8
 # quiet machine, interleaved, median of 3, halving / ring time: 16 B 0.82, 1 KiB 0.90, 64 KiB 0.87,
 # 256 KiB 0.71, 1 MiB 0.42, 4 MiB 0.60, 16 MiB 0.85; 64 MiB 1.18 (the ring wins)
 REDUCE_SCATTER_HALVING_BYTES = 16 << 20
+# n=2 (one step either way, the same bytes): halving up to 64 KiB runs in one call (16 B: 5.6 vs 16.1 us);
+# above, the ring, which receives straight into the result (256 KiB: 72 vs 160 us)
+REDUCE_SCATTER_HALVING_BYTES_PAIR = 64 << 10
 
 CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner"),
@@ -79,7 +83,8 @@ def choose(kind, nbytes, size):
     if kind == "broadcast":
         return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
     if kind == "reduce_scatter":
-        if size > 2 and size & (size - 1) == 0 and nbytes <= REDUCE_SCATTER_HALVING_BYTES:
+        if size & (size - 1) == 0 and nbytes <= (REDUCE_SCATTER_HALVING_BYTES_PAIR if size == 2
+                                                 else REDUCE_SCATTER_HALVING_BYTES):
             return "halving"
         small = REDUCE_SCATTER_SMALL_BYTES if size <= 8 else REDUCE_SCATTER_SMALL_BYTES_MANY
         return "doubling" if size > 2 and nbytes <= small else "ring"

@@ -25,6 +25,6 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
 @pytest.mark.parametrize("algo", ["ring", "doubling", "halving"])
 def test_reduce_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Every op and dtype, small, odd and large sizes with the reduce_scatter algorithm forced (by default
-    doubling up to 16 KiB at n >= 3, the ring above and at n = 2)."""
+    recursive halving at power-of-two n, doubling up to 16 KiB at other n, the ring above)."""
     assert_ranks_ok(run(n, "collectives.py", "rs", env={"COMMLIB_ALGO_REDUCE_SCATTER": algo}), n,
                     f"reduce_scatter with COMMLIB_ALGO_REDUCE_SCATTER={algo}")

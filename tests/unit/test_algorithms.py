@@ -368,14 +368,17 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("all_reduce", 256 << 10, 8) == "rabenseifner"
     assert _algorithms.choose("all_reduce", 128 << 10, 4) == "doubling"
     assert _algorithms.choose("all_reduce", 256 << 10, 4) == "rabenseifner"
-    # reduce_scatter: recursive halving at power-of-two n >= 4 up to 16 MiB, doubling when small at
-    # other n >= 3, else (and always at n = 2) the ring
+    # reduce_scatter: recursive halving at power-of-two n (n = 2: up to 64 KiB, else 16 MiB),
+    # doubling when small at other n >= 3, else the ring
     assert _algorithms.choose("reduce_scatter", 16, 4) == "halving"
     assert _algorithms.choose("reduce_scatter", 16 << 20, 8) == "halving"
     assert _algorithms.choose("reduce_scatter", 64 << 20, 4) == "ring"
     assert _algorithms.choose("reduce_scatter", 16 << 10, 3) == "doubling"
     assert _algorithms.choose("reduce_scatter", 32 << 10, 6) == "ring"
-    assert _algorithms.choose("reduce_scatter", 16, 2) == "ring"
+    assert _algorithms.choose("reduce_scatter", 16, 2) == "halving"  # one step, the ring's bytes, one call
+    assert _algorithms.choose("reduce_scatter", 128 << 10, 2) == "ring"
+    assert _algorithms.choose("broadcast", 64 << 10, 4) == "tree"
+    assert _algorithms.choose("broadcast", 128 << 10, 4) == "chain"
 
 
 @pytest.mark.parametrize("size", [2, 4, 8, 16])
