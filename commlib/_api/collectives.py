@@ -436,6 +436,15 @@ def _arm(g):
     g.fast.arm_reduce_scatter(_limit("reduce_scatter", n, "halving"))  # power-of-two n only
 
 
+def _python_path(g, fn, *args):
+    """A blocking collective the one-call path did not take: fn on the group's stream; the first
+    one of a group also arms its one-call path (its connections exist from then on)."""
+    res = g.stream.run(fn, g, *args)
+    if g.fast is None:
+        _arm(g)
+    return res
+
+
 # ------------------------------------------------- blocking and i variants
 # Each collective runs on its group's ordered stream: inline when the group has
 # nothing pending (the fast path), else behind the pending ones. The i variant
@@ -449,10 +458,7 @@ def all_reduce(x, op="sum", *, out=None, group=None):
         res = f.all_reduce(x, op, out)
         if res is not NotImplemented:
             return res
-        return g.stream.run(_all_reduce, g, x, op, out)
-    res = g.stream.run(_all_reduce, g, x, op, out)
-    _arm(g)
-    return res
+    return _python_path(g, _all_reduce, x, op, out)
 
 
 def iall_reduce(x, op="sum", *, out=None, group=None):
@@ -480,15 +486,11 @@ def all_gather(x, *, out=None, group=None):
     """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)); out: gather into it, return it."""
     g = _g(group)
     f = g.fast
-    if f is not None:
-        if out is None:
-            res = f.all_gather(x)
-            if res is not NotImplemented:
-                return res
-        return g.stream.run(_all_gather_user, g, x, out)
-    res = g.stream.run(_all_gather_user, g, x, out)
-    _arm(g)
-    return res
+    if f is not None and out is None:
+        res = f.all_gather(x)
+        if res is not NotImplemented:
+            return res
+    return _python_path(g, _all_gather_user, x, out)
 
 
 def iall_gather(x, *, out=None, group=None):
@@ -504,10 +506,7 @@ def reduce_scatter(x, op="sum", *, group=None):
         res = f.reduce_scatter(x, op)
         if res is not NotImplemented:
             return res
-        return g.stream.run(_reduce_scatter, g, x, op)
-    res = g.stream.run(_reduce_scatter, g, x, op)
-    _arm(g)
-    return res
+    return _python_path(g, _reduce_scatter, x, op)
 
 
 def ireduce_scatter(x, op="sum", *, group=None):
@@ -523,10 +522,7 @@ def broadcast(x, root=0, *, group=None):
         res = f.broadcast(x, root)
         if res is not NotImplemented:
             return res
-        return g.stream.run(_broadcast, g, x, root)
-    res = g.stream.run(_broadcast, g, x, root)
-    _arm(g)
-    return res
+    return _python_path(g, _broadcast, x, root)
 
 
 def ibroadcast(x, root=0, *, group=None):
@@ -542,10 +538,7 @@ def reduce(x, op="sum", root=0, *, group=None):
         res = f.reduce(x, op, root)
         if res is not NotImplemented:
             return res
-        return g.stream.run(_reduce, g, x, op, root)
-    res = g.stream.run(_reduce, g, x, op, root)
-    _arm(g)
-    return res
+    return _python_path(g, _reduce, x, op, root)
 
 
 def ireduce(x, op="sum", root=0, *, group=None):
@@ -604,9 +597,7 @@ def barrier(*, group=None):
     f = g.fast
     if f is not None and f.barrier() is not NotImplemented:
         return None
-    g.stream.run(_barrier, g)
-    if f is None:
-        _arm(g)
+    _python_path(g, _barrier)
 
 
 def ibarrier(*, group=None):

@@ -47,6 +47,7 @@ from .requests import Request
 
 EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
 _FALLBACK = object()  # a fast path's answer: the engine must serve this one
+_NO_STEP = object()  # _step_frame: no step taken yet
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
 
 
@@ -375,7 +376,7 @@ class Engine:
         self._hand_over(conn, got)  # another frame came first: the engine takes it from here
         return _FALLBACK
 
-    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_FALLBACK):
+    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_NO_STEP):
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
         Returns None once it arrived; the header of another frame that came instead (no payload
@@ -388,7 +389,7 @@ class Engine:
         got = first
         while True:
             with self.lock:
-                if got is _FALLBACK:
+                if got is _NO_STEP:
                     if not resume and not self.idle():
                         return _FALLBACK
                     notices.current = (what, src_w, None)
@@ -404,7 +405,7 @@ class Engine:
                     raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
                                    rank=src_w, op=what)
                 resume = got > 0 or resume
-                got = _FALLBACK
+                got = _NO_STEP
 
     # ------------------------------------------- the one-call path's continuations
     # `_io.P2PFast` runs a blocking send or receive as one step in one call; a step that does not

@@ -58,6 +58,39 @@ cdef enum:
     C_BARRIER = 5
     C_REDUCE = 6
 
+cdef struct WireCodes:
+    signed char code[24]   # numpy builtin type number -> wire dtype code; -1: not for the one-call paths
+    int bf16_num           # ml_dtypes' bfloat16 type number, -1 without it
+    int bf16_code
+
+
+cdef int _wire_codes_fill(WireCodes* w, dtype_code, bf16) except -1:
+    """The table both one-call paths read their dtype codes from (dtype_code: _dtypes.dtype_code)."""
+    import numpy as np
+    cdef int t
+    for t in range(24):
+        w.code[t] = -1
+    for ch in np.typecodes["All"]:  # the builtin types, by number
+        dt = np.dtype(ch)
+        if dt.num < 24:
+            try:
+                w.code[dt.num] = dtype_code(dt)
+            except TypeError:
+                w.code[dt.num] = -1
+    w.bf16_num = bf16.num if bf16 is not None else -1
+    w.bf16_code = dtype_code(bf16) if bf16 is not None else -1
+    return 0
+
+
+cdef inline int _wire_code(WireCodes* w, int t) noexcept nogil:
+    """Wire dtype code of numpy type number t (native byte order is the caller's check), or -1."""
+    if 0 <= t < 24:
+        return w.code[t]
+    if t == w.bf16_num and t >= 0:
+        return w.bf16_code
+    return -1
+
+
 cdef struct Plan:
     int dst             # group rank, -1: no send side
     int src             # group rank, -1: no receive side
@@ -209,8 +242,7 @@ cdef class FastPath:
     cdef unsigned int gid
     cdef double spin_s, check_s, timeout
     cdef Stepper stepper       # the channel's step loop: its spin rule and per-peer learned waits
-    cdef signed char dt_code[256]   # numpy type number -> wire dtype code; -1 unknown, -2 unsupported
-    cdef int bf16_num
+    cdef WireCodes codes
     cdef dict ops              # op as given -> op code, for ops known to be legal on some dtype
     cdef object legal          # callable(op, dtype code) -> op code, raises for an illegal pair
     cdef signed char legal_ok[16][16]   # [op code][dtype code]: 1 checked legal, 0 not yet
@@ -253,17 +285,7 @@ cdef class FastPath:
         self.stepper, self.spin_s = stepper, stepper.spin_s
         self.ops, self.legal = ops, legal
         memset(self.legal_ok, 0, sizeof(self.legal_ok))
-        cdef int t
-        for t in range(256):
-            self.dt_code[t] = -1
-        for ch in np.typecodes["All"]:  # the builtin types, by number
-            dt = np.dtype(ch)
-            if dt.num < 24:
-                try:
-                    self.dt_code[dt.num] = dtype_code(dt)
-                except TypeError:
-                    self.dt_code[dt.num] = -2
-        self.bf16_num = bf16.num if bf16 is not None else -1
+        _wire_codes_fill(&self.codes, dtype_code, bf16)
         self.last_ndim = -1
         self.nogil_ns = 0
         self.timing = 0
@@ -275,14 +297,9 @@ cdef class FastPath:
     # --------------------------------------------------------------- checks
     cdef int _code(self, cnp.ndarray a) except -3:
         """Wire dtype code of a, or -1: not for this path (unsupported, byte-swapped, user type)."""
-        cdef int t = cnp.PyArray_TYPE(a)
         if not cnp.PyArray_ISNOTSWAPPED(a):
             return -1
-        if 0 <= t < 24:
-            return self.dt_code[t] if self.dt_code[t] >= 0 else -1
-        if t == self.bf16_num and t >= 0:
-            return 10
-        return -1
+        return _wire_code(&self.codes, cnp.PyArray_TYPE(a))
 
     cdef unsigned int _shape_hash(self, cnp.ndarray a) noexcept:
         """crc32 of repr(shape), as _wire.shape_hash, remembered for the last shape (callers keep ndim <= MAX_DIMS)."""

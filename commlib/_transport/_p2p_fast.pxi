@@ -33,8 +33,7 @@ cdef class P2PFast:
     cdef double timeout
     cdef Py_ssize_t limit
     cdef dict hdrs, dtypes, whats
-    cdef signed char dt_code[256]
-    cdef int bf16_num, bf16_code
+    cdef WireCodes codes
 
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
@@ -48,26 +47,7 @@ cdef class P2PFast:
         self.ep, self.notices, self.fds = p2p.ep, p2p.ep.notices, fds
         self.limit, self.header, self.empty = limit, header, np.empty
         self.hdrs, self.dtypes, self.whats = {}, {}, {}
-        cdef int t
-        for t in range(256):
-            self.dt_code[t] = -1
-        for ch in np.typecodes["All"]:
-            dt = np.dtype(ch)
-            if dt.num < 24:
-                try:
-                    self.dt_code[dt.num] = dtype_code(dt)
-                except TypeError:
-                    self.dt_code[dt.num] = -1
-        self.bf16_num = bf16.num if bf16 is not None else -1
-        self.bf16_code = dtype_code(bf16) if bf16 is not None else -1
-
-    cdef int _code_of(self, int t) noexcept:
-        """Wire dtype code of numpy type number t (native byte order checked by the caller), or -1."""
-        if 0 <= t < 24:
-            return self.dt_code[t]
-        if t == self.bf16_num and t >= 0:
-            return self.bf16_code
-        return -1
+        _wire_codes_fill(&self.codes, dtype_code, bf16)
 
     cdef object _what(self, str kind, long tag):
         key = (kind, tag)
@@ -94,7 +74,7 @@ cdef class P2PFast:
         if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
                 or not cnp.PyArray_ISNOTSWAPPED(a):
             return NotImplemented
-        code = self._code_of(cnp.PyArray_TYPE(a))
+        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
         count = cnp.PyArray_SIZE(a)
@@ -148,7 +128,7 @@ cdef class P2PFast:
                 descr = np_dtype(dtype)
             except (TypeError, ValueError):
                 return NotImplemented
-            code = self._code_of(descr.num) if descr.isnative else -1
+            code = _wire_code(&self.codes, descr.num) if descr.isnative else -1
             if code < 0:
                 return NotImplemented
             if len(self.dtypes) > 256:
