@@ -112,9 +112,11 @@ static inline uint16_t cl_f2h(float x) {
         if (f_exp < 0x33000000u) return h_sgn;
         f_exp >>= 23;
         f_sig = 0x00800000u + (f & 0x007fffffu);
-        if ((f_sig & (((uint32_t)1 << (126 - f_exp)) - 1)) != 0) f_sig |= 1u; /* sticky */
         f_sig >>= (113 - f_exp);
-        if ((f_sig & 0x00003fffu) != 0x00001000u) f_sig += 0x00001000u;
+        /* The shift drops up to 11 bits: a tie (0x1000 left, last kept bit
+         * even) is only a tie if every dropped bit was 0 as well. */
+        if ((f_sig & 0x00003fffu) != 0x00001000u || (f & 0x000007ffu) != 0)
+            f_sig += 0x00001000u;
         h_sig = (uint16_t)(f_sig >> 13);
         return (uint16_t)(h_sgn + h_sig);
     }

@@ -67,11 +67,36 @@ class _Stream:
         if self.broken:
             return
         try:
-            self.sink.write(out)
-            self.sink.flush()
+            _write_all(self.sink, out)
         except BrokenPipeError:  # e.g. `commrun ... | head`: stop like a program killed by SIGPIPE
             self.broken = True
             os.dup2(os.open(os.devnull, os.O_WRONLY), self.sink.fileno())  # so exit-time flushes succeed
+
+
+def _write_all(sink, data):
+    """Every byte of `data` to `sink`'s file descriptor.
+
+    Not sink.write(): under PYTHONUNBUFFERED (set in many CI environments)
+    sys.stdout.buffer is a raw FileIO, whose write() returns after a partial
+    write when a signal lands mid-call -- and commrun takes SIGCHLD each time a
+    rank exits, so the rest of a chunk (newlines included) was silently lost.
+    A non-blocking sink (inherited that way) is waited on, not given up on.
+    """
+    sink.flush()  # anything Python buffered goes first
+    view = memoryview(data)
+    try:
+        fd = sink.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (io.UnsupportedOperation is an OSError)
+        while view:
+            n = sink.write(view)
+            view = view[len(view) if n is None else n:]
+        sink.flush()
+        return
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 def _stdin_for_rank0():

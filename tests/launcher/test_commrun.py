@@ -99,7 +99,9 @@ def test_whole_lines_tagged_and_never_interleaved(commrun):
             sys.stderr.write("E" * 1500 + rank + "\\n")
         sys.stdout.write("tail" + rank)                           # no newline at exit
     """)
-    r = commrun.run("-n", 3, script)
+    # commrun's own stdout unbuffered, as CI runners often set it: a write cut short by
+    # SIGCHLD (a rank exiting) once lost the rest of its chunk and merged two lines
+    r = commrun.run("-n", 3, script, env={"PYTHONUNBUFFERED": "1"})
     assert r.returncode == 0, r.stderr
     counts = {0: 0, 1: 0, 2: 0}
     lines = r.stdout.split("\n")
