@@ -1,8 +1,10 @@
 """Start-up at scale: how long n ranks take from launch to init(), a first all_reduce, and exit.
 
-Two ways to start a job, run interleaved so machine noise hits both alike:
+Three ways to start a job, run interleaved so machine noise hits both alike:
 
 - ``commrun``: ``python -m commrun -n N startup.py --rank``
+- ``fork``:    ``python -m commrun --fork -n N startup.py --rank`` (ranks forked from a commrun that
+  imported NumPy and commlib once)
 - ``slurm``:   N plain processes with SLURM_PROCID/SLURM_NTASKS/SLURM_NODELIST/... set by hand, no
   launcher (rank 0 hosts the coordinator, as under ``srun``)
 
@@ -107,8 +109,9 @@ def run_job(path, n, timeout, profile):
         procs = [subprocess.Popen([sys.executable, "-c", "import numpy, commlib"], env=_env(extra), cwd="/tmp",
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(n)]
-    elif path == "commrun":
-        procs = [subprocess.Popen([sys.executable, "-m", "commrun", "-n", str(n), "--no-tag-output", me, "--rank"],
+    elif path in ("commrun", "fork"):
+        fork = ["--fork"] if path == "fork" else []
+        procs = [subprocess.Popen([sys.executable, "-m", "commrun", *fork, "-n", str(n), "--no-tag-output", me, "--rank"],
                                   env=_env(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   cwd="/tmp")]
     else:
@@ -156,7 +159,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, nargs="+", default=[8, 16, 32, 64])
-    ap.add_argument("--paths", default="commrun,slurm", help="comma list of commrun, slurm, floor (n interpreters that import numpy and commlib)")
+    ap.add_argument("--paths", default="commrun,slurm", help="comma list of commrun, fork, slurm, floor (n interpreters that import numpy and commlib)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per job")
     ap.add_argument("--profile", metavar="DIR", help="cProfile rank 0 into DIR/rank0.prof")

@@ -102,6 +102,9 @@ def _check_program(program, module, direct):
 @click.option("--doctor", is_flag=True,
               help="Check the set-up instead of running a program: every pair connects and authenticates; "
                    "addresses, transports, bandwidth and latency per pair.")
+@click.option("--fork", "fork", is_flag=True,
+              help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
+                   "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
 @click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop the job after this long, dumping every Python rank's stacks (exit 124).")
@@ -111,7 +114,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
-         tag_output, timeout, grace, program):
+         fork, tag_output, timeout, grace, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -162,6 +165,17 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         extra["OMP_NUM_THREADS"] = "1"
         supervise.say(f"{busiest} ranks on {spawn.cpu_count()} cores: setting OMP_NUM_THREADS=1 (set it to override)")
 
+    if fork:
+        if direct:
+            raise click.UsageError(f"--fork starts Python programs (a script or -m module), not executables "
+                                   f"({program[0]})")
+        os.environ.update({k: v for k, v in extra.items() if k == "OMP_NUM_THREADS"})  # before NumPy loads
+        try:
+            spawn.preload()
+        except ImportError as e:
+            supervise.say(f"--fork: cannot import what ranks share ({e})")
+            ctx.exit(1)
+
     def setup(ranks, address, secret):
         master = spawn.master_vars(ranks[0], address, os.environ)  # torch's env:// rendezvous works unchanged
         for rank in ranks:
@@ -170,6 +184,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             env.update(extra)
             if rank.local:
                 rank.argv, rank.env = argv, {**os.environ, **env}
+                rank.forked = (module, list(program)) if fork else None
             else:
                 env = {**spawn.forwarded_env(), **env}
                 rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())

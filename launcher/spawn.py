@@ -1,6 +1,8 @@
 """Per-rank environment and argv; local Popen or the configurable remote shell."""
 import ctypes
 import dataclasses
+import gc
+import io
 import os
 import shlex
 import shutil
@@ -28,7 +30,8 @@ class Rank:
     local: bool
     argv: list = None  # what Popen runs (the remote shell command for remote ranks)
     env: dict = None  # the whole environment for local ranks, None for remote ones
-    proc: subprocess.Popen = None
+    proc: subprocess.Popen = None  # or a Forked
+    forked: tuple = None  # (module, program) when the rank is forked from commrun (--fork)
 
     def describe(self):
         pid = self.proc.pid if self.proc else "?"
@@ -128,6 +131,8 @@ _SETPRIV = (shutil.which("setpriv") if sys.version_info >= (3, 11) and sys.platf
 
 def start(rank, stdin):
     """Start one rank with piped stdout/stderr. Must be called before any thread exists."""
+    if rank.forked is not None:
+        return fork_start(rank, stdin)
     pipes = dict(env=rank.env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     path = (rank.env or os.environ).get("PATH", os.defpath)
     if _SETPRIV and shutil.which(rank.argv[0], path=path):  # a missing program: the preexec path says so
@@ -135,4 +140,168 @@ def start(rank, stdin):
     else:
         parent = os.getpid()
         rank.proc = subprocess.Popen(rank.argv, preexec_fn=lambda: _child_setup(parent), **pipes)
+    return rank.proc
+
+
+# ---------------------------------------------------------------- --fork: ranks forked from commrun
+#
+# 64 Python interpreters that each import NumPy take 7 s on two cores before
+# any rank code runs. With --fork commrun imports NumPy and commlib once and
+# forks each local rank from itself, so a rank costs a fork. The child becomes
+# what `python script.py` (or `python -m module`) would have been: its own
+# process group, parent-death signal, the rank's environment, stdio on the
+# rank's pipes, default signal handlers, sys.argv and sys.path[0], then the
+# program through runpy, then interpreter-exit work (non-daemon threads
+# joined, atexit) and os._exit with Python's exit code.
+
+PRELOAD = ("numpy", "commlib")
+
+
+def preload():
+    """Import what forked ranks share; call before the first fork, with no thread running."""
+    for name in PRELOAD:
+        __import__(name)
+
+
+class Forked:
+    """A forked rank, with the part of Popen's surface that supervise uses."""
+
+    def __init__(self, pid, stdout, stderr):
+        self.pid, self.stdout, self.stderr = pid, stdout, stderr
+        self.returncode = None
+
+    def _reaped(self, flags):
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped elsewhere: nothing more to learn
+            pid, status = self.pid, 255 << 8
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self):
+        return self.returncode if self.returncode is not None else self._reaped(os.WNOHANG)
+
+    def wait(self):
+        return self.returncode if self.returncode is not None else self._reaped(0)
+
+
+class _Prompt(io.BufferedWriter):
+    """stdout/stderr of a forked rank: every write goes out at once (as under
+    PYTHONUNBUFFERED, which commrun sets for exec'd ranks), but through
+    BufferedWriter, which finishes a write that a signal cuts short."""
+
+    def write(self, b):
+        n = super().write(b)
+        self.flush()
+        return n
+
+
+def _text_stream(fd, mode, like):
+    raw = io.FileIO(fd, mode, closefd=False)
+    if mode == "r":
+        return io.TextIOWrapper(io.BufferedReader(raw), encoding=like.encoding, errors=like.errors)
+    return io.TextIOWrapper(_Prompt(raw), encoding=like.encoding, errors=like.errors, write_through=True)
+
+
+def _user_frames(tb):
+    """The traceback from the program's first frame on (without this module's and runpy's)."""
+    while tb is not None and tb.tb_next is not None and (
+            tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")
+            or tb.tb_frame.f_code.co_filename.endswith("runpy.py")):
+        tb = tb.tb_next
+    return tb
+
+
+def _become_rank(rank, stdin, out_w, err_w, parent_pid):
+    """In the forked child: turn commrun's copy into the rank's program, run it, never return."""
+    import atexit
+    import faulthandler
+    import runpy
+    import threading
+    import traceback
+
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if stdin == subprocess.DEVNULL:
+            stdin = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 20)  # commrun's sockets, pipes and the other ranks' pipes
+        sys.stdin = sys.__stdin__ = _text_stream(0, "r", sys.__stdin__ or sys.stdin)
+        sys.stdout = sys.__stdout__ = _text_stream(1, "w", sys.__stdout__ or sys.stdout)
+        sys.stderr = sys.__stderr__ = _text_stream(2, "w", sys.__stderr__ or sys.stderr)
+        os.environ.clear()
+        os.environ.update(rank.env)
+        if os.environ.get("PYTHONFAULTHANDLER"):
+            faulthandler.enable(sys.stderr, all_threads=True)  # the stack dump on --timeout
+        elif faulthandler.is_enabled():
+            faulthandler.disable()
+        module, program = rank.forked
+        gc.unfreeze()
+        if module:
+            sys.argv = list(program)  # runpy puts the module's path in sys.argv[0]
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(program[0], alter_argv=True)
+        else:
+            sys.argv = list(program)
+            sys.path[0] = os.path.dirname(os.path.realpath(program[0]))
+            runpy.run_path(program[0], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt as e:
+        e.__traceback__ = _user_frames(e.__traceback__)
+        traceback.print_exception(e)
+        code = -signal.SIGINT  # Python dies of SIGINT here
+    except BaseException as e:  # noqa: B036 -- the rank's uncaught error: print it as Python would, exit 1
+        e.__traceback__ = _user_frames(e.__traceback__)
+        sys.excepthook(type(e), e, e.__traceback__)
+        code = 1
+    try:  # what interpreter exit does: join non-daemon threads, run atexit, flush
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except BaseException:  # noqa: B036 -- reported, and the exit code says so
+        traceback.print_exc()
+        code = code or 1
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+def fork_start(rank, stdin):
+    """Start one local rank by forking this process. Must be called before any thread exists."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.collect()
+    gc.freeze()  # the child never collects (and so never finalizes) commrun's objects
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _become_rank(rank, stdin, out_w, err_w, parent)
+    os.close(out_w)
+    os.close(err_w)
+    rank.proc = Forked(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
     return rank.proc

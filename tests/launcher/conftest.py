@@ -32,8 +32,9 @@ def commrun_env(tmp_path_factory):
 
 
 class Commrun:
-    def __init__(self, env, cwd):
+    def __init__(self, env, cwd, options=()):
         self.env, self.cwd = env, cwd
+        self.options = tuple(options)  # commrun options every call gets (e.g. --fork)
 
     def script(self, name, body):
         path = self.cwd / name
@@ -41,7 +42,7 @@ class Commrun:
         return name
 
     def argv(self, args):
-        return [sys.executable, "-m", "commrun", *map(str, args)]
+        return [sys.executable, "-m", "commrun", *self.options, *map(str, args)]
 
     def run(self, *args, timeout=60, input=None, env=None):
         return subprocess.run(self.argv(args), env={**self.env, **(env or {})}, cwd=self.cwd, capture_output=True,
@@ -53,5 +54,9 @@ class Commrun:
 
 
 @pytest.fixture
-def commrun(commrun_env, tmp_path):
-    return Commrun(commrun_env, tmp_path)
+def commrun(commrun_env, tmp_path, request):
+    """commrun; a test parametrized indirectly over "exec"/"fork" runs once per way of starting
+    ranks: exec'd interpreters (the default) and --fork."""
+    mode = getattr(request, "param", "exec")
+    return Commrun(commrun_env, tmp_path, ("--fork",) if mode == "fork" else ())
+

@@ -7,6 +7,8 @@ import sys
 import pytest
 
 pytestmark = pytest.mark.timeout(60)
+# ranks exec'd as new interpreters (the default) and forked from commrun (--fork)
+both_launches = pytest.mark.parametrize("commrun", ["exec", "fork"], indirect=True)
 
 DUMP_ENV = """
     import json, os, sys
@@ -30,7 +32,7 @@ def untag(stdout):
 def cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
-
+@both_launches
 def test_environment_and_program_arguments(commrun):
     script = commrun.script("dump.py", DUMP_ENV)
     n = cores() + 1
@@ -72,7 +74,7 @@ def test_omp_threads_set_when_ranks_outnumber_cores(commrun):
     assert all(got["env"]["OMP_NUM_THREADS"] == "1" for got in untag(r.stdout).values())
     assert f"{cores() + 1} ranks on {cores()} cores: setting OMP_NUM_THREADS=1" in r.stderr
 
-
+@both_launches
 def test_module(commrun):
     (commrun.cwd / "mypkg").mkdir()
     (commrun.cwd / "mypkg" / "__init__.py").write_text("")
@@ -87,7 +89,7 @@ def test_direct_executable(commrun):
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == ["[0] 0/3 arg0", "[1] 1/3 arg0", "[2] 2/3 arg0"]
 
-
+@both_launches
 def test_whole_lines_tagged_and_never_interleaved(commrun):
     script = commrun.script("noisy.py", """
         import os, sys
@@ -126,7 +128,7 @@ def test_no_tag_output(commrun):
     assert r.returncode == 0
     assert r.stdout.splitlines() == ["out", "out"] and r.stderr.splitlines() == ["err", "err"]
 
-
+@both_launches
 def test_stdin_goes_to_rank_0_only(commrun):
     script = commrun.script("stdin.py", """
         import json, os, sys
@@ -136,7 +138,7 @@ def test_stdin_goes_to_rank_0_only(commrun):
     assert r.returncode == 0, r.stderr
     assert untag(r.stdout) == {0: "line one\nline two\n", 1: "", 2: ""}
 
-
+@both_launches
 def test_hello_example(commrun):
     r = commrun.run("-n", 4, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hello.py"))
     assert r.returncode == 0, r.stderr

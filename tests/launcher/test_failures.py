@@ -7,6 +7,8 @@ import psutil
 import pytest
 
 pytestmark = pytest.mark.timeout(60)
+# ranks exec'd as new interpreters (the default) and forked from commrun (--fork)
+both_launches = pytest.mark.parametrize("commrun", ["exec", "fork"], indirect=True)
 
 SLEEPER = """
     import os, subprocess, sys, time
@@ -53,6 +55,7 @@ def kill_all(procs):
             pass
 
 
+@both_launches
 @pytest.mark.parametrize(
     "body, code, words",
     [
@@ -85,6 +88,7 @@ def test_all_ranks_succeed(commrun):
     assert r.returncode == 0 and r.stderr == ""
 
 
+@both_launches
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_leaves_no_process_behind(commrun, sig, code):
     p, procs = start_and_wait_ready(commrun, 3, "--grandchild")
@@ -100,7 +104,7 @@ def test_interrupt_leaves_no_process_behind(commrun, sig, code):
     finally:
         kill_all(procs + [psutil.Process(p.pid)] if p.poll() is None else procs)
 
-
+@both_launches
 def test_interrupt_escalates_to_sigkill(commrun):
     p, procs = start_and_wait_ready(commrun, 2, "--ignore-int")
     try:
@@ -113,7 +117,7 @@ def test_interrupt_escalates_to_sigkill(commrun):
     finally:
         kill_all(procs)
 
-
+@both_launches
 def test_ranks_die_when_commrun_is_killed(commrun):
     p, procs = start_and_wait_ready(commrun, 3)
     try:
@@ -123,7 +127,7 @@ def test_ranks_die_when_commrun_is_killed(commrun):
     finally:
         kill_all(procs)
 
-
+@both_launches
 def test_timeout_dumps_stacks_and_exits_124(commrun):
     script = commrun.script("stuck.py", """
         import time

@@ -1,0 +1,144 @@
+"""commrun --fork: ranks forked from a commrun that imported NumPy and commlib once.
+
+A forked rank must be indistinguishable from `python script.py` to the program:
+its own process group, no inherited descriptors, default signal handlers,
+sys.argv/sys.path[0]/__main__ as Python sets them, atexit and non-daemon
+threads at exit, Python's exit codes. The shared behaviour (environment,
+output, stdin, failures, signals, --timeout) is covered by the launcher tests
+that run under both launches.
+"""
+import json
+import re
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def by_rank(stdout):
+    out = {}
+    for line in stdout.splitlines():
+        m = re.fullmatch(r"\[(\d+)\] (.*)", line)
+        assert m, f"untagged line {line!r}"
+        out.setdefault(int(m[1]), []).append(m[2])
+    return out
+
+
+def forked(commrun):
+    commrun.options = ("--fork",)
+    return commrun
+
+
+def test_forked_rank_is_a_fresh_program(commrun):
+    script = forked(commrun).script("fresh.py", """
+        import gc, json, os, signal, sys, threading
+        fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+        fds = [fd for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")]   # the listing's own fd is gone
+        print(json.dumps({
+            "fds": fds,
+            "own_group": os.getpgid(0) == os.getpid(),
+            "argv": sys.argv, "name": __name__, "file": __file__, "path0": sys.path[0],
+            "int": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+            "term": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "chld": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
+            "threads": threading.active_count(), "gc": gc.isenabled(), "frozen": gc.get_freeze_count(),
+            "rank": os.environ["RANK"], "stdout_fd": sys.stdout.fileno(), "stdin_fd": sys.stdin.fileno(),
+        }))
+    """)
+    r = commrun.run("-n", 3, script, "x", "--y")
+    assert r.returncode == 0, r.stderr
+    got = {rank: json.loads(lines[0]) for rank, lines in by_rank(r.stdout).items()}
+    assert sorted(got) == [0, 1, 2]
+    for rank, g in got.items():
+        assert g["fds"] == [0, 1, 2], g["fds"]  # commrun's sockets and the other ranks' pipes are closed
+        assert g["own_group"] and g["int"] and g["term"] and g["chld"]
+        assert g["argv"] == ["fresh.py", "x", "--y"] and g["name"] == "__main__" and g["file"] == "fresh.py"
+        assert g["path0"] == str(commrun.cwd.resolve())
+        assert g["threads"] == 1 and g["gc"] and g["frozen"] == 0
+        assert g["rank"] == str(rank) and (g["stdout_fd"], g["stdin_fd"]) == (1, 0)
+
+
+def test_exit_runs_atexit_and_joins_threads(commrun):
+    script = forked(commrun).script("bye.py", """
+        import atexit, os, sys, threading, time
+        rank = int(os.environ["RANK"])
+        atexit.register(lambda: print("atexit", rank, flush=True))
+        def late():
+            time.sleep(0.3)
+            print("thread done", rank, flush=True)
+        threading.Thread(target=late).start()
+        if rank == 1:
+            sys.exit("rank 1 says goodbye")  # a string: printed to stderr, exit code 1
+    """)
+    r = commrun.run("-n", 2, script)
+    assert r.returncode == 1
+    out = by_rank(r.stdout)
+    assert out[0] == ["thread done 0", "atexit 0"]  # threads joined before atexit, as at interpreter exit
+    assert "[1] rank 1 says goodbye" in r.stderr
+    assert re.search(r"commrun: rank 1 \(pid \d+\) exited with code 1", r.stderr)
+
+
+def test_traceback_starts_in_the_program(commrun):
+    script = forked(commrun).script("boom.py", """
+        def f():
+            return 1 / 0
+        f()
+    """)
+    r = commrun.run("-n", 2, script)
+    assert r.returncode == 1
+    tb = [line[4:] for line in r.stderr.splitlines() if line.startswith("[0] ")]
+    assert tb[0] == "Traceback (most recent call last):"
+    assert tb[1].startswith('  File "boom.py", line 4, in <module>'), tb  # no launcher or runpy frames
+    assert tb[-1] == "ZeroDivisionError: division by zero"
+
+
+def test_main_module_objects_pickle_across_ranks(commrun):
+    """Classes defined in the script live in __main__ (runpy), so pickled objects resolve on the peer."""
+    script = forked(commrun).script("objs.py", """
+        from dataclasses import dataclass
+        from commlib import MPI
+
+        @dataclass
+        class Point:
+            x: int
+            y: int
+
+        comm = MPI.COMM_WORLD
+        p = comm.bcast(Point(comm.rank + 3, 4) if comm.rank == 0 else None, root=0)
+        print(type(p).__module__, p)
+    """)
+    r = commrun.run("-n", 3, script)
+    assert r.returncode == 0, r.stderr
+    assert by_rank(r.stdout) == {i: ["__main__ Point(x=3, y=4)"] for i in range(3)}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_collectives_against_numpy(commrun, n):
+    script = forked(commrun).script("coll.py", """
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        r, n = g.rank(), g.size()
+        x = np.arange(1000, dtype=np.float64) * (r + 1)
+        s = cl.all_reduce(x)
+        parts = cl.all_gather(np.full(3, r, dtype=np.int32))
+        right = cl.sendrecv(np.array([r]), (r + 1) % n, (r - 1) % n)
+        cl.barrier()
+        print(float(s.sum()), parts.ravel().tolist(), int(right[0]))
+    """)
+    r = commrun.run("-n", n, script)
+    assert r.returncode == 0, r.stderr
+    want_sum = float((np.arange(1000, dtype=np.float64) * sum(range(1, n + 1))).sum())
+    for rank, lines in by_rank(r.stdout).items():
+        total, rest = lines[0].split(" ", 1)
+        parts, right = rest.rsplit(" ", 1)
+        assert float(total) == want_sum
+        assert json.loads(parts) == [i for i in range(n) for _ in range(3)]
+        assert int(right) == (rank - 1) % n
+
+
+def test_fork_refuses_executables(commrun):
+    r = commrun.run("--fork", "-n", 2, "--", "true")
+    assert r.returncode == 2
+    assert "--fork starts Python programs" in r.stderr
