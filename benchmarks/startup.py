@@ -187,7 +187,7 @@ def main():
     print(f"\nmedian of {args.repeats} (min-max), seconds since launch; slowest rank; cpu: CPU seconds of the "
           f"whole job; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"| path | n | ok | " + " | ".join(cols) + " |")
+    print("| path | n | ok | " + " | ".join(cols) + " |")
     print("|---|---:|---:|" + "---:|" * len(cols))
     for (path, n), rs in runs.items():
         ok = [r for r in rs if r]
