@@ -213,6 +213,29 @@ def _user_frames(tb):
     return tb
 
 
+def _run_script(path):
+    """`python path` in this process: a fresh __main__ module as Python builds it (absolute
+    __file__, the builtins module, a SourceFileLoader, no __spec__ or __package__), sys.argv
+    untouched. A zip file or directory with a __main__.py goes through runpy, as Python does."""
+    import builtins
+    import importlib.machinery
+    import runpy
+    import types
+    import zipfile
+
+    full = os.path.abspath(path)
+    if os.path.isdir(full) or zipfile.is_zipfile(full):
+        runpy.run_path(full, run_name="__main__")
+        return
+    with open(full, "rb") as f:
+        code = compile(f.read(), full, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins, __spec__=None, __package__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", full))
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def _become_rank(rank, stdin, out_w, err_w, parent_pid):
     """In the forked child: turn commrun's copy into the rank's program, run it, never return."""
     import atexit
@@ -256,7 +279,7 @@ def _become_rank(rank, stdin, out_w, err_w, parent_pid):
         else:
             sys.argv = list(program)
             sys.path[0] = os.path.dirname(os.path.realpath(program[0]))
-            runpy.run_path(program[0], run_name="__main__")
+            _run_script(program[0])
         code = 0
     except SystemExit as e:
         if e.code is None:
