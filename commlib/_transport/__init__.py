@@ -101,13 +101,13 @@ class CollectiveChannel:
     """The collective steps of one group: a step loop bound to the group's constants."""
 
     def __init__(self, ep, gid, chunk, spin, check_s):
-        """spin: (seconds, adaptive) from spin_policy()."""
+        """spin: (seconds, adaptive, yield) from spin_policy()."""
         self.ep, self.gid, self.check_s = ep, gid, check_s
         self.stepper_chunk = chunk
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
-                                   spin[0], check_s, spin[1])
+                                   spin[0], check_s, spin[1], spin[2])
         self.fds = ep.fds
 
     def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, reduce_dst=0, init=0, relay=None,
@@ -213,7 +213,8 @@ class PointToPoint:
         self.rank = ep.rank
         self.wake_r, self.arrival_r = ep.wake_r, ep.arrival_r
         self.state = np.zeros(4, dtype=np.int64)
-        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1])
+        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1],
+                                   spin[2])
 
     def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
         """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
@@ -302,20 +303,37 @@ def env_number(name, default, kind=int):
 
 SPIN_MAX_US = 200  # adaptive: the most a step spins on a prompt peer when every local rank has a core
 SPIN_MAX_SHARED_US = 0  # ... and when ranks outnumber cores: the partner usually needs our core, so
-# any spin delays it (a 20 us cap measured 282 vs 244 us for an 8 B all_reduce at n=4 and up to 4x
+# a busy spin delays it (a 20 us cap measured 282 vs 244 us for an 8 B all_reduce at n=4 and up to 4x
 # slower small all_gathers at n=8 on 2 cores, benchmarks/RESULTS.md, issue 14)
+SPIN_YIELD_US = 50  # ... unless the spin hands the core over: sched_yield() each turn, on steps of at
+# most 64 KiB, while local ranks are at most YIELD_RANKS_PER_CORE per core. n=3, 4 on 2 cores: 8 B-64 KiB
+# collectives 0.46-0.96x the time of no spin, large sizes within noise, idle-wait CPU unchanged; n=8
+# on 2 cores gained nothing (RESULTS.md, "Spinning by yielding the core")
+YIELD_RANKS_PER_CORE = 2
 
 
 def spin_policy():
-    """(seconds, adaptive) for the step loop: COMMLIB_SPIN_US fixes the spin; otherwise each
-    step spins up to SPIN_MAX_US (SPIN_MAX_SHARED_US when local ranks outnumber cores) on a
-    peer whose recent waits were short, and not at all on one that is usually late
-    (`_io.spin_budget`), so a rank waiting on a busy or sleeping peer costs no CPU."""
+    """(seconds, adaptive, yield) for the step loop.
+
+    COMMLIB_SPIN_US fixes a busy spin. Otherwise each step spins up to SPIN_MAX_US on a peer whose
+    recent waits were short and not at all on one that is usually late (`_io.spin_budget`), so a
+    rank waiting on a busy or sleeping peer costs no CPU. When local ranks outnumber cores the spin
+    calls sched_yield() each turn, so a rank sharing the core runs meanwhile: SPIN_YIELD_US (or
+    COMMLIB_SPIN_YIELD_US; 0 turns it off) up to YIELD_RANKS_PER_CORE ranks per core, none beyond
+    unless COMMLIB_SPIN_YIELD_US asks for it.
+    """
     spin_us = env_number("COMMLIB_SPIN_US", -1)
     if spin_us >= 0:
-        return spin_us * 1e-6, False
+        return spin_us * 1e-6, False, False
     local = env_number("COMMLIB_LOCAL_SIZE", 1)
-    return (SPIN_MAX_US if local <= len(os.sched_getaffinity(0)) else SPIN_MAX_SHARED_US) * 1e-6, True
+    cores = len(os.sched_getaffinity(0))
+    if local <= cores:
+        return SPIN_MAX_US * 1e-6, True, False
+    default = SPIN_YIELD_US if local <= YIELD_RANKS_PER_CORE * cores else 0
+    yield_us = env_number("COMMLIB_SPIN_YIELD_US", default)
+    if yield_us > 0:
+        return yield_us * 1e-6, True, True
+    return SPIN_MAX_SHARED_US * 1e-6, True, False
 
 
 def spin_seconds():

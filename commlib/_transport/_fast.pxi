@@ -404,6 +404,7 @@ cdef class FastPath:
         s.wake_fd = self.wake_fd
         s.deadline = deadline
         s.spin_s = self.spin_s
+        s.yield_spin = self.stepper.yield_spin
         s.learned = NULL
         s.check_s = self.check_s
         s.state = st

@@ -28,6 +28,9 @@ from posix.time cimport clock_gettime, CLOCK_MONOTONIC, timespec
 
 from commlib._kernels cimport reduce_raw, itemsize_of
 
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
         int fd
@@ -102,6 +105,7 @@ cdef inline double _now() noexcept nogil:
 # waits of memory, not forever), and the budget is the cap while that average
 # is within SPIN_FAST_S, falling linearly to nothing at twice that.
 cdef double SPIN_FAST_S = 25e-6
+cdef Py_ssize_t YIELD_SPIN_MAX_BYTES = 64 << 10  # yield-spin only on latency-bound steps
 cdef double SPIN_LEARN = 0.25   # weight of the newest wait
 cdef enum:
     SPIN_SLOTS = 256            # learned averages, one per descriptor (fd % SPIN_SLOTS)
@@ -155,6 +159,7 @@ cdef struct Step:
     int wake_fd
     double deadline
     double spin_s
+    bint yield_spin          # spin by sched_yield(): hand the core to a rank sharing it
     double* learned          # not NULL: adapt the spin to this peer's average wait (spin_s is the cap)
     double check_s           # > 0: return ST_SLOW after this long without progress
     long long* state
@@ -198,6 +203,7 @@ cdef int _run(Step* s) noexcept nogil:
     cdef bint progress, want_out, want_in
     cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s = s.spin_s
     cdef double waiting_since = 0.0
+    cdef bint may_spin = True
     cdef bint timed = s.spin_s > 0 or s.check_s > 0 or s.learned != NULL
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
 
@@ -211,7 +217,10 @@ cdef int _run(Step* s) noexcept nogil:
     msg.msg_controllen = 0
     msg.msg_flags = 0
     msg.msg_iov = iov
-    if s.learned != NULL:
+    if s.yield_spin and s.send_len + s.recv_len > YIELD_SPIN_MAX_BYTES:
+        may_spin = False  # a bandwidth-bound step: the wake-up is paid once, the yields per chunk
+        spin_s = 0.0
+    elif s.learned != NULL:
         spin_s = _spin_budget(s.learned[0], s.spin_s)
     if timed:
         last_progress = _now()
@@ -316,7 +325,8 @@ cdef int _run(Step* s) noexcept nogil:
                 last_progress = _now()
                 if waiting_since > 0.0 and s.learned != NULL:
                     s.learned[0] = _learn_wait(s.learned[0], last_progress - waiting_since, s.spin_s)
-                    spin_s = _spin_budget(s.learned[0], s.spin_s)
+                    if may_spin:
+                        spin_s = _spin_budget(s.learned[0], s.spin_s)
                 waiting_since = 0.0
                 spin_until = last_progress + spin_s
             continue
@@ -328,6 +338,8 @@ cdef int _run(Step* s) noexcept nogil:
         if waiting_since == 0.0:
             waiting_since = now
         if now < spin_until:
+            if s.yield_spin:
+                sched_yield()
             continue
         if now >= s.deadline:
             return ST_TIMEOUT
@@ -360,7 +372,11 @@ cdef int _run(Step* s) noexcept nogil:
                 continue
             st[S_ERRNO] = errno
             return ST_POLL_ERROR
-        if s.wake_fd >= 0 and fds[nfds - 1].revents != 0:
+        if s.wake_fd >= 0 and fds[nfds - 1].revents != 0 and rc == 1:
+            # The job is failing. Bytes a peer sent before the failure (or room
+            # to send) still come first: a step that can go on goes on, so one
+            # the peers completed completes here too; a step with nothing left
+            # to do but wait stops now.
             return ST_WAKE
     return ST_OK
 
@@ -408,14 +424,15 @@ cdef class Stepper:
     cdef Py_ssize_t chunk, ring_ptr, ring_len
     cdef int wake_fd
     cdef double spin_s, check_s
-    cdef bint adaptive
+    cdef bint adaptive, yield_spin
     cdef double learned[SPIN_SLOTS]
 
     def __init__(self, state, Py_ssize_t chunk, int wake_fd, Py_ssize_t ring_ptr, Py_ssize_t ring_len,
-                 double spin_s, double check_s, bint adaptive=False):
-        """adaptive: spin_s is the most a step spins, learned per peer; else it is fixed."""
+                 double spin_s, double check_s, bint adaptive=False, bint yield_spin=False):
+        """adaptive: spin_s is the most a step spins, learned per peer; else it is fixed.
+        yield_spin: each turn of the spin calls sched_yield() (ranks outnumber cores)."""
         cdef int i
-        self.adaptive = adaptive
+        self.adaptive, self.yield_spin = adaptive, yield_spin
         for i in range(SPIN_SLOTS):
             self.learned[i] = 0.0  # a new peer is presumed prompt: spin the cap until it proves late
         self.state = state
@@ -468,6 +485,7 @@ cdef class Stepper:
         s.wake_fd = self.wake_fd
         s.deadline = deadline
         s.spin_s = self.spin_s
+        s.yield_spin = self.yield_spin
         s.learned = NULL
         if self.adaptive:
             s.learned = &self.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]

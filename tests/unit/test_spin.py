@@ -2,7 +2,9 @@
 import pytest
 
 from commlib._errors import CommError
-from commlib._transport import _io, spin_policy, SPIN_MAX_US, SPIN_MAX_SHARED_US
+import os
+
+from commlib._transport import _io, spin_policy, SPIN_MAX_US, SPIN_MAX_SHARED_US, SPIN_YIELD_US
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -63,15 +65,27 @@ def test_a_zero_cap_never_spins():
 
 
 def test_spin_policy_env(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("COMMLIB_SPIN_YIELD_US", raising=False)
     monkeypatch.setenv("COMMLIB_SPIN_US", "37")
-    assert spin_policy() == (pytest.approx(37e-6), False)
+    assert spin_policy() == (pytest.approx(37e-6), False, False)
     monkeypatch.setenv("COMMLIB_SPIN_US", "0")
-    assert spin_policy() == (0.0, False)
+    assert spin_policy() == (0.0, False, False)
     monkeypatch.delenv("COMMLIB_SPIN_US")
     monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "1")
-    assert spin_policy() == (pytest.approx(SPIN_MAX_US * 1e-6), True)
-    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "100000")
-    assert spin_policy() == (pytest.approx(SPIN_MAX_SHARED_US * 1e-6), True)
+    assert spin_policy() == (pytest.approx(SPIN_MAX_US * 1e-6), True, False)
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", str(cores + 1))  # ranks outnumber cores: spin by yielding
+    assert spin_policy() == (pytest.approx(SPIN_YIELD_US * 1e-6), True, True)
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", str(2 * cores + 1))  # ... up to two ranks a core
+    assert spin_policy() == (pytest.approx(SPIN_MAX_SHARED_US * 1e-6), True, False)
+    monkeypatch.setenv("COMMLIB_SPIN_YIELD_US", "30")  # unless asked for
+    assert spin_policy() == (pytest.approx(30e-6), True, True)
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", str(cores + 1))
+    monkeypatch.setenv("COMMLIB_SPIN_YIELD_US", "0")  # 0 turns it off
+    assert spin_policy() == (pytest.approx(SPIN_MAX_SHARED_US * 1e-6), True, False)
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "1")  # never when every rank has a core
+    monkeypatch.setenv("COMMLIB_SPIN_YIELD_US", "30")
+    assert spin_policy() == (pytest.approx(SPIN_MAX_US * 1e-6), True, False)
     monkeypatch.setenv("COMMLIB_SPIN_US", "fast")
     with pytest.raises(CommError, match="COMMLIB_SPIN_US"):
         spin_policy()

@@ -39,10 +39,15 @@ late = channel.stepper.learned_wait(fd)
 if me == 0:  # the rank that waited 4 ms each call: no spin left for this peer
     c.ok(late >= 2 * _io.SPIN_FAST and _io.spin_budget(late, 200e-6) == 0, "late peer learned",
          f"learned wait {late * 1e6:.0f} us after 12 waits of 4 ms")
-rounds(0.0, 60)
-prompt = channel.stepper.learned_wait(fd)
+# Prompt again: the average comes down. On a loaded machine a "prompt" partner still costs a
+# descheduled wait now and then, so give it up to 600 calls (both ranks agree when to stop).
+for calls in range(60, 601, 60):
+    rounds(0.0, 60)
+    prompt = channel.stepper.learned_wait(fd)
+    if cl.all_reduce(np.array([1.0 if me != 0 or prompt < late / 2 else 0.0]), op="min")[0] == 1.0:
+        break
 if me == 0:
     c.ok(prompt < late / 2, "prompt peer learned",
-         f"learned wait {prompt * 1e6:.0f} us after 60 prompt calls (was {late * 1e6:.0f})")
+         f"learned wait {prompt * 1e6:.0f} us after {calls} prompt calls (was {late * 1e6:.0f})")
 c.ok(not slow, "one-call path taken", f"took the Python path for {sorted(set(slow))}")
 c.finish()
