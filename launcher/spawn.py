@@ -155,6 +155,7 @@ def start(rank, stdin):
 # joined, atexit) and os._exit with Python's exit code.
 
 PRELOAD = ("numpy", "commlib")
+_KEPT = []  # in a forked rank: commrun's objects that must never be finalized there
 
 
 def preload():
@@ -261,6 +262,10 @@ def _become_rank(rank, stdin, out_w, err_w, parent_pid):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, 1 << 20)  # commrun's sockets, pipes and the other ranks' pipes
+        # commrun's own stdio objects own descriptors 0-2 (closefd): kept alive, so that no
+        # finalizer ever closes what are now the rank's streams
+        _KEPT.extend(x for x in (sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__)
+                     if x is not None)
         sys.stdin = sys.__stdin__ = _text_stream(0, "r", sys.__stdin__ or sys.stdin)
         sys.stdout = sys.__stdout__ = _text_stream(1, "w", sys.__stdout__ or sys.stdout)
         sys.stderr = sys.__stderr__ = _text_stream(2, "w", sys.__stderr__ or sys.stderr)
@@ -271,7 +276,6 @@ def _become_rank(rank, stdin, out_w, err_w, parent_pid):
         elif faulthandler.is_enabled():
             faulthandler.disable()
         module, program = rank.forked
-        gc.unfreeze()
         if module:
             sys.argv = list(program)  # runpy puts the module's path in sys.argv[0]
             sys.path[0] = os.getcwd()
@@ -319,7 +323,7 @@ def fork_start(rank, stdin):
     sys.stdout.flush()
     sys.stderr.flush()
     gc.collect()
-    gc.freeze()  # the child never collects (and so never finalizes) commrun's objects
+    gc.freeze()  # commrun's objects: never collected (so never finalized) in the rank, nor copied by the GC
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
