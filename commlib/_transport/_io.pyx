@@ -201,9 +201,11 @@ cdef int _run(Step* s) noexcept nogil:
     cdef ssize_t n
     cdef Py_ssize_t pos, avail, want, p, q, room, off
     cdef bint progress, want_out, want_in
-    cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s = s.spin_s
+    cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s
     cdef double waiting_since = 0.0
-    cdef bint may_spin = True
+    # the most this step spins: a yielding spin is for latency-bound steps only (a bandwidth-bound
+    # one pays its wake-up once; the yields would be paid per chunk)
+    cdef double cap = 0.0 if s.yield_spin and s.send_len + s.recv_len > YIELD_SPIN_MAX_BYTES else s.spin_s
     cdef bint timed = s.spin_s > 0 or s.check_s > 0 or s.learned != NULL
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
 
@@ -217,11 +219,7 @@ cdef int _run(Step* s) noexcept nogil:
     msg.msg_controllen = 0
     msg.msg_flags = 0
     msg.msg_iov = iov
-    if s.yield_spin and s.send_len + s.recv_len > YIELD_SPIN_MAX_BYTES:
-        may_spin = False  # a bandwidth-bound step: the wake-up is paid once, the yields per chunk
-        spin_s = 0.0
-    elif s.learned != NULL:
-        spin_s = _spin_budget(s.learned[0], s.spin_s)
+    spin_s = _spin_budget(s.learned[0], cap) if s.learned != NULL else cap
     if timed:
         last_progress = _now()
         spin_until = last_progress + spin_s
@@ -325,8 +323,7 @@ cdef int _run(Step* s) noexcept nogil:
                 last_progress = _now()
                 if waiting_since > 0.0 and s.learned != NULL:
                     s.learned[0] = _learn_wait(s.learned[0], last_progress - waiting_since, s.spin_s)
-                    if may_spin:
-                        spin_s = _spin_budget(s.learned[0], s.spin_s)
+                    spin_s = _spin_budget(s.learned[0], cap)
                 waiting_since = 0.0
                 spin_until = last_progress + spin_s
             continue
