@@ -13,38 +13,58 @@ The buffer being sent must not change while it is reduced into, so each
 round first snapshots it into scratch; this path is only chosen for small
 messages, where the copy is free next to the latency.
 
+Plans (`_plan`): the input X is copied into the result RES first (a no-op
+when they are one buffer), RES is reduced in place, SCRATCH holds the
+snapshot; one unit, the whole buffer.
+
 Barrier: dissemination (Hensgen, Finkel, Manber): in round k rank r
 signals r+2^k and waits for r-2^k; after ceil(log2 size) rounds everyone
 has transitively heard from everyone. Header-only messages.
 """
 
+import functools
 
-def all_reduce(op, buf, nbytes, snapshot):
-    """Reduce in place at address `buf`; `snapshot` is scratch of nbytes."""
-    n, r = op.size, op.rank
+from .._plan import RES, SCRATCH, X, Builder
+
+
+def _pow2_below(n):
     p = 1
     while p * 2 <= n:
         p *= 2
+    return p
+
+
+@functools.lru_cache(maxsize=1024)
+def all_reduce(n, r):
+    """Recursive doubling all-reduce of X into RES (snapshots in SCRATCH)."""
+    b = Builder("doubling", 1)
+    buf, snap = b.whole(RES), b.whole(SCRATCH)
+    b.copy(buf, b.whole(X))
+    p = _pow2_below(n)
     extra = n - p
     if r >= p:  # hand over, then wait for the result
-        op.exchange(r - p, buf, nbytes, None, 0, 0)
-        op.exchange(None, 0, 0, r - p, buf, nbytes)
-        return
+        b.step(r - p, buf)
+        b.step(src=r - p, recv=buf)
+        return b.plan()
     if r < extra:
-        op.exchange(None, 0, 0, r + p, 0, nbytes, reduce_dst=buf)
+        b.step(src=r + p, recv=buf, reduce=True)
     mask = 1
     while mask < p:
         partner = r ^ mask
-        op.copy(snapshot, buf, nbytes)
-        op.exchange(partner, snapshot, nbytes, partner, 0, nbytes, reduce_dst=buf, swap=partner < r)
+        b.copy(snap, buf)
+        b.step(partner, snap, partner, buf, reduce=True, swap=partner < r)
         mask <<= 1
     if r < extra:
-        op.exchange(r + p, buf, nbytes, None, 0, 0)
+        b.step(r + p, buf)
+    return b.plan()
 
 
-def barrier(op):
-    n, r = op.size, op.rank
+@functools.lru_cache(maxsize=1024)
+def barrier(n, r):
+    """Dissemination: header-only steps."""
+    b = Builder("dissemination", 1)
     k = 1
     while k < n:
-        op.exchange((r + k) % n, 0, 0, (r - k) % n, 0, 0)
+        b.step((r + k) % n, None, (r - k) % n, None)
         k <<= 1
+    return b.plan()

@@ -25,90 +25,84 @@ the partner's copy of its kept half into its own, so it ends with block r
 fully reduced; a recursive-doubling all-gather of those blocks follows, and
 the folded ranks get the result back. Each block is reduced at one rank and
 then copied verbatim, so every rank holds the same bits.
+
+Plans (`_plan`): the all-gather's units are the n blocks of RES (Bruck's
+rotated copy lives in SCRATCH); Rabenseifner's are the p near-equal blocks of
+the buffer, reduced in RES after X is copied there; recursive halving runs on
+a copy of X in SCRATCH and puts block r into RES (a one-block buffer).
 """
-from .ring import blocks
+import functools
+
+from .._plan import LOCAL, RES, SCRATCH, X, Builder
+from .doubling import _pow2_below
 
 
-def _pow2_below(n):
-    p = 1
-    while p * 2 <= n:
-        p *= 2
-    return p
-
-
-def all_gather(op, out, bs, scratch):
-    """Gather blocks of bs bytes into `out` (block op.rank already there); scratch: n*bs bytes
-    (used only when n is not a power of two)."""
-    n, r = op.size, op.rank
+@functools.lru_cache(maxsize=1024)
+def all_gather(n, r):
+    """Gather RES's n blocks (block r already there); Bruck's rotation in SCRATCH (n blocks) at other n."""
+    b = Builder("bruck" if n & (n - 1) else "doubling", n)
     if n & (n - 1) == 0:
         mask = 1
         while mask < n:
             partner = r ^ mask
-            mine, theirs = (r & ~(mask - 1)), (partner & ~(mask - 1))
-            op.exchange(partner, out + mine * bs, mask * bs, partner, out + theirs * bs, mask * bs)
+            mine, theirs = r & ~(mask - 1), partner & ~(mask - 1)
+            b.step(partner, (RES, mine, mine + mask), partner, (RES, theirs, theirs + mask))
             mask <<= 1
-        return
-    op.copy(scratch, out + r * bs, bs)
+        return b.plan()
+    b.copy((SCRATCH, 0, 1), (RES, r, r + 1))
     d = 1
     while d < n:
         cnt = min(d, n - d)
-        op.exchange((r - d) % n, scratch, cnt * bs, (r + d) % n, scratch + d * bs, cnt * bs)
+        b.step((r - d) % n, (SCRATCH, 0, cnt), (r + d) % n, (SCRATCH, d, d + cnt))
         d <<= 1
-    op.copy(out + r * bs, scratch, (n - r) * bs)  # blocks r .. n-1
-    op.copy(out, scratch + (n - r) * bs, r * bs)  # blocks 0 .. r-1
+    b.copy((RES, r, n), (SCRATCH, 0, n - r))  # blocks r .. n-1
+    if r:
+        b.copy((RES, 0, r), (SCRATCH, n - r, n))  # blocks 0 .. r-1
+    return b.plan()
 
 
-def reduce_scatter(op, buf, count, item):
-    """Recursive halving, n a power of two: reduce the `count` elements at address `buf` in place
-    until block r (the r-th of n equal blocks) holds this rank's fully reduced block. Round k swaps
-    half of the current range with rank r XOR n/2^(k+1): log2 n steps, (n-1)/n of the buffer sent."""
-    n, r = op.size, op.rank
-    bs = count // n * item
+def _halving(b, n, r, buf):
+    """Recursive halving on slot `buf` (n units, n a power of two) until unit r holds r's reduced block."""
     lo, width, mask = 0, n, n >> 1
     while mask:
         half = width >> 1
         keep, give = (lo + half, lo) if r & mask else (lo, lo + half)
-        op.exchange(r ^ mask, buf + give * bs, half * bs, r ^ mask, 0, half * bs, reduce_dst=buf + keep * bs)
+        b.step(r ^ mask, (buf, give, give + half), r ^ mask, (buf, keep, keep + half), reduce=True)
         lo, width = keep, half
         mask >>= 1
 
 
-def all_reduce(op, src, out, count, item):
-    """All-reduce `count` elements of `item` bytes from address `src` into `out` (may be equal)."""
-    n, r = op.size, op.rank
-    nbytes = count * item
-    if src != out:
-        op.copy(out, src, nbytes)
+@functools.lru_cache(maxsize=1024)
+def reduce_scatter(n, r):
+    """Recursive halving, n a power of two: X copied to SCRATCH, halved there, block r into RES.
+    log2 n steps, (n-1)/n of the buffer sent."""
+    b = Builder("halving", n)
+    b.copy(b.whole(SCRATCH), b.whole(X))
+    _halving(b, n, r, SCRATCH)
+    b.copy((RES, r, r + 1, LOCAL), (SCRATCH, r, r + 1))
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def all_reduce(n, r):
+    """Rabenseifner: X into RES, the folds, recursive halving and doubling on p near-equal blocks."""
     p = _pow2_below(n)
+    b = Builder("rabenseifner", p)
+    buf = b.whole(RES)
+    b.copy(buf, b.whole(X))
     if r >= p:  # fold into r-p, then wait for the result
-        op.exchange(r - p, out, nbytes, None, 0, 0)
-        op.exchange(None, 0, 0, r - p, out, nbytes)
-        return
+        b.step(r - p, buf)
+        b.step(src=r - p, recv=buf)
+        return b.plan()
     if r < n - p:
-        op.exchange(None, 0, 0, r + p, 0, nbytes, reduce_dst=out)
-    offsets, lengths = blocks(count, p)
-
-    def span(lo, hi):  # (address, bytes) of blocks lo .. hi-1
-        return out + offsets[lo] * item, (offsets[hi - 1] + lengths[hi - 1] - offsets[lo]) * item
-
-    lo, width = 0, p
-    mask = p >> 1
-    while mask:
-        partner, half = r ^ mask, width >> 1
-        if r & mask:
-            keep, give = (lo + half, lo + width), (lo, lo + half)
-        else:
-            keep, give = (lo, lo + half), (lo + half, lo + width)
-        send_ptr, send_len = span(*give)
-        keep_ptr, keep_len = span(*keep)
-        op.exchange(partner, send_ptr, send_len, partner, 0, keep_len, reduce_dst=keep_ptr)
-        lo, width = keep[0], half
-        mask >>= 1
+        b.step(src=r + p, recv=buf, reduce=True)
+    _halving(b, p, r, RES)
     mask = 1
     while mask < p:
         partner = r ^ mask
         mine, theirs = r & ~(mask - 1), partner & ~(mask - 1)
-        op.exchange(partner, *span(mine, mine + mask), partner, *span(theirs, theirs + mask))
+        b.step(partner, (RES, mine, mine + mask), partner, (RES, theirs, theirs + mask))
         mask <<= 1
     if r < n - p:
-        op.exchange(r + p, out, nbytes, None, 0, 0)
+        b.step(r + p, buf)
+    return b.plan()

@@ -8,23 +8,32 @@ block for itself is copied locally.
 
 ppermute: each rank sends to at most one rank and receives from at most one
 (the permutation is checked by the caller), all in a single full-duplex step.
+
+Plans (`_plan`): units are the n blocks of X (to send) and RES (received).
 """
 
 
-def all_to_all(op, send_ptrs, recv_ptrs, nbytes):
-    """send_ptrs[j]: block for rank j; recv_ptrs[j]: where rank j's block lands."""
-    n, r = op.size, op.rank
-    op.copy(recv_ptrs[r], send_ptrs[r], nbytes)
+import functools
+
+from .._plan import RES, X, Builder
+
+
+@functools.lru_cache(maxsize=1024)
+def all_to_all(n, r):
+    """Unit j of X goes to rank j; rank j's block lands in unit j of RES."""
+    b = Builder("pairwise", n)
+    b.copy((RES, r, r + 1), (X, r, r + 1))
     for k in range(1, n):
         dst, src = (r + k) % n, (r - k) % n
-        op.exchange(dst, send_ptrs[dst], nbytes, src, recv_ptrs[src], nbytes)
+        b.step(dst, (X, dst, dst + 1), src, (RES, src, src + 1))
+    return b.plan()
 
 
-def ppermute(op, dst, src, send_ptr, recv_ptr, nbytes):
-    """Send to dst and receive from src (either may be None) in one step."""
-    if dst is None and src is None:
-        return
-    if dst == op.rank and src == op.rank:
-        op.copy(recv_ptr, send_ptr, nbytes)
-        return
-    op.exchange(dst, send_ptr, nbytes, src, recv_ptr, nbytes)
+def ppermute(me, dst, src):
+    """Send X to dst and receive RES from src (either may be None) in one step (one unit each)."""
+    b = Builder("ppermute", 1)
+    if dst == me and src == me:
+        b.copy(b.whole(RES), b.whole(X))
+    elif dst is not None or src is not None:
+        b.step(dst, b.whole(X) if dst is not None else None, src, b.whole(RES) if src is not None else None)
+    return b.plan()

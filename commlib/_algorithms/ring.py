@@ -16,7 +16,18 @@ Pipelining: within a step, sending and receiving overlap (full duplex) and
 the reduction runs chunk by chunk behind the receive, so a step takes about
 as long as moving one block. Each rank moves 2(size-1)/size of the buffer in
 each direction: the minimum for an all-reduce.
+
+Plans (`_plan`): units are the size blocks. The all-reduce reduces X's blocks
+into RES (where X and RES are one buffer the init copy is skipped); the
+reduce-scatter alone keeps only block r in RES (a one-block buffer) and
+reduces the blocks in transit into two one-block temporaries T0/T1,
+alternating (a block reduced at step s is sent at step s+1 while the next one
+arrives). The all-gather circulates RES's blocks in place.
 """
+
+import functools
+
+from .._plan import LOCAL, RES, T0, T1, X, Builder
 
 
 def blocks(count, size):
@@ -29,49 +40,49 @@ def blocks(count, size):
     return offsets, lengths
 
 
-def reduce_scatter(op, src, dst_of, offsets, lengths, item):
-    """Reduce `src` (address) over the ring; block b ends reduced at dst_of[b].
-
-    dst_of[b] is where block b is reduced into when it arrives; the caller
-    maps the final block (r) to the output and the others to wherever they
-    are needed next (the output again for all_reduce, scratch otherwise).
-    """
-    n, r = op.size, op.rank
+def _reduce_scatter(b, n, r, dst_of):
+    """The reduce-scatter's steps; dst_of[blk]: the region block blk is reduced into when it arrives."""
     right, left = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
         sb, rb = (r - s - 1) % n, (r - s - 2) % n
-        send = src + offsets[sb] * item if s == 0 else dst_of[sb]
-        init = src + offsets[rb] * item
-        op.exchange(right, send, lengths[sb] * item, left, 0, lengths[rb] * item,
-                    reduce_dst=dst_of[rb], init=0 if init == dst_of[rb] else init)
+        b.step(right, (X, sb, sb + 1) if s == 0 else dst_of[sb], left, dst_of[rb], reduce=True, init=(X, rb, rb + 1))
 
 
-def all_gather(op, base, offsets, lengths, item):
-    """Circulate blocks so every rank holds all of them; block r is already in place."""
-    n, r = op.size, op.rank
+def _all_gather(b, n, r):
     right, left = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
         sb, rb = (r - s) % n, (r - s - 1) % n
-        op.exchange(right, base + offsets[sb] * item, lengths[sb] * item,
-                    left, base + offsets[rb] * item, lengths[rb] * item)
+        b.step(right, (RES, sb, sb + 1), left, (RES, rb, rb + 1))
 
 
-def all_reduce(op, src, out, count, item):
-    """All-reduce `count` elements from address `src` into address `out` (may be equal)."""
-    offsets, lengths = blocks(count, op.size)
-    dst_of = [out + o * item for o in offsets]
-    reduce_scatter(op, src, dst_of, offsets, lengths, item)
-    all_gather(op, out, offsets, lengths, item)
+@functools.lru_cache(maxsize=1024)
+def all_gather(n, r):
+    """Circulate RES's blocks so every rank holds all of them; block r is already in place."""
+    b = Builder("ring", n)
+    _all_gather(b, n, r)
+    return b.plan()
 
 
-def reduce_scatter_destinations(rank, size, out, tmps):
-    """dst_of for a reduce-scatter into `out` (block `rank`) using two scratch blocks `tmps`.
+@functools.lru_cache(maxsize=1024)
+def all_reduce(n, r):
+    """Reduce-scatter X into RES, then all-gather RES."""
+    b = Builder("ring", n)
+    if n == 1:
+        b.copy(b.whole(RES), b.whole(X))
+    _reduce_scatter(b, n, r, [(RES, i, i + 1) for i in range(n)])
+    _all_gather(b, n, r)
+    return b.plan()
 
-    At step s the block received is reduced into scratch, alternating between
-    the two (a block reduced at step s is sent at step s+1 while the next one
-    arrives); the last step's block, this rank's own, lands in `out`.
-    """
-    dst_of = [0] * size
-    for s in range(size - 1):
-        dst_of[(rank - s - 2) % size] = out if s == size - 2 else tmps[s % 2]
-    return dst_of
+
+@functools.lru_cache(maxsize=1024)
+def reduce_scatter(n, r):
+    """Reduce X over the ring; block r ends in RES (one block); T0/T1 hold blocks in transit."""
+    b = Builder("ring", n)
+    if n == 1:
+        b.copy((RES, 0, 1, LOCAL), (X, 0, 1))
+    dst_of = [None] * n
+    for s in range(n - 1):
+        blk = (r - s - 2) % n
+        dst_of[blk] = (RES if s == n - 2 else (T0, T1)[s % 2], blk, blk + 1, LOCAL)
+    _reduce_scatter(b, n, r, dst_of)
+    return b.plan()

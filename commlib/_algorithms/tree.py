@@ -19,115 +19,122 @@ Gather and scatter are linear: the root exchanges one block with each rank
 in turn; every other rank makes exactly one transfer. With the group sizes
 sockets serve well (tens of ranks) this is what Open MPI's tuned component
 picks too, and the root's link is the bottleneck either way.
+
+Plans (`_plan`): broadcasts move RES in place; reductions read X and
+accumulate in RES (`Plan.slots` says whether a rank needs RES at all: a leaf
+sends X straight up); gather and scatter have n units, one per rank, X or
+RES holding a single one where only this rank's block is there.
 """
+
+
+import functools
+
+from .._plan import LOCAL, RES, X, Builder
 
 
 def _real(v, root, n):
     return (v + root) % n
 
 
-def broadcast_tree(op, buf, nbytes, root):
-    n = op.size
-    v = (op.rank - root) % n
+@functools.lru_cache(maxsize=1024)
+def broadcast_tree(n, r, root):
+    b = Builder("tree", 1)
+    buf = b.whole(RES)
+    v = (r - root) % n
     mask = 1
     while mask < n:
         if v & mask:
-            op.exchange(None, 0, 0, _real(v - mask, root, n), buf, nbytes)
+            b.step(src=_real(v - mask, root, n), recv=buf)
             break
         mask <<= 1
     mask >>= 1
     while mask > 0:
         if v + mask < n:
-            op.exchange(_real(v + mask, root, n), buf, nbytes, None, 0, 0)
+            b.step(_real(v + mask, root, n), buf)
         mask >>= 1
+    return b.plan()
 
 
-def broadcast_chain(op, buf, nbytes, root):
-    n = op.size
-    v = (op.rank - root) % n
+@functools.lru_cache(maxsize=1024)
+def broadcast_chain(n, r, root):
+    b = Builder("chain", 1)
+    buf = b.whole(RES)
+    v = (r - root) % n
     nxt = _real(v + 1, root, n) if v + 1 < n else None
     if v == 0:
-        op.exchange(nxt, buf, nbytes, None, 0, 0)
+        b.step(nxt, buf)
     else:
-        op.exchange(nxt, buf, nbytes, _real(v - 1, root, n), buf, nbytes,
-                    relay="received" if nxt is not None else None)
+        b.step(nxt, buf if nxt is not None else None, _real(v - 1, root, n), buf,
+               relay="received" if nxt is not None else None)
+    return b.plan()
 
 
-def reduce_tree(op, src, acc, nbytes, root):
-    """Binomial reduce of address src; acc (nbytes) ends with the result on the root.
-
-    acc is this rank's partial result; children's data is reduced into it.
-    Returns without touching acc on a leaf (it sends src directly).
-    """
-    n = op.size
-    v = (op.rank - root) % n
+@functools.lru_cache(maxsize=1024)
+def reduce_tree(n, r, root):
+    """Binomial reduce of X; RES (this rank's partial result) ends with the result on the root.
+    Children's data is reduced into RES; a leaf sends X directly and never touches RES."""
+    b = Builder("tree", 1)
+    x, acc = b.whole(X), b.whole(RES)
+    v = (r - root) % n
     mask = 1
-    have = src  # where this rank's partial result currently lives
+    have = x  # where this rank's partial result currently lives
     while mask < n:
         if v & mask:
-            op.exchange(_real(v - mask, root, n), have, nbytes, None, 0, 0)
-            return
+            b.step(_real(v - mask, root, n), have)
+            return b.plan()
         child = v + mask
         if child < n:
-            op.exchange(None, 0, 0, _real(child, root, n), 0, nbytes, reduce_dst=acc,
-                        init=src if have == src and src != acc else 0)
+            b.step(src=_real(child, root, n), recv=acc, reduce=True, init=x if have == x else None)
             have = acc
         mask <<= 1
     if have != acc:  # a root with no children (size 1)
-        op.copy(acc, src, nbytes)
+        b.copy(acc, x)
+    return b.plan()
 
 
-def reduce_chain(op, src, acc, nbytes, root):
+@functools.lru_cache(maxsize=1024)
+def reduce_chain(n, r, root):
     """Pipelined chain reduce: v = size-1 starts, each rank adds its part and passes it on."""
-    n = op.size
-    v = (op.rank - root) % n
+    b = Builder("chain", 1)
+    x, acc = b.whole(X), b.whole(RES)
+    v = (r - root) % n
     if n == 1:
-        if src != acc:
-            op.copy(acc, src, nbytes)
-        return
-    if v == n - 1:
-        op.exchange(_real(v - 1, root, n), src, nbytes, None, 0, 0)
-        return
-    prev = _real(v - 1, root, n) if v > 0 else None
-    op.exchange(prev, acc, nbytes, _real(v + 1, root, n), 0, nbytes, reduce_dst=acc,
-                init=src if src != acc else 0, relay="reduced" if prev is not None else None)
+        b.copy(acc, x)
+    elif v == n - 1:
+        b.step(_real(v - 1, root, n), x)
+    else:
+        prev = _real(v - 1, root, n) if v > 0 else None
+        b.step(prev, acc if prev is not None else None, _real(v + 1, root, n), acc, reduce=True, init=x,
+               relay="reduced" if prev is not None else None)
+    return b.plan()
 
 
-def gather_linear(op, src, out, nbytes, root):
-    """Root receives rank j's nbytes at out + j*nbytes; src is this rank's block."""
-    n, r = op.size, op.rank
+@functools.lru_cache(maxsize=1024)
+def gather_linear(n, r, root):
+    """Root receives rank j's block into unit j of RES; X holds this rank's block only."""
+    b = Builder("linear", n)
     if r != root:
-        op.exchange(root, src, nbytes, None, 0, 0)
-        return
+        b.step(root, (X, r, r + 1, LOCAL))
+        return b.plan()
     for j in range(n):
         if j == root:
-            if src != out + j * nbytes:
-                op.copy(out + j * nbytes, src, nbytes)
+            b.copy((RES, j, j + 1), (X, j, j + 1, LOCAL))
         else:
-            op.exchange(None, 0, 0, j, out + j * nbytes, nbytes)
+            b.step(src=j, recv=(RES, j, j + 1))
+    return b.plan()
 
 
-def scatter_linear(op, src, out, nbytes, root):
-    """Root sends src + j*nbytes to rank j; every rank's block lands at out."""
-    n, r = op.size, op.rank
+@functools.lru_cache(maxsize=1024)
+def scatter_linear(n, r, root):
+    """Root sends unit j of X to rank j; every rank's block lands in RES (one block)."""
+    b = Builder("linear", n)
+    mine = (RES, r, r + 1, LOCAL)
     if r != root:
-        op.exchange(None, 0, 0, root, out, nbytes)
-        return
+        b.step(src=root, recv=mine)
+        return b.plan()
     for j in range(n):
         if j == root:
-            op.copy(out, src + j * nbytes, nbytes)
+            b.copy(mine, (X, j, j + 1))
         else:
-            op.exchange(j, src + j * nbytes, nbytes, None, 0, 0)
-
-
-def reduce_needs_accumulator(rank, root, size, chain):
-    """Whether this rank needs a partial-result buffer in reduce_tree / reduce_chain.
-
-    A binomial-tree leaf (odd relative rank) sends its own data straight up,
-    as does the chain's first rank (relative rank size-1); every other rank
-    accumulates its children's data.
-    """
-    v = (rank - root) % size
-    if chain:
-        return v != size - 1
-    return v % 2 == 0
+            b.step(j, (X, j, j + 1))
+    return b.plan()

@@ -5,14 +5,14 @@ same ValueError/TypeError on every rank that makes it. Arrays are accepted
 in any form np.asarray takes without copying; non-contiguous input is
 packed once. Algorithms work on flat contiguous buffers by address.
 """
+import functools
 import zlib
 
 import numpy as np
 
 from .. import _kernels
 from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
-from .._algorithms.ring import reduce_scatter_destinations
-from .._algorithms.tree import reduce_needs_accumulator
+from .._plan import RES, bounds, slots
 from .._dtypes import BFLOAT16, OP_NAMES, check_op, dtype_code, dtype_of, op_code
 from .._engine.p2p import EAGER_BYTES
 from .._transport import address as _addr
@@ -91,15 +91,9 @@ def _all_reduce(g, x, op="sum", out=None):
         _identity(res, a, opc)
     else:
         o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
-        algo = choose("all_reduce", a.nbytes, g._size)
-        if algo == "ring":
-            ring.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
-        elif algo == "rabenseifner":
-            logstep.all_reduce(o, _addr(a), _addr(res), a.size, a.itemsize)
-        else:
-            if res is not a and _addr(res) != _addr(a):
-                np.copyto(res, a)
-            doubling.all_reduce(o, _addr(res), a.nbytes, g.scratch(a.nbytes))
+        plan = _ALL_REDUCE[choose("all_reduce", a.nbytes, g._size)](g._size, g._rank)
+        scratch = g.scratch(a.nbytes) if plan.name == "doubling" else 0
+        o.run(plan, slots(_addr(a), _addr(res), scratch), bounds(a.size, a.itemsize, plan.parts))
     if res is not target:
         target[...] = res
     return out if out is not None else res
@@ -123,10 +117,10 @@ def _all_gather(g, x, out=None):
         mine[...] = a.reshape(-1)
     if n > 1:
         o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
-        if choose("all_gather", n * a.nbytes, n) == "bruck":
-            logstep.all_gather(o, _addr(out), a.nbytes, 0 if n & (n - 1) == 0 else g.scratch(n * a.nbytes))
-        else:
-            ring.all_gather(o, _addr(out), [i * a.size for i in range(n)], [a.size] * n, a.itemsize)
+        log = choose("all_gather", n * a.nbytes, n) == "bruck"
+        plan = (logstep.all_gather if log else ring.all_gather)(n, g._rank)
+        o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
+              bounds(n * a.size, a.itemsize, n))
     return out
 
 
@@ -175,17 +169,18 @@ def _reduce_scatter(g, x, op="sum", out=None):
     count = out.size
     o = g.op("reduce_scatter", code, opc, a.size, 0, dims=a.shape)
     algo = choose("reduce_scatter", a.nbytes, n)
-    if algo != "ring":  # log2 n steps on a copy of x, then this rank's block of it
-        full = np.array(a, order="C")
-        if algo == "halving" and n & (n - 1) == 0:
-            logstep.reduce_scatter(o, _addr(full), full.size, full.itemsize)
-        else:  # doubling (also a forced "halving" where n is not a power of two)
-            doubling.all_reduce(o, _addr(full), full.nbytes, g.scratch(full.nbytes))
+    if algo == "halving" and n & (n - 1) == 0:  # log2 n steps on a copy of x in scratch, then block r
+        o.run(logstep.reduce_scatter(n, r), slots(_addr(a), _addr(out), g.scratch(a.nbytes)),
+              bounds(a.size, a.itemsize, n))
+    elif algo != "ring":  # doubling (also a forced "halving" where n is not a power of two): an all-reduce
+        full = np.empty(a.shape, a.dtype)
+        o.run(doubling.all_reduce(n, r), slots(_addr(a), _addr(full), g.scratch(a.nbytes)),
+              bounds(a.size, a.itemsize, 1))
         out.reshape(-1)[...] = full.reshape(-1)[r * count:(r + 1) * count]
-        return out
-    tmp = [np.empty(count, a.dtype) for _ in range(2 if n > 2 else 0)]
-    dst_of = reduce_scatter_destinations(r, n, _addr(out), [_addr(t) for t in tmp])
-    ring.reduce_scatter(o, _addr(a), dst_of, [i * count for i in range(n)], [count] * n, a.itemsize)
+    else:  # the ring: blocks in transit in two one-block temporaries, this rank's block into out
+        tmp = np.empty(2 * count if n > 2 else 0, a.dtype)
+        o.run(ring.reduce_scatter(n, r), slots(_addr(a), _addr(out), 0, _addr(tmp), _addr(tmp) + count * a.itemsize),
+              bounds(a.size, a.itemsize, n))
     return out
 
 
@@ -204,8 +199,7 @@ def _broadcast(g, x, root=0):
     else:
         buf = np.empty(a.shape, a.dtype)
     o = g.op("broadcast", code, 0, a.size, root, dims=a.shape)
-    algo = tree.broadcast_tree if choose("broadcast", a.nbytes, g._size) == "tree" else tree.broadcast_chain
-    algo(o, _addr(buf), a.nbytes, root)
+    _run_broadcast(o, g, _addr(buf), a.nbytes, root)
     if is_root or buf is a:
         return x
     if a.flags.writeable:
@@ -232,14 +226,14 @@ def _reduce(g, x, op="sum", root=0, out=None):
         return res if out is None else out
     o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
     chain = choose("reduce", a.nbytes, g._size) == "chain"
+    plan = (tree.reduce_chain if chain else tree.reduce_tree)(g._size, g._rank, root)
     acc = None
-    if reduce_needs_accumulator(g._rank, root, g._size, chain):
+    if RES in plan.slots:  # this rank accumulates its children's data (a leaf sends x itself)
         if is_root and out is not None and _addr(out) != _addr(a):
             acc = out.reshape(a.shape)
         else:
             acc = np.empty(a.shape, a.dtype)
-    (tree.reduce_chain if chain else tree.reduce_tree)(o, _addr(a), _addr(acc) if acc is not None else 0,
-                                                        a.nbytes, root)
+    o.run(plan, slots(_addr(a), _addr(acc) if acc is not None else 0), bounds(a.size, a.itemsize, 1))
     if not is_root:
         return None
     if out is None:
@@ -269,7 +263,8 @@ def _gather(g, x, root=0, out=None):
             out.reshape(-1)[:] = a.reshape(-1)
         return out
     o = g.op("gather", code, 0, a.size, root, dims=a.shape)
-    tree.gather_linear(o, _addr(a), _addr(out) if out is not None else 0, a.nbytes, root)
+    o.run(tree.gather_linear(n, g._rank, root), slots(_addr(a), _addr(out) if out is not None else 0),
+          bounds(n * a.size, a.itemsize, n))
     return out
 
 
@@ -299,7 +294,7 @@ def _scatter(g, x, root=0, out=None):
                 out.reshape(-1)[...] = a.reshape(-1)
             return out
         o = g.op("scatter", code, 0, out.size * n, root, dims=(out.size,))
-        tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
+        _run_scatter(o, g, a, out, root)
         return out
     if n == 1:
         return a.copy()
@@ -310,8 +305,21 @@ def _scatter(g, x, root=0, out=None):
     shape = tuple(int(d) for d in header[2:2 + ndim])
     out = np.empty(shape, dtype_of(code))
     o = g.op("scatter", code, 0, out.size * n, root, dims=shape)
-    tree.scatter_linear(o, _addr(a) if a is not None else 0, _addr(out), out.nbytes, root)
+    _run_scatter(o, g, a, out, root)
     return out
+
+
+def _run_scatter(o, g, a, out, root):
+    n = g._size
+    o.run(tree.scatter_linear(n, g._rank, root), slots(_addr(a) if a is not None else 0, _addr(out)),
+          bounds(n * out.nbytes, 1, n))
+
+
+def _run_broadcast(o, g, addr, nbytes, root):
+    """The broadcast schedule choose() picks, on nbytes at addr (in place)."""
+    chain = choose("broadcast", nbytes, g._size) == "chain"
+    plan = (tree.broadcast_chain if chain else tree.broadcast_tree)(g._size, g._rank, root)
+    o.run(plan, slots(res=addr), bounds(nbytes, 1, 1))
 
 
 def _check_out(out, a, count):
@@ -344,19 +352,22 @@ def _all_to_all(g, x, split_axis=0, concat_axis=0):
     if a.shape[split_axis] % n:
         raise ValueError(f"all_to_all: x.shape[{split_axis}] = {a.shape[split_axis]} is not divisible by "
                          f"the group size {n}")
-    send = [np.ascontiguousarray(b) for b in np.split(a, n, axis=split_axis)]
-    block = send[0].shape
-    if concat_axis == 0:  # the received blocks are consecutive slices of the result: receive straight into it
-        out = np.empty((n * block[0],) + block[1:], a.dtype)
-        recv = list(out.reshape((n,) + block))
+    # the n blocks to send, consecutive in one buffer (x itself when it is split along its first axis)
+    if split_axis == 0 and a.flags.c_contiguous:
+        send = a.reshape((n, a.shape[0] // n) + a.shape[1:])
     else:
-        out, recv = None, [np.empty(block, a.dtype) for _ in range(n)]
+        send = np.stack(np.split(a, n, axis=split_axis))
+    block = send.shape[1:]
+    recv = np.empty((n,) + block, a.dtype)  # with concat_axis 0, the result itself
     if n == 1:
-        recv[0][...] = send[0]
+        recv[...] = send
     else:
         o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
-        pairwise.all_to_all(o, [_addr(b) for b in send], [_addr(b) for b in recv], send[0].nbytes)
-    return out if out is not None else np.concatenate(recv, axis=concat_axis)
+        o.run(pairwise.all_to_all(n, g._rank), slots(_addr(send), _addr(recv)), bounds(n * send[0].size,
+                                                                                       a.itemsize, n))
+    if concat_axis == 0:
+        return recv.reshape((n * block[0],) + block[1:])
+    return np.concatenate(recv, axis=concat_axis)
 
 
 def _axis(axis, ndim, what):
@@ -390,14 +401,16 @@ def _ppermute(g, x, perm):
         return out
     o = g.op("ppermute", code, 0, a.size, 0,
              shape=zlib.crc32(repr(sorted(pairs)).encode()), dims=a.shape)
-    pairwise.ppermute(o, dst, src, _addr(a), _addr(out), a.nbytes)
+    plan = pairwise.ppermute(me, dst, src)
+    if len(plan):
+        o.run(plan, slots(_addr(a), _addr(out)), bounds(a.size, a.itemsize, 1))
     return out
 
 
 def _barrier(g):
     """Return when every rank of the group has entered."""
     if g._size > 1:
-        doubling.barrier(g.op("barrier", 0, 0, 0))
+        g.op("barrier", 0, 0, 0).run(doubling.barrier(g._size, g._rank), slots(), bounds(0, 1, 1))
 
 
 
@@ -408,6 +421,9 @@ def _barrier(g):
 # functions above, without a Python call per step. It answers NotImplemented
 # for anything it does not take (then the functions above run, and raise
 # whatever error the arguments deserve).
+_ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
+
+
 def _limit(kind, size, algo):
     """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
     limit, p = 0, 8
@@ -420,20 +436,28 @@ def _limit(kind, size, algo):
 
 
 def _arm(g):
-    """Give g its one-call path once its collective connections can exist (after a first collective)."""
+    """Give g its one-call path once its collective connections can exist (after a first collective).
+
+    It runs, up to the eager limit, the plans choose() picks at every size up to that limit: the
+    same cached plans as the functions above.
+    """
     if g._size < 2 or g.transport is None or g._channel is None:
         return
-    n = g._size
-    # The one-call all_gather runs the schedule choose() picks up to the eager limit: the ring, or
-    # (power-of-two n, "bruck") recursive doubling; Bruck proper (other n >= 4) stays in Python.
-    doubling_gather = n & (n - 1) == 0 and _limit("all_gather", n, "bruck") > 0
-    gather = _limit("all_gather", n, "bruck" if doubling_gather else "ring") if n <= 64 else 0
-    limits = (_limit("all_reduce", n, "doubling"), _limit("reduce", n, "tree"), _limit("broadcast", n, "tree"),
-              gather)
-    g.fast = g._channel.fast_path(g, g.stream, g.world, limits, {name: i for i, name in enumerate(OP_NAMES)},
+    n, r = g._size, g._rank
+    bruck = _limit("all_gather", n, "bruck")
+    pow2 = n & (n - 1) == 0
+    plans = {"all_reduce": doubling.all_reduce(n, r), "barrier": doubling.barrier(n, r),
+             "all_gather": logstep.all_gather(n, r) if bruck else ring.all_gather(n, r),
+             "broadcast": functools.partial(tree.broadcast_tree, n, r),
+             "reduce": functools.partial(tree.reduce_tree, n, r)}
+    limits = {"all_reduce": _limit("all_reduce", n, "doubling"), "reduce": _limit("reduce", n, "tree"),
+              "broadcast": _limit("broadcast", n, "tree"),
+              "all_gather": bruck or _limit("all_gather", n, "ring")}
+    if pow2:  # recursive halving runs at power-of-two n only
+        plans["reduce_scatter"] = logstep.reduce_scatter(n, r)
+        limits["reduce_scatter"] = _limit("reduce_scatter", n, "halving")
+    g.fast = g._channel.fast_path(g, g.stream, plans, limits, {name: i for i, name in enumerate(OP_NAMES)},
                                   _reduction, dtype_code, BFLOAT16)
-    g.fast.gather_doubling = doubling_gather
-    g.fast.arm_reduce_scatter(_limit("reduce_scatter", n, "halving"))  # power-of-two n only
 
 
 def _python_path(g, fn, *args):

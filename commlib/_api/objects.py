@@ -72,12 +72,13 @@ import pickle
 
 import numpy as np
 
-from .._algorithms import choose, ring, tree
+from .._algorithms import ring
+from .._plan import bounds, single, slots
 from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
 from .._errors import CommError, MismatchError
 from .._wire import FLAG_OBJECT
-from .collectives import _g
+from .collectives import _g, _run_broadcast
 from .p2p import _src, _tag
 
 __all__ = ["send_obj", "recv_obj", "broadcast_obj", "all_gather_obj", "gather_obj", "scatter_obj"]
@@ -103,6 +104,11 @@ def _u8(buf):
 
 def _addr(a):
     return a.ctypes.data
+
+
+def _move(op, dst, src, u8):
+    """Send u8 to group rank dst or receive it from src: a one-step plan of collective `op`."""
+    op.run(single(dst, src), slots(_addr(u8), _addr(u8)), np.array([0, u8.nbytes], dtype=np.int64))
 
 
 def _empty(nbytes):
@@ -327,8 +333,7 @@ def _broadcast_obj_impl(obj, root=0, *, group=None):
     def move(a):
         u8 = _u8(a)
         if u8.nbytes:
-            algo = tree.broadcast_tree if choose("broadcast", u8.nbytes, g._size) == "tree" else tree.broadcast_chain
-            algo(op, _addr(u8), u8.nbytes, root)
+            _run_broadcast(op, g, _addr(u8), u8.nbytes, root)
 
     if g._rank == root:
         frame, err = _frame_or_error(obj)
@@ -353,7 +358,7 @@ def _all_gather_obj_impl(obj, *, group=None):
     op = g.op("all_gather_obj", DT_BYTES, 0, n, 0, 0)
     sizes = np.empty(n, dtype=np.int64)
     sizes[me] = frame.nbytes if err is None else -1
-    ring.all_gather(op, _addr(sizes), [8 * i for i in range(n)], [8] * n, 1)
+    op.run(ring.all_gather(n, me), slots(res=_addr(sizes)), bounds(n, 8, n))
     if err is not None:
         raise err
     bad = [r for r in range(n) if sizes[r] < 0]
@@ -367,7 +372,8 @@ def _all_gather_obj_impl(obj, *, group=None):
         total = _align(total + ln)
     buf = _empty(total)
     frame.assemble(buf[offs[me]:offs[me] + lens[me]])
-    ring.all_gather(op, _addr(buf), offs, lens, 1)
+    # unit r: rank r's frame and the padding after it, up to the next 64-byte boundary
+    op.run(ring.all_gather(n, me), slots(res=_addr(buf)), np.array(offs + [total], dtype=np.int64))
     return [loads(buf[o:o + ln]) for o, ln in zip(offs, lens)]
 
 
@@ -382,8 +388,7 @@ def _gather_obj_impl(obj, root=0, *, group=None):
     op = g.op("gather_obj", DT_BYTES, 0, n, root, 0)
     if me != root:
         def move(a):
-            u8 = _u8(a)
-            op.exchange(root, _addr(u8), u8.nbytes, None, 0, 0)
+            _move(op, root, None, _u8(a))
 
         if err is not None:
             _send_error(_ERR_PICKLE, f"{type(err).__name__}: {err}", move)
@@ -398,8 +403,7 @@ def _gather_obj_impl(obj, root=0, *, group=None):
             continue
 
         def move(a, r=r):
-            u8 = _u8(a)
-            op.exchange(None, 0, 0, r, _addr(u8), u8.nbytes)
+            _move(op, None, r, _u8(a))
 
         got = _recv_frame(move, op.what, g.world[r])
         if isinstance(got, _RemoteError):
@@ -454,8 +458,7 @@ def _scatter_obj_impl(objs, root=0, *, group=None):
                 continue
 
             def move(a, r=r):
-                u8 = _u8(a)
-                op.exchange(r, _addr(u8), u8.nbytes, None, 0, 0)
+                _move(op, r, None, _u8(a))
 
             if problem is not None:
                 kind, exc = problem
@@ -467,8 +470,7 @@ def _scatter_obj_impl(objs, root=0, *, group=None):
         return loads(frames[me].assemble())
 
     def move(a):
-        u8 = _u8(a)
-        op.exchange(None, 0, 0, root, _addr(u8), u8.nbytes)
+        _move(op, None, root, _u8(a))
 
     got = _recv_frame(move, op.what, g.world[root])
     if isinstance(got, _RemoteError):

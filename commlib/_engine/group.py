@@ -21,7 +21,8 @@ import zlib
 import numpy as np
 
 from .._errors import CommError
-from .._transport import copy as _copy, env_number, spin_policy
+from .. import _plan
+from .._transport import env_number, spin_policy
 from .._wire import collective_header, shape_hash
 from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
 from .streams import Stream
@@ -52,8 +53,7 @@ class Status:
 class Op:
     """One collective in flight: its header, deadline and step primitive."""
 
-    __slots__ = ("group", "rank", "size", "hdr", "coll", "seq", "deadline", "dtype", "redop", "dims", "_channel",
-                 "_world")
+    __slots__ = ("group", "rank", "size", "hdr", "coll", "seq", "deadline", "dtype", "redop", "dims", "_channel")
 
     def __init__(self, group, coll, dtype, redop, count, root, shape, dims):
         g = group
@@ -69,7 +69,6 @@ class Op:
         g.history.append(self.hdr)
         self.deadline = time.monotonic() + g.timeout
         self._channel = g._channel or g.channel
-        self._world = g.world
         if g.notices is not None:
             g.notices.last = self  # formatted only if a stall report asks
 
@@ -80,20 +79,10 @@ class Op:
 
     __str__ = what.fget
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
-                 swap=False):
-        """Send to group rank dst while receiving from group rank src (None: no such side).
-
-        reduce_dst: reduce what arrives into this address (init: copy from here first).
-        relay: "received" sends bytes only once they arrived (send_ptr == recv_ptr);
-        "reduced" sends them once reduced (send_ptr == reduce_dst).
-        swap: reduce as op(received, mine) rather than op(mine, received).
-        """
-        w = self._world
-        self._channel.exchange(None if dst is None else w[dst], send_ptr, send_len, None if src is None else w[src],
-                               recv_ptr, recv_len, self, reduce_dst=reduce_dst, init=init, relay=relay, swap=swap)
-
-    copy = staticmethod(_copy)
+    def run(self, plan, slots, bounds):
+        """Run a plan (`commlib._plan`) of this collective: slots are the addresses of its buffers
+        (X, RES, SCRATCH, T0, T1; 0 where unused), bounds the byte boundaries of its units."""
+        self._channel.run(self, plan, slots, bounds)
 
 
 class Group:
@@ -174,7 +163,8 @@ class Group:
         def gather():
             if self._size > 1:
                 op = self.op("split", 0, 0, 2 * self._size)
-                ring.all_gather(op, table.ctypes.data, [16 * i for i in range(self._size)], [16] * self._size, 1)
+                op.run(ring.all_gather(self._size, self._rank), _plan.slots(res=table.ctypes.data),
+                       _plan.bounds(self._size, 16, self._size))
 
         self.stream.run(gather)
         self.splits += 1
@@ -191,7 +181,8 @@ class Group:
     def channel(self):
         """The transport's collective channel for this group (created on first use)."""
         if self._channel is None:
-            self._channel = self.transport.collective_channel(self.gid, self.chunk, self.spin, self.peer_check_s)
+            self._channel = self.transport.collective_channel(self.gid, self.world, self.chunk, self.spin,
+                                                              self.peer_check_s)
         return self._channel
 
     def scratch(self, nbytes):

@@ -4,13 +4,14 @@ Everything above this package (the engine, the algorithms, the API) moves
 bytes through two small objects and never touches a descriptor, the step
 loop (`_io`) or a status code:
 
-- `CollectiveChannel.exchange(dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, modes)`:
-  one full-duplex step of a collective (the collective `op` carries its header and deadline):
-  send to one peer while receiving from another, reducing or relaying bytes
-  as they arrive. It owns the step loop, the descriptor lookup, the resume
-  after a slow step (asking the peer whether it is in another collective),
-  the translation of status codes into errors and the spreading of a failure
-  to the other ranks.
+- `CollectiveChannel.run(op, plan, slots, bounds)`: a whole collective, a
+  plan of full-duplex steps (`commlib._plan`: send to one peer while
+  receiving from another, reducing or relaying bytes as they arrive), run by
+  the one executor with the GIL released once. It owns the step loop, the
+  descriptor lookup, connecting on first use, the resume after a slow step
+  (asking the peer whether it is in another collective), the translation of
+  status codes into errors and the spreading of a failure to the other
+  ranks; `fast_path` builds the one-call path over the same step loop.
 - `PointToPoint`: what the matching engine needs: the sockets of the
   point-to-point channel (to read and write without blocking), and two
   blocking one-step fast paths (send a frame; receive an expected frame
@@ -36,13 +37,10 @@ from .interfaces import routed_address
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
 __all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "spin_policy",
-           "env_number",
-           "host_identity", "routed_address", "RELAY_RECEIVED", "RELAY_REDUCED"]
+           "env_number", "host_identity", "routed_address"]
 
 address = _io.address  # address of the first byte of a contiguous buffer
 copy = _io.copy  # memmove between two addresses
-RELAY_RECEIVED, RELAY_REDUCED = "received", "reduced"
-_RELAY = {None: _io.FORWARD_NONE, RELAY_RECEIVED: _io.FORWARD_RECEIVED, RELAY_REDUCED: _io.FORWARD_REDUCED}
 
 
 class Transport:
@@ -57,8 +55,8 @@ class Transport:
     def raise_if_failed(self):
         self.ep.raise_if_failed()
 
-    def collective_channel(self, gid, chunk, spin, check_s):
-        return CollectiveChannel(self.ep, gid, chunk, spin, check_s)
+    def collective_channel(self, gid, world, chunk, spin, check_s):
+        return CollectiveChannel(self.ep, gid, world, chunk, spin, check_s)
 
     @property
     def p2p(self):
@@ -98,84 +96,86 @@ class Transport:
 
 
 class CollectiveChannel:
-    """The collective steps of one group: a step loop bound to the group's constants."""
+    """The collective steps of one group: its step loop and the executor of its plans."""
 
-    def __init__(self, ep, gid, chunk, spin, check_s):
-        """spin: (seconds, adaptive, yield) from spin_policy()."""
-        self.ep, self.gid, self.check_s = ep, gid, check_s
-        self.stepper_chunk = chunk
+    def __init__(self, ep, gid, world, chunk, spin, check_s):
+        """world: group rank -> world rank; spin: (seconds, adaptive, yield) from spin_policy()."""
+        self.ep, self.gid, self.world, self.check_s = ep, gid, world, check_s
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
                                    spin[0], check_s, spin[1], spin[2])
         self.fds = ep.fds
+        self.out_keys = [(gid, CH_COLL, w, 1) for w in world]
+        self.in_keys = [(gid, CH_COLL, w, 0) for w in world]
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, op, *, reduce_dst=0, init=0, relay=None,
-                 swap=False):
-        """One step of collective `op`: send send_len bytes at send_ptr to world rank dst while
-        receiving recv_len bytes from world rank src into recv_ptr (either side may be None).
+    def run(self, op, plan, slots, bounds):
+        """Run `plan` (commlib._plan) for collective `op` with the GIL released once.
 
-        `op` describes the collective (`hdr`, `deadline`, `dims`, `dtype`, `redop`, and
-        str(op) names it in errors, formatted only on failure). The header is sent
-        and expected on every step; a different one is a MismatchError.
-        Modes: reduce_dst reduces what arrives into this address (init: copy from
-        here first; swap: op(received, mine)); relay sends bytes only once they
-        are received / reduced (RELAY_RECEIVED / RELAY_REDUCED).
+        slots: the addresses of the plan's slots (a list of _plan.NSLOTS ints, 0 where unused);
+        bounds: the units' byte boundaries (int64, plan.parts + 1). `op` describes the collective
+        (`hdr`, `deadline`, `dims`, `dtype`, `redop`; str(op) names it in errors, formatted only on
+        failure). The header is sent and expected on every step; a different one is a MismatchError.
+        A peer not connected yet is connected when its first row comes (not before: a connection
+        from a peer arrives only once that peer gets there).
         """
-        hdr, deadline, what, dims, dtype, redop = op.hdr, op.deadline, op, op.dims, op.dtype, op.redop
-        ep, gid = self.ep, self.gid
-        notices = ep.notices
-        sfd = rfd = -1
+        rows, hdr, world = plan.rows, op.hdr, self.world
+        sfd = np.empty(len(rows), np.int32)
+        rfd = np.empty(len(rows), np.int32)
+        _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
+        notices = self.ep.notices
+        notices.current = (op, None, hdr)
+        at, resume = 0, False
         try:
-            if dst is not None:
-                sfd = self.fds.get((gid, CH_COLL, dst, 1))
-                if sfd is None:
-                    sfd = ep.outgoing(gid, CH_COLL, dst, deadline, what)
-            if src is not None:
-                rfd = self.fds.get((gid, CH_COLL, src, 0))
-                if rfd is None:
-                    rfd = ep.incoming(gid, CH_COLL, src, deadline, what, hdr,
-                                      lambda: self._check(src, hdr, dims), self.check_s)
-        except CommError as exc:  # a collective that cannot reach a member fails the job
-            exc.op = str(what)
+            while True:
+                rc, at = _io.execute(self.stepper, rows, plan.parts, slots, bounds, sfd, rfd, hdr, op.dtype, op.redop,
+                                     op.deadline, at, resume)
+                if rc == _io.OK:
+                    return
+                kind, dst, src, s_slot, s_lo, s_hi, r_slot, r_lo, r_hi = (int(v) for v in rows[at][:9])
+                dst, src = (world[dst] if dst >= 0 else None), (world[src] if src >= 0 else None)
+                if rc == _io.NEED_PEER:
+                    self._connect(op, dst, src)
+                    _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
+                    resume = False
+                    continue
+                send_len = int(bounds[s_hi] - bounds[s_lo]) if s_slot >= 0 else 0
+                recv_len = int(bounds[r_hi] - bounds[r_lo]) if r_slot >= 0 else 0
+                self.stopped(rc, op, hdr, op.dims, dst, send_len, src, recv_len, self.state, self.stepper.rhdr)
+                resume = True
+        finally:
+            notices.current = None
+
+    def _connect(self, op, dst, src):
+        """Open the connections a row needs (world ranks); a member that cannot be reached fails the job."""
+        ep, gid, hdr = self.ep, self.gid, op.hdr
+        try:
+            if dst is not None and self.fds.get((gid, CH_COLL, dst, 1)) is None:
+                ep.outgoing(gid, CH_COLL, dst, op.deadline, op)
+            if src is not None and self.fds.get((gid, CH_COLL, src, 0)) is None:
+                ep.incoming(gid, CH_COLL, src, op.deadline, op, hdr, lambda: self._check(src, hdr, op.dims),
+                            self.check_s)
+        except CommError as exc:
+            exc.op = str(op)
             self._raise(ep.fail(exc) if ep.failure is None else exc)
-        stepper, state = self.stepper, self.state
-        notices.current = (what, src if src is not None else dst, hdr)
-        rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
-                         dtype, redop, _RELAY[relay], swap, deadline, False)
-        while rc == _io.SLOW:
-            # Stuck: two ranks in different collectives can each wait to receive
-            # from the other, so no header ever reaches a receiver. Ask the peer.
-            waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
-            exc = self._check(waiting_on, hdr, dims)
-            if exc is not None:
-                notices.current = None
-                self._raise(exc)
-            rc = stepper.run(sfd, hdr, send_ptr, send_len, rfd, recv_ptr, recv_len, reduce_dst, init,
-                             dtype, redop, _RELAY[relay], swap, deadline, True)
-        notices.current = None
-        if rc:
-            self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, stepper.rhdr, dims))
+        self.ep.notices.current = (op, None, hdr)
 
-    def fast_path(self, group, stream, world, limits, ops, legal, dtype_code, bf16):
-        """The one-call small-message path (`_io.FastPath`) over this channel's sockets and ring.
+    def fast_path(self, group, stream, plans, limits, ops, legal, dtype_code, bf16):
+        """The one-call small-message path (`_io.FastPath`) over this channel's sockets and step loop.
 
-        `group` holds the collective count, digest and history it updates;
-        `stream` is the group's ordered stream (the path runs only when it is
-        idle); limits: the largest payloads it takes for (all_reduce, reduce,
-        broadcast and all_gather), in bytes.
+        `group` holds the collective count, digest and history it updates; `stream` is the group's
+        ordered stream (the path runs only when it is idle); plans and limits: which plan it runs for
+        each collective and up to which payload (see FastPath).
         """
-        gid = self.gid
-        return _io.FastPath(group, stream, self.ep, self.fds, [(gid, CH_COLL, w, 1) for w in world],
-                            [(gid, CH_COLL, w, 0) for w in world], self.fast_status, self.ep.notices,
-                            self.ring.ctypes.data, self.ring.nbytes, self.stepper_chunk, self.ep.wake_r,
-                            self.stepper, self.check_s, *limits, ops, legal, dtype_code, bf16)
+        return _io.FastPath(group, stream, self.ep, self.fds, self.out_keys, self.in_keys, self.stopped,
+                            self.ep.notices, self.stepper, plans, limits, ops, legal, dtype_code, bf16)
 
-    def fast_status(self, rc, what, hdr, dims, dst, send_len, src, recv_len, state, rhdr):
-        """A one-call step (world ranks dst/src) stopped with status rc: return to resume it, else raise.
+    def stopped(self, rc, what, hdr, dims, dst, send_len, src, recv_len, state, rhdr):
+        """A step (world ranks dst/src) stopped with status rc: return to resume it, else raise.
 
-        Mirrors exchange(): after SLOW it asks the peer it waits on whether it
-        is in another collective (and says what this rank is in, for theirs).
+        After SLOW it asks the peer it waits on whether it is in another collective (and says what
+        this rank is in, for theirs): two ranks in different collectives can each wait to receive
+        from the other, so no header ever reaches a receiver.
         """
         ep, notices = self.ep, self.ep.notices
         if rc == _io.SLOW:

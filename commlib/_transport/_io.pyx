@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The data path: one step of an algorithm, full duplex, on raw descriptors.
 
-A step (`Stepper.run` for collectives, `Stepper.raw` for point-to-point) sends (header + payload) on one non-blocking socket while it
+A step (a row of a collective's plan, `_plan.pxi`, or `Stepper.raw` for point-to-point) sends (header + payload) on one non-blocking socket while it
 receives (header + payload) on another, with the GIL released throughout.
 Received bytes can be reduced into a destination as they arrive, through a
 small scratch ring that stays in cache, so a reduce-scatter step costs one
@@ -71,9 +71,10 @@ cdef enum:
     ST_WAKE = 6         # the wake descriptor became readable: the job is failing
     ST_POLL_ERROR = 7
     ST_SLOW = 8         # no progress for check_s seconds: the caller may look at the peer, then resume
+    ST_NEED_PEER = 9    # (plans) a row's peer has no connection yet: the caller connects, then resumes
 
 OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
-MISMATCH, WAKE, POLL_ERROR, SLOW = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW
+MISMATCH, WAKE, POLL_ERROR, SLOW, NEED_PEER = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW, ST_NEED_PEER
 
 # Relay modes: the send side may only send what has arrived (chain broadcast)
 # or what has been reduced (chain reduce: send_buf is then the reduce destination).
@@ -81,8 +82,6 @@ cdef enum:
     RELAY_NONE = 0
     RELAY_RECEIVED = 1
     RELAY_REDUCED = 2
-
-FORWARD_NONE, FORWARD_RECEIVED, FORWARD_REDUCED = RELAY_NONE, RELAY_RECEIVED, RELAY_REDUCED
 
 # state[] slots: progress survives a return, so a caller may resume a step.
 cdef enum:
@@ -417,6 +416,7 @@ cdef class Stepper:
     """
     cdef public object state        # int64[4] ndarray, as for step()
     cdef public bytearray rhdr      # the received header (valid after MISMATCH)
+    cdef char* rhdr_ptr
     cdef long long[::1] _state
     cdef Py_ssize_t chunk, ring_ptr, ring_len
     cdef int wake_fd
@@ -435,44 +435,10 @@ cdef class Stepper:
         self.state = state
         self._state = state
         self.rhdr = bytearray(56)
+        self.rhdr_ptr = <char*>self.rhdr
         self.chunk, self.wake_fd = chunk, wake_fd
         self.ring_ptr, self.ring_len = ring_ptr, ring_len
         self.spin_s, self.check_s = spin_s, check_s
-
-    def run(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
-            int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len,
-            Py_ssize_t reduce_ptr, Py_ssize_t init_ptr, int dtype, int op, int relay, bint swap,
-            double deadline, bint resume):
-        """One collective step: hdr is both the header sent and the one expected.
-
-        reduce_ptr != 0 receives into the bound scratch ring and reduces. With
-        resume the progress in state is kept (after SLOW), else it restarts.
-        """
-        cdef Step s
-        cdef char* h = PyBytes_AS_STRING(hdr)
-        cdef Py_ssize_t hl = PyBytes_GET_SIZE(hdr)
-        self._restart(resume)
-        s.send_fd = send_fd
-        s.send_hdr = h
-        s.send_hdr_len = hl if send_fd >= 0 else 0
-        s.send_buf = _ptr(send_ptr)
-        s.send_len = send_len
-        s.recv_fd = recv_fd
-        s.recv_hdr = <char*>self.rhdr
-        s.expect_hdr = h
-        s.recv_hdr_len = hl if recv_fd >= 0 else 0
-        s.recv_buf = _ptr(self.ring_ptr if reduce_ptr else recv_ptr)
-        s.recv_len = recv_len
-        s.reduce_dst = _ptr(reduce_ptr)
-        s.init_src = _ptr(init_ptr)
-        s.dtype = dtype
-        s.op = op
-        s.swap = swap
-        s.item = itemsize_of(dtype)
-        if reduce_ptr and (s.item == 0 or recv_len % s.item or self.ring_len < self.chunk):
-            raise ValueError("bad reduce arguments")
-        s.relay = relay
-        return self._go(&s, deadline)
 
     cdef int _go(self, Step* s, double deadline) except? -1:
         """Fill in the group's constants and run the step with the GIL released."""
@@ -538,5 +504,6 @@ cdef class Stepper:
         return self._go(&s, deadline)
 
 
+include "_plan.pxi"
 include "_fast.pxi"
 include "_p2p_fast.pxi"

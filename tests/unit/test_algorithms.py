@@ -1,9 +1,11 @@
-"""Algorithm schedules on an in-memory fake transport: threads as ranks, no sockets.
+"""Algorithm plans on an in-memory fake transport: threads as ranks, no sockets.
 
-The fake implements the one primitive the algorithms use, Op.exchange, with
-unbounded FIFO queues per (src, dst) pair, so these tests check the
-schedules themselves (which block goes where, in which order) for many
-group sizes in milliseconds.
+Each algorithm builds a plan (`commlib._plan`); the fake runs that very plan,
+row by row, where the executor's own address arithmetic (`_io.resolve`) puts
+each region, with unbounded FIFO queues per (src, dst) pair and every region
+checked to lie inside the buffers the call gave. So these tests check the
+schedules the executor runs (which block goes where, in which order) for
+every group size from 1 to 9 (and some larger) in milliseconds.
 """
 import ctypes
 import queue
@@ -12,11 +14,14 @@ import threading
 import numpy as np
 import pytest
 
-from commlib import _kernels
+from commlib import _algorithms, _kernels, _plan
 from commlib._algorithms import doubling, logstep, pairwise, ring, tree
-from commlib import _algorithms
+from commlib._plan import RES, SCRATCH, T0, T1, X, bounds, slots
+from commlib._transport import _io
 
 pytestmark = pytest.mark.timeout(60)
+
+SIZES = list(range(1, 10))
 
 
 def _view(addr, nbytes, dtype=np.uint8):
@@ -25,44 +30,72 @@ def _view(addr, nbytes, dtype=np.uint8):
     return np.ctypeslib.as_array((ctypes.c_char * nbytes).from_address(addr)).view(np.uint8).view(dtype)
 
 
-class FakeOp:
+class FakeRank:
+    """One rank: runs plans over the shared queues, counting steps and bytes sent."""
+
     def __init__(self, rank, size, boxes, dtype, op="sum"):
         self.rank, self.size, self.boxes, self.dtype, self.redop = rank, size, boxes, np.dtype(dtype), op
+        self.steps = self.sent = 0
 
-    def exchange(self, dst, send_ptr, send_len, src, recv_ptr, recv_len, *, reduce_dst=0, init=0, relay=None,
-                 swap=False):
-        if dst is not None and relay is None:
-            self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
-        if src is not None:
-            data = self.boxes[src, self.rank].get(timeout=10)
-            assert len(data) == recv_len, (self.rank, src, len(data), recv_len)
-            if reduce_dst:
-                if init:
-                    ctypes.memmove(reduce_dst, init, recv_len)
-                dst_arr = _view(reduce_dst, recv_len, self.dtype)
-                got = np.frombuffer(data, self.dtype).copy()
-                if swap:  # op(received, mine)
-                    _kernels.reduce_into(got, dst_arr, self.redop)
-                    dst_arr[...] = got
+    def run(self, plan, buffers, bnds):
+        """buffers: {slot: ndarray}; the plan's regions must lie inside them."""
+        assert plan.slots <= set(buffers), (plan, sorted(plan.slots), sorted(buffers))
+        addr = [0] * _plan.NSLOTS
+        spans = []
+        for slot, buf in buffers.items():
+            if buf is not None:
+                addr[slot] = buf.ctypes.data
+                spans.append((buf.ctypes.data, buf.ctypes.data + buf.nbytes))
+
+        def inside(ptr, n):
+            assert n == 0 or any(lo <= ptr and ptr + n <= hi for lo, hi in spans), (plan, ptr, n, spans)
+
+        for row in _io.resolve(plan.rows, addr, np.asarray(bnds, dtype=np.int64)):
+            if row[0] == "copy":
+                _, dst, src, n = row
+                inside(dst, n)
+                inside(src, n)
+                if n and dst != src:
+                    ctypes.memmove(dst, src, n)
+                continue
+            _, dst, send_ptr, send_len, src, recv_ptr, recv_len, reduce_dst, init, swap, relay = row
+            self.steps += 1
+            if dst is not None:
+                inside(send_ptr, send_len)
+                self.sent += send_len
+            if dst is not None and relay is None:
+                self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
+            if src is not None:
+                data = self.boxes[src, self.rank].get(timeout=10)
+                assert len(data) == recv_len, (plan, self.rank, src, len(data), recv_len)
+                if reduce_dst:
+                    inside(reduce_dst, recv_len)
+                    if init:
+                        inside(init, recv_len)
+                        ctypes.memmove(reduce_dst, init, recv_len)
+                    dst_arr = _view(reduce_dst, recv_len, self.dtype)
+                    got = np.frombuffer(data, self.dtype).copy()
+                    if swap:  # op(received, mine)
+                        _kernels.reduce_into(got, dst_arr, self.redop)
+                        dst_arr[...] = got
+                    else:
+                        _kernels.reduce_into(dst_arr, got, self.redop)
                 else:
-                    _kernels.reduce_into(dst_arr, got, self.redop)
-            else:
-                _view(recv_ptr, recv_len)[:] = np.frombuffer(data, np.uint8)
-        if dst is not None and relay is not None:  # forward once everything arrived
-            self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
-
-    @staticmethod
-    def copy(dst, src, nbytes):
-        ctypes.memmove(dst, src, nbytes)
+                    inside(recv_ptr, recv_len)
+                    _view(recv_ptr, recv_len)[:] = np.frombuffer(data, np.uint8)
+            if dst is not None and relay is not None:  # forward once everything arrived / was reduced
+                assert send_ptr == (reduce_dst or recv_ptr)
+                self.boxes[self.rank, dst].put(bytes(_view(send_ptr, send_len)))
 
 
 def run_ranks(size, body, dtype=np.float64, op="sum"):
     boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
     results, errors = [None] * size, []
+    ranks = [FakeRank(r, size, boxes, dtype, op) for r in range(size)]
 
     def main(r):
         try:
-            results[r] = body(FakeOp(r, size, boxes, dtype, op))
+            results[r] = body(ranks[r])
         except BaseException as exc:  # reported below
             errors.append((r, exc))
 
@@ -74,55 +107,43 @@ def run_ranks(size, body, dtype=np.float64, op="sum"):
     assert not errors, errors
     for (a, b), q in boxes.items():
         assert q.empty(), f"message from {a} to {b} never received"
-    return results
+    return results, ranks
 
 
 def inputs(size, count, dtype=np.float64):
     return [((np.arange(count) * 7 + r * 13) % 11).astype(dtype) for r in range(size)]
 
 
-SIZES = [1, 2, 3, 4, 5, 7, 8]
+ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES + [16])
 @pytest.mark.parametrize("count", [0, 1, 3, 10, 37])
-def test_ring_all_reduce_in_and_out_of_place(size, count):
+@pytest.mark.parametrize("algo", sorted(ALL_REDUCE))
+def test_all_reduce_in_and_out_of_place(algo, size, count):
     xs = inputs(size, count)
 
-    def body(op):
-        src = xs[op.rank].copy()
-        out = np.empty_like(src)
-        ring.all_reduce(op, src.ctypes.data, out.ctypes.data, count, 8)
-        inplace = xs[op.rank].copy()
+    def body(f):
+        plan = ALL_REDUCE[algo](size, f.rank)
+        src = xs[f.rank].copy()
+        out = np.full_like(src, np.nan)
+        snap = np.empty(src.nbytes, np.uint8)
+        f.run(plan, {X: src, RES: out, SCRATCH: snap}, bounds(count, 8, plan.parts))
+        inplace = xs[f.rank].copy()
+        f.run(plan, {X: inplace, RES: inplace, SCRATCH: snap}, bounds(count, 8, plan.parts))
         return out, src, inplace
 
-    if size == 1:
-        return
-    res = run_ranks(size, body)
-    for out, src, _ in res:
+    res, _ = run_ranks(size, body)
+    for r, (out, src, inplace) in enumerate(res):
         np.testing.assert_array_equal(out, sum(xs))
-    for r, (_, src, _) in enumerate(res):
+        np.testing.assert_array_equal(inplace, sum(xs))
         np.testing.assert_array_equal(src, xs[r])  # input untouched out of place
 
 
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("count", [0, 1, 5, 16])
-def test_doubling_all_reduce_every_size(size, count):
-    xs = inputs(size, count)
-
-    def body(op):
-        buf = xs[op.rank].copy()
-        snap = np.empty(max(buf.nbytes, 1), np.uint8)
-        doubling.all_reduce(op, buf.ctypes.data, buf.nbytes, snap.ctypes.data)
-        return buf
-
-    for out in run_ranks(size, body):
-        np.testing.assert_array_equal(out, sum(xs))
-
-
-@pytest.mark.parametrize("size", SIZES)
 def test_barrier_schedule_pairs_up(size):
-    run_ranks(size, lambda op: doubling.barrier(op))
+    _, ranks = run_ranks(size, lambda f: f.run(doubling.barrier(size, f.rank), {}, bounds(0, 1, 1)))
+    assert all(f.steps == (size - 1).bit_length() and f.sent == 0 for f in ranks)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -132,68 +153,222 @@ def test_broadcast_every_root(size, root, algo):
     root %= size
     xs = inputs(size, 9)
 
-    def body(op):
-        buf = xs[op.rank].copy()
-        algo(op, buf.ctypes.data, buf.nbytes, root)
+    def body(f):
+        buf = xs[f.rank].copy()
+        f.run(algo(size, f.rank, root), {RES: buf}, bounds(9, 8, 1))
         return buf
 
-    for out in run_ranks(size, body):
+    for out in run_ranks(size, body)[0]:
         np.testing.assert_array_equal(out, xs[root])
 
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("root", [0, 2, 5])
 @pytest.mark.parametrize("algo", [tree.reduce_tree, tree.reduce_chain])
-def test_reduce_every_root(size, root, algo):
+def test_reduce_with_accumulators_only_where_the_plan_uses_them(size, root, algo):
+    """A rank whose plan does not use RES gets no accumulator: its rows must never touch one."""
     root %= size
     xs = inputs(size, 6)
 
-    def body(op):
-        src = xs[op.rank].copy()
-        acc = np.full_like(src, np.nan)
-        algo(op, src.ctypes.data, acc.ctypes.data, src.nbytes, root)
-        np.testing.assert_array_equal(src, xs[op.rank])
+    def body(f):
+        plan = algo(size, f.rank, root)
+        src = xs[f.rank].copy()
+        acc = np.full_like(src, np.nan) if RES in plan.slots else None
+        f.run(plan, {X: src, RES: acc}, bounds(6, 8, 1))
+        np.testing.assert_array_equal(src, xs[f.rank])
         return acc
 
-    res = run_ranks(size, body)
+    res, _ = run_ranks(size, body)
     np.testing.assert_array_equal(res[root], sum(xs))
+    leaves = [r for r in range(size) if res[r] is None]
+    if size > 2 and algo is tree.reduce_tree:
+        assert leaves  # the binomial tree's odd relative ranks send x straight up
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_gather_scatter_all_to_all_ppermute(size):
+@pytest.mark.parametrize("root", [0, 1, 8])
+def test_gather_scatter_every_root(size, root):
+    root %= size
     xs = inputs(size, 4)
-    root = size - 1
 
-    def body(op):
-        r = op.rank
-        out = np.empty(4 * size) if r == root else None
-        tree.gather_linear(op, xs[r].ctypes.data, out.ctypes.data if out is not None else 0, 32, root)
+    def body(f):
+        r = f.rank
+        out = np.full(4 * size, np.nan) if r == root else None
+        f.run(tree.gather_linear(size, r, root), {X: xs[r].copy(), RES: out}, bounds(4 * size, 8, size))
         full = np.concatenate(xs) if r == root else None
-        mine = np.empty(4)
-        tree.scatter_linear(op, full.ctypes.data if full is not None else 0, mine.ctypes.data, 32, root)
-        send = [np.full(2, 100 * r + j, np.float64) for j in range(size)]
-        recv = [np.empty(2) for _ in range(size)]
-        pairwise.all_to_all(op, [b.ctypes.data for b in send], [b.ctypes.data for b in recv], 16)
-        shifted = np.zeros(3)
-        x = np.full(3, float(r))
-        pairwise.ppermute(op, (r + 1) % size, (r - 1) % size, x.ctypes.data, shifted.ctypes.data, 24)
-        return out, mine, recv, shifted
+        mine = np.full(4, np.nan)
+        f.run(tree.scatter_linear(size, r, root), {X: full, RES: mine}, bounds(4 * size, 8, size))
+        return out, mine
 
-    res = run_ranks(size, body)
+    res, _ = run_ranks(size, body)
     np.testing.assert_array_equal(res[root][0], np.concatenate(xs))
-    for r, (_, mine, recv, shifted) in enumerate(res):
+    for r, (_, mine) in enumerate(res):
         np.testing.assert_array_equal(mine, xs[r])
-        for j in range(size):
-            np.testing.assert_array_equal(recv[j], np.full(2, 100 * j + r))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_all_to_all_and_ppermute(size):
+    def body(f):
+        r = f.rank
+        send = np.repeat(100.0 * r + np.arange(size), 2)
+        recv = np.full(2 * size, np.nan)
+        f.run(pairwise.all_to_all(size, r), {X: send, RES: recv}, bounds(2 * size, 8, size))
+        shifted = np.zeros(3)
+        plan = pairwise.ppermute(r, (r + 1) % size, (r - 1) % size)
+        f.run(plan, {X: np.full(3, float(r)), RES: shifted}, bounds(3, 8, 1))
+        return recv, shifted
+
+    for r, (recv, shifted) in enumerate(run_ranks(size, body)[0]):
+        np.testing.assert_array_equal(recv, np.repeat(100.0 * np.arange(size) + r, 2))
         np.testing.assert_array_equal(shifted, np.full(3, float((r - 1) % size)))
 
 
-def test_ring_blocks_cover_the_buffer():
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_ring_reduce_scatter_with_two_one_block_temporaries(size, count):
+    """The reduce-scatter as the API runs it: blocks in transit in T0/T1, the own block into RES."""
+    xs = inputs(size, count * size)
+
+    def body(f):
+        plan = ring.reduce_scatter(size, f.rank)
+        assert plan.slots <= {X, RES, T0, T1}
+        out = np.full(count, np.nan)
+        f.run(plan, {X: xs[f.rank].copy(), RES: out, T0: np.empty(count), T1: np.empty(count)},
+              bounds(count * size, 8, size))
+        return out
+
+    total = sum(xs)
+    for r, out in enumerate(run_ranks(size, body)[0]):
+        np.testing.assert_array_equal(out, total[r * count:(r + 1) * count])
+
+
+@pytest.mark.parametrize("size", SIZES + [16])
+@pytest.mark.parametrize("count", [0, 1, 5])
+@pytest.mark.parametrize("algo", [ring.all_gather, logstep.all_gather])
+def test_all_gather_every_size(size, count, algo):
+    """The ring; recursive doubling at powers of two (in place), Bruck through scratch otherwise."""
+    xs = inputs(size, count)
+
+    def body(f):
+        out = np.full(size * count, np.nan)
+        out[f.rank * count:(f.rank + 1) * count] = xs[f.rank]
+        f.run(algo(size, f.rank), {RES: out, SCRATCH: np.empty(out.nbytes, np.uint8)},
+              bounds(size * count, 8, size))
+        return out
+
+    for out in run_ranks(size, body)[0]:
+        np.testing.assert_array_equal(out, np.concatenate(xs))
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_ring_all_gather_with_uneven_blocks(size):
+    """Units may be any boundaries: the object all-gather's blocks differ in length per rank."""
+    lens = [8 * (r + 1) for r in range(size)]
+    bnds = _plan.explicit_bounds(lens)
+
+    def body(f):
+        out = np.zeros(int(bnds[-1]), np.uint8)
+        out[bnds[f.rank]:bnds[f.rank + 1]] = f.rank + 1
+        f.run(ring.all_gather(size, f.rank), {RES: out}, bnds)
+        return out
+
+    want = np.repeat(np.arange(1, size + 1, dtype=np.uint8), lens)
+    for out in run_ranks(size, body)[0]:
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
+@pytest.mark.parametrize("algo", sorted(ALL_REDUCE))
+def test_all_reduce_gives_identical_bits_on_every_rank(size, algo):
+    """op(a, b) and op(b, a) differ in which NaN survives and in float rounding; ranks must agree anyway."""
+    rng = np.random.default_rng(size)
+    xs = [rng.standard_normal(29) * 10.0 ** rng.integers(-8, 8, 29) for _ in range(size)]
+    xs[0][:3] = np.nan
+    xs[-1][:3] = -np.nan
+
+    def body(f):
+        plan = ALL_REDUCE[algo](size, f.rank)
+        buf = xs[f.rank].copy()
+        f.run(plan, {X: buf, RES: buf, SCRATCH: np.empty(buf.nbytes, np.uint8)}, bounds(29, 8, plan.parts))
+        return buf.view(np.uint64).copy()
+
+    res, _ = run_ranks(size, body)
+    assert all(np.array_equal(res[0], b) for b in res)
+
+
+def test_ring_blocks_cover_the_buffer_as_the_plan_bounds_do():
     for count in range(0, 30):
         for size in range(1, 9):
             offsets, lengths = ring.blocks(count, size)
             assert sum(lengths) == count and max(lengths) - min(lengths) <= 1
-            assert all(offsets[i] + lengths[i] == (offsets[i + 1] if i + 1 < size else count) for i in range(size))
+            assert list(bounds(count, 4, size)) == [4 * o for o in offsets] + [4 * count]
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 8, 9, 13, 16])
+def test_log_step_counts(size):
+    """ceil(log2 n) rounds for the all-gather; 2 log2 p (+2 on folded ranks) for the all-reduce."""
+    logn = (size - 1).bit_length()
+    p = 1 << (size.bit_length() - 1)
+    for r in range(size):
+        assert logstep.all_gather(size, r).steps() == logn
+        folded = r < size - p or r >= p
+        assert logstep.all_reduce(size, r).steps() == (2 if r >= p else 2 * (p.bit_length() - 1) + 2 * folded)
+        assert ring.all_reduce(size, r).steps() == 2 * (size - 1)
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16])
+@pytest.mark.parametrize("block", [0, 1, 3])
+def test_log_step_reduce_scatter_halving(size, block):
+    """Recursive halving leaves rank r's fully reduced block in RES, in log2 n steps, and sends
+    (n - 1)/n of the buffer; x is left as it was."""
+    xs = inputs(size, size * block)
+
+    def body(f):
+        x = xs[f.rank].copy()
+        out = np.full(block, np.nan)
+        f.run(logstep.reduce_scatter(size, f.rank), {X: x, RES: out, SCRATCH: np.empty(x.nbytes, np.uint8)},
+              bounds(x.size, 8, size))
+        np.testing.assert_array_equal(x, xs[f.rank])
+        return out
+
+    total = np.sum(xs, axis=0)
+    res, ranks = run_ranks(size, body)
+    for r, got in enumerate(res):
+        np.testing.assert_allclose(got, total[r * block:(r + 1) * block])
+        assert (ranks[r].steps, ranks[r].sent) == ((size - 1).bit_length(), (size - 1) * block * 8)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_plans_are_cached_values(size):
+    """One plan per (algorithm, size, rank[, root]): built once, read-only, naming only group ranks."""
+    for r in range(size):
+        for make in (doubling.all_reduce, ring.all_reduce, logstep.all_reduce, ring.all_gather,
+                     logstep.all_gather, pairwise.all_to_all, doubling.barrier, ring.reduce_scatter):
+            plan = make(size, r)
+            assert make(size, r) is plan
+            assert not plan.rows.flags.writeable
+            assert plan.peers <= set(range(size)) - {r}
+        for make in (tree.broadcast_tree, tree.broadcast_chain, tree.reduce_tree, tree.reduce_chain,
+                     tree.gather_linear, tree.scatter_linear):
+            assert make(size, r, 0) is make(size, r, 0)
+            assert make(size, r, 0).peers <= set(range(size)) - {r}
+
+
+def test_builder_refuses_inconsistent_rows():
+    b = _plan.Builder("t", 2)
+    with pytest.raises(ValueError, match="relay"):
+        b.step(1, (RES, 0, 1), 0, (RES, 1, 2), relay="received")
+    with pytest.raises(ValueError, match="init"):
+        b.step(src=0, recv=(RES, 0, 1), reduce=True, init=(X, 1, 2))
+
+
+def test_executor_checks_a_plan_against_its_bounds():
+    plan = ring.all_reduce(4, 0)
+    sfd = np.full(len(plan), -1, np.int32)
+    ring_buf = np.empty(1 << 14, np.uint8)
+    stepper = _io.Stepper(np.zeros(4, np.int64), 4096, -1, ring_buf.ctypes.data, ring_buf.nbytes, 0.0, 0.0)
+    with pytest.raises(ValueError, match="4 units but 2 bounds"):
+        _io.execute(stepper, plan.rows, plan.parts, slots(), bounds(8, 4, 1), sfd, sfd, b"\0" * 56, 0, 0, 0.0, 0, False)
 
 
 def test_choose_thresholds_and_override(monkeypatch):
@@ -206,145 +381,6 @@ def test_choose_thresholds_and_override(monkeypatch):
     monkeypatch.setattr("commlib._algorithms._forced", {})
     with pytest.raises(ValueError, match="bogus"):
         _algorithms.choose("all_reduce", 8, 4)
-
-
-@pytest.mark.parametrize("size", [2, 3, 4, 8])
-def test_doubling_gives_identical_nan_bits_on_every_rank(size):
-    """op(a, b) and op(b, a) differ in which NaN survives; partners must agree anyway."""
-    xs = [np.full(3, np.nan if r % 2 else -np.nan) for r in range(size)]
-
-    def body(op):
-        buf = xs[op.rank].copy()
-        snap = np.empty(buf.nbytes, np.uint8)
-        doubling.all_reduce(op, buf.ctypes.data, buf.nbytes, snap.ctypes.data)
-        return buf.view(np.uint64).copy()
-
-    res = run_ranks(size, body)
-    assert all(np.array_equal(res[0], b) for b in res)
-
-
-@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
-def test_ring_reduce_scatter_with_its_own_destinations(size):
-    """The reduce-scatter schedule as the API runs it: two scratch blocks, the own block into out."""
-    count = 3
-    xs = inputs(size, count * size)
-
-    def body(op):
-        out = np.empty(count)
-        tmps = [np.empty(count) for _ in range(2)]
-        dst_of = ring.reduce_scatter_destinations(op.rank, size, out.ctypes.data, [t.ctypes.data for t in tmps])
-        assert dst_of[op.rank] == out.ctypes.data
-        ring.reduce_scatter(op, xs[op.rank].ctypes.data, dst_of, [i * count for i in range(size)],
-                            [count] * size, 8)
-        return out
-
-    total = sum(xs)
-    for r, out in enumerate(run_ranks(size, body)):
-        np.testing.assert_array_equal(out, total[r * count:(r + 1) * count])
-
-
-@pytest.mark.parametrize("size", [2, 3, 4, 5, 8])
-@pytest.mark.parametrize("root", [0, 1])
-@pytest.mark.parametrize("chain", [False, True])
-def test_reduce_with_accumulators_only_where_the_schedule_needs_them(size, root, chain):
-    """Ranks the leaf rule says need no buffer get none (address 0): the schedule must never touch it."""
-    root %= size
-    xs = inputs(size, 6)
-
-    def body(op):
-        need = tree.reduce_needs_accumulator(op.rank, root, size, chain)
-        acc = np.empty(6) if need else None
-        algo = tree.reduce_chain if chain else tree.reduce_tree
-        algo(op, xs[op.rank].ctypes.data, acc.ctypes.data if acc is not None else 0, 48, root)
-        return acc
-
-    res = run_ranks(size, body)
-    assert res[root] is not None
-    np.testing.assert_array_equal(res[root], sum(xs))
-
-
-@pytest.mark.parametrize("size", SIZES + [6, 9, 16])
-@pytest.mark.parametrize("count", [0, 1, 3, 10, 37])
-def test_rabenseifner_all_reduce_in_and_out_of_place(size, count):
-    xs = inputs(size, count)
-
-    def body(op):
-        src = xs[op.rank].copy()
-        out = np.full_like(src, np.nan)
-        logstep.all_reduce(op, src.ctypes.data, out.ctypes.data, count, 8)
-        inplace = xs[op.rank].copy()
-        logstep.all_reduce(op, inplace.ctypes.data, inplace.ctypes.data, count, 8)
-        return out, src, inplace
-
-    res = run_ranks(size, body)
-    for r, (out, src, inplace) in enumerate(res):
-        np.testing.assert_array_equal(out, sum(xs))
-        np.testing.assert_array_equal(inplace, sum(xs))
-        np.testing.assert_array_equal(src, xs[r])  # input untouched out of place
-
-
-@pytest.mark.parametrize("size", [3, 5, 6, 8])
-def test_rabenseifner_gives_identical_bits_on_every_rank(size):
-    """Each block is reduced at one rank and copied verbatim: float sums agree to the bit."""
-    rng = np.random.default_rng(size)
-    xs = [rng.standard_normal(29) * 10.0 ** rng.integers(-8, 8, 29) for _ in range(size)]
-
-    def body(op):
-        buf = xs[op.rank].copy()
-        logstep.all_reduce(op, buf.ctypes.data, buf.ctypes.data, 29, 8)
-        return buf.view(np.uint64).copy()
-
-    res = run_ranks(size, body)
-    assert all(np.array_equal(res[0], b) for b in res)
-
-
-@pytest.mark.parametrize("size", SIZES + [6, 9, 16])
-@pytest.mark.parametrize("count", [0, 1, 5])
-def test_log_step_all_gather_every_size(size, count):
-    """Recursive doubling at powers of two (in place), Bruck through scratch otherwise."""
-    xs = inputs(size, count)
-
-    def body(op):
-        out = np.full(size * count, np.nan)
-        out[op.rank * count:(op.rank + 1) * count] = xs[op.rank]
-        scratch = np.empty(max(out.nbytes, 1), np.uint8)
-        logstep.all_gather(op, out.ctypes.data, count * 8, scratch.ctypes.data)
-        return out
-
-    for out in run_ranks(size, body):
-        np.testing.assert_array_equal(out, np.concatenate(xs))
-
-
-@pytest.mark.parametrize("size", [2, 3, 5, 8, 13, 16])
-def test_log_step_counts(size):
-    """ceil(log2 n) rounds for the all-gather; 2 log2 p (+2 on folded ranks) for the all-reduce."""
-    steps = {}
-
-    class Counting(FakeOp):
-        def exchange(self, *args, **kw):
-            steps[self.rank, kind] = steps.get((self.rank, kind), 0) + 1
-            return FakeOp.exchange(self, *args, **kw)
-
-    global_boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
-    logn = (size - 1).bit_length()
-    p = 1 << (size.bit_length() - 1)
-    for kind in ("ag", "ar"):
-        def main(r):
-            op = Counting(r, size, global_boxes, np.float64)
-            buf = np.zeros(4 * size)
-            if kind == "ag":
-                logstep.all_gather(op, buf.ctypes.data, 32, np.empty(buf.nbytes, np.uint8).ctypes.data)
-            else:
-                logstep.all_reduce(op, buf.ctypes.data, buf.ctypes.data, 4 * size, 8)
-        threads = [threading.Thread(target=main, args=(r,)) for r in range(size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-    for r in range(size):
-        assert steps[r, "ag"] == logn
-        folded = r < size - p or r >= p
-        assert steps[r, "ar"] == (2 if r >= p else 2 * (p.bit_length() - 1) + 2 * folded)
 
 
 def test_choose_log_step_overrides(monkeypatch):
@@ -379,29 +415,3 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("reduce_scatter", 128 << 10, 2) == "ring"
     assert _algorithms.choose("broadcast", 64 << 10, 4) == "tree"
     assert _algorithms.choose("broadcast", 128 << 10, 4) == "chain"
-
-
-@pytest.mark.parametrize("size", [2, 4, 8, 16])
-@pytest.mark.parametrize("block", [0, 1, 3])
-def test_log_step_reduce_scatter_halving(size, block):
-    """Recursive halving leaves rank r's fully reduced block r in place, in log2 n steps, and sends
-    (n - 1)/n of the buffer."""
-    xs = inputs(size, size * block)
-    sent = {}
-
-    class Counting(FakeOp):
-        def exchange(self, dst, send_ptr, send_len, *args, **kw):
-            steps, nbytes = sent.get(self.rank, (0, 0))
-            sent[self.rank] = (steps + 1, nbytes + send_len)
-            return FakeOp.exchange(self, dst, send_ptr, send_len, *args, **kw)
-
-    def body(op):
-        op.__class__ = Counting
-        buf = xs[op.rank].copy()
-        logstep.reduce_scatter(op, buf.ctypes.data, buf.size, 8)
-        return buf[op.rank * block:(op.rank + 1) * block].copy()
-
-    total = np.sum(xs, axis=0)
-    for r, got in enumerate(run_ranks(size, body)):
-        np.testing.assert_allclose(got, total[r * block:(r + 1) * block])
-        assert sent[r] == ((size - 1).bit_length(), (size - 1) * block * 8)
