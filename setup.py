@@ -10,6 +10,8 @@ CFLAGS = ["-O3", "-fno-strict-aliasing"]
 
 extensions = [
     Extension("commlib._kernels", ["commlib/_kernels.pyx"], extra_compile_args=CFLAGS),
+    # the header encoder, also called from C by _io through _wire.pxd
+    Extension("commlib._wire", ["commlib/_wire.pyx"], extra_compile_args=CFLAGS),
     # _io's one-call path (_fast.pxi) reads arrays through NumPy's C API and
     # chains header checksums with zlib's crc32, as the Python path does.
     Extension("commlib._transport._io", ["commlib/_transport/_io.pyx"], extra_compile_args=CFLAGS,

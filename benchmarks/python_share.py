@@ -3,7 +3,7 @@
     python benchmarks/python_share.py [--calls 200000] [--repeats 7]
 
 The one-call path (commlib/_transport/_fast.pxi) is run on a size-1 group,
-where its schedule has no step: everything else — the API function, the
+where its plan has no step (a copy of x into the result): everything else — the API function, the
 argument checks, the stream claim, numbering, header, digest and history, the
 deadline, releasing and retaking the GIL once, the result allocation — runs
 as it does at n >= 2. Timed by this thread's CPU clock around many calls (no
@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import commlib
+from commlib._algorithms import doubling
 from commlib._api.collectives import _reduction
 from commlib._dtypes import BFLOAT16, OP_NAMES, dtype_code
 from commlib._transport import _io
@@ -34,8 +35,8 @@ def main():
     g = commlib.init()  # outside a launcher: the size-1 world, with the real API functions and Group
     ring = np.empty(1 << 20, np.uint8)
     stepper = _io.Stepper(np.zeros(4, np.int64), 1 << 18, -1, ring.ctypes.data, ring.nbytes, 0.0, 1.0)
-    g.fast = _io.FastPath(g, g.stream, _Endpoint(), {}, [(g.gid, 1, 0, 1)], [(g.gid, 1, 0, 0)], None, None,
-                          ring.ctypes.data, ring.nbytes, 1 << 18, -1, stepper, 1.0, 32768, 32768, 32768, 65536,
+    g.fast = _io.FastPath(g, g.stream, _Endpoint(), {}, [(g.gid, 1, 0, 1)], [(g.gid, 1, 0, 0)], None, None, stepper,
+                          {"all_reduce": doubling.all_reduce(1, 0)}, {"all_reduce": 32768},
                           {name: i for i, name in enumerate(OP_NAMES)}, _reduction, dtype_code, BFLOAT16)
     x = np.ones(2, np.float32)
 

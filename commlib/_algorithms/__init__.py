@@ -1,9 +1,10 @@
 """Algorithm choice: the only place that holds size thresholds.
 
-Each algorithm is a plain function over an `Op` (see `_engine.group.Op`): it calls
-`op.exchange(dst, send_ptr, send_len, src, recv_ptr, recv_len, ...)`, one
-full-duplex step, and nothing else, so a schedule is easy to read and runs
-unchanged on any transport.
+Each algorithm is a function of (group size, rank[, root]) that returns its
+schedule as data, a `commlib._plan.Plan`, built once and cached: rows of
+full-duplex steps (send a region to one rank while receiving one from
+another, reducing or relaying it) and local copies. One executor runs every
+plan on any transport; the unit tests run the same plans on an in-memory fake.
 
 Thresholds were measured on the project's 2-core machine (benchmarks/RESULTS.md,
 "Algorithm crossover"); each can be overridden for benchmarking with

@@ -13,9 +13,9 @@ import numpy as np
 from .. import _kernels
 from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
 from .._plan import RES, bounds, slots
-from .._dtypes import BFLOAT16, OP_NAMES, check_op, dtype_code, dtype_of, op_code
+from .._dtypes import check_op, dtype_code, dtype_of, op_code
 from .._engine.p2p import EAGER_BYTES
-from .._transport import address as _addr
+from .._kernels import address as _addr
 from . import lifecycle
 
 
@@ -441,11 +441,10 @@ def _arm(g):
     It runs, up to the eager limit, the plans choose() picks at every size up to that limit: the
     same cached plans as the functions above.
     """
-    if g._size < 2 or g.transport is None or g._channel is None:
+    n, r = g.size(), g.rank()
+    if n < 2:
         return
-    n, r = g._size, g._rank
     bruck = _limit("all_gather", n, "bruck")
-    pow2 = n & (n - 1) == 0
     plans = {"all_reduce": doubling.all_reduce(n, r), "barrier": doubling.barrier(n, r),
              "all_gather": logstep.all_gather(n, r) if bruck else ring.all_gather(n, r),
              "broadcast": functools.partial(tree.broadcast_tree, n, r),
@@ -453,11 +452,10 @@ def _arm(g):
     limits = {"all_reduce": _limit("all_reduce", n, "doubling"), "reduce": _limit("reduce", n, "tree"),
               "broadcast": _limit("broadcast", n, "tree"),
               "all_gather": bruck or _limit("all_gather", n, "ring")}
-    if pow2:  # recursive halving runs at power-of-two n only
+    if n & (n - 1) == 0:  # recursive halving runs at power-of-two n only
         plans["reduce_scatter"] = logstep.reduce_scatter(n, r)
         limits["reduce_scatter"] = _limit("reduce_scatter", n, "halving")
-    g.fast = g._channel.fast_path(g, g.stream, plans, limits, {name: i for i, name in enumerate(OP_NAMES)},
-                                  _reduction, dtype_code, BFLOAT16)
+    g.arm(plans, limits)
 
 
 def _python_path(g, fn, *args):
@@ -510,8 +508,8 @@ def all_gather(x, *, out=None, group=None):
     """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)); out: gather into it, return it."""
     g = _g(group)
     f = g.fast
-    if f is not None and out is None:
-        res = f.all_gather(x)
+    if f is not None:
+        res = f.all_gather(x, out)
         if res is not NotImplemented:
             return res
     return _python_path(g, _all_gather_user, x, out)

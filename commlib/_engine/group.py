@@ -22,6 +22,7 @@ import numpy as np
 
 from .._errors import CommError
 from .. import _plan
+from .._dtypes import BFLOAT16, OP_NAMES, check_op, dtype_code, op_code
 from .._transport import env_number, spin_policy
 from .._wire import collective_header, shape_hash
 from .matching import ANY_SOURCE, ANY_TAG  # noqa: F401  (re-exported for the API)
@@ -36,6 +37,14 @@ HISTORY = 32  # collectives per group remembered for the finalize() comparison
 RECYCLE_MIN_BYTES = 1 << 20
 RECYCLE_MAX_BYTES = 256 << 20
 RECYCLE_KEEP = 4
+
+
+_OP_CODES = {name: i for i, name in enumerate(OP_NAMES)}
+
+
+def _legal(op, code):
+    """Raise ValueError if reduction `op` does not apply to wire dtype `code` (the one-call path's check)."""
+    check_op(code, op_code(op))
 
 
 class Status:
@@ -106,7 +115,7 @@ class Group:
         self.spin = spin_policy()
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
-        self.fast = None  # the one-call small-message path (`_io.FastPath`), armed by the API once connected
+        self.fast = None  # the one-call small-message path (`_io.FastPath`), see arm()
         self._scratch = None
         self._recycle = []  # uint8 buffers behind results handed out, oldest first
         self.stream = Stream(f"group-{gid:x}")
@@ -218,6 +227,15 @@ class Group:
         while len(pool) > RECYCLE_KEEP or total > RECYCLE_MAX_BYTES:
             total -= pool.pop(0).nbytes  # the oldest: a holder keeps its own reference
         return buf.view(dtype).reshape(shape)
+
+    def arm(self, plans, limits):
+        """Give this group its one-call path (`fast`): blocking collectives up to `limits` bytes run
+        `plans` (see `_io.FastPath`) in one call. Nothing happens before the group's collective
+        channel exists (its first collective opens it) or on a group without peers."""
+        if self._size < 2 or self.transport is None or self._channel is None:
+            return
+        self.fast = self._channel.fast_path(self, self.stream, plans, limits, _OP_CODES, _legal, dtype_code,
+                                            BFLOAT16)
 
     def op(self, coll, dtype, redop, count, root=0, shape=0, dims=None):
         """Start a collective. `dims`: the shape all ranks must agree on; `shape`: more bits to agree on."""

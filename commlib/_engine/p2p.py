@@ -38,7 +38,8 @@ import weakref
 import numpy as np
 
 from .._dtypes import BFLOAT16, DT_BYTES, dtype_code, dtype_name, dtype_of
-from .._transport import address as _address, spin_seconds
+from .._kernels import address as _address
+from .._transport import spin_seconds
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import (FLAG_ACK, FLAG_OBJECT, FLAG_SYNC, HEADER_NBYTES, KIND_P2P, ProtocolError, ack_header, decode,
                      message_header)

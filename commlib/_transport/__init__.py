@@ -36,11 +36,9 @@ from .diagnose import peer_mismatch, status_error
 from .interfaces import routed_address
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
-__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "address", "copy", "spin_seconds", "spin_policy",
-           "env_number", "host_identity", "routed_address"]
+__all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "spin_seconds", "spin_policy", "env_number",
+           "host_identity", "routed_address"]
 
-address = _io.address  # address of the first byte of a contiguous buffer
-copy = _io.copy  # memmove between two addresses
 
 
 class Transport:

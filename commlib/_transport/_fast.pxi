@@ -23,6 +23,8 @@ from libc.stdio cimport snprintf
 from libc.string cimport memset
 from cpython.ref cimport Py_INCREF
 
+from commlib._wire cimport WIRE_KIND_COLL, pack_header
+
 cdef extern from "numpy/arrayobject.h":
     object PyArray_NewLikeArray(cnp.ndarray prototype, cnp.NPY_ORDER order, void* descr, int subok)
     object PyArray_NewFromDescr(type subtype, void* descr, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
@@ -76,12 +78,6 @@ cdef inline int _wire_code(WireCodes* w, int t) noexcept nogil:
     if t == w.bf16_num and t >= 0:
         return w.bf16_code
     return -1
-
-
-cdef inline void _put(unsigned char* p, unsigned long long v, int n) noexcept nogil:
-    cdef int i
-    for i in range(n):
-        p[i] = (v >> (8 * i)) & 0xFF
 
 
 cdef class FastPath:
@@ -250,15 +246,7 @@ cdef class FastPath:
         g.seq = seq
         cdef bytes hdr = PyBytes_FromStringAndSize(NULL, 56)
         cdef unsigned char* h = <unsigned char*>PyBytes_AS_STRING(hdr)
-        h[0], h[1], h[2], h[3] = b'C', b'M', b'L', b'B'
-        h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11] = 1, 1, coll, dtype, op, 0, 0, 0
-        _put(h + 12, self.gid, 4)
-        _put(h + 16, <unsigned int>root, 4)
-        _put(h + 20, shape, 4)
-        _put(h + 24, seq, 8)
-        _put(h + 32, 0, 8)
-        _put(h + 40, count, 8)
-        _put(h + 48, 0, 8)
+        pack_header(h, WIRE_KIND_COLL, coll, dtype, op, 0, self.gid, root, shape, seq, 0, count, 0)
         g.digest = crc32(g.digest, h, 56)
         self.history_append(hdr)
         self.last_coll, self.last_seq = coll, seq
@@ -453,13 +441,16 @@ cdef class FastPath:
             self.release()
         return res
 
-    def all_gather(self, x):
-        """all_gather(x) into a new array; NotImplemented: take the Python path."""
+    def all_gather(self, x, out=None):
+        """all_gather(x, out=None|array) into a new array or `out` (exactly the result's C-contiguous array,
+        x at most its block of it); NotImplemented: take the Python path (which checks and names problems)."""
         cdef int sfd[MAX_STEPS]
         cdef int rfd[MAX_STEPS]
-        cdef int code, nd
+        cdef int code, nd, i
         cdef cnp.ndarray a, res
         cdef Py_ssize_t block
+        cdef char* mine
+        cdef char* xd
         cdef cnp.npy_intp dims[MAX_DIMS]
         if self.ag_rows is None or type(x) is not cnp.ndarray:
             return NotImplemented
@@ -472,20 +463,38 @@ cdef class FastPath:
         code = self._code(a)
         if code < 0:
             return NotImplemented
+        if nd == 0:
+            dims[0] = self.n
+            nd = 1
+        else:
+            memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
+            dims[0] *= self.n
+        if out is not None:
+            if type(out) is not cnp.ndarray:
+                return NotImplemented
+            res = <cnp.ndarray>out
+            if (cnp.PyArray_TYPE(res) != cnp.PyArray_TYPE(a) or not cnp.PyArray_ISNOTSWAPPED(res)
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(res) or not cnp.PyArray_ISWRITEABLE(res)
+                    or cnp.PyArray_NDIM(res) != nd):
+                return NotImplemented
+            for i in range(nd):
+                if cnp.PyArray_DIMS(res)[i] != dims[i]:
+                    return NotImplemented
+            mine = <char*>cnp.PyArray_DATA(res) + self.rank * block
+            xd = <char*>cnp.PyArray_DATA(a)
+            if xd != mine and xd < <char*>cnp.PyArray_DATA(res) + self.n * block and xd + block > <char*>cnp.PyArray_DATA(res):
+                return NotImplemented  # x overlaps out other than as this rank's block of it
         if not self._claim(self.ag_rows, sfd, rfd):
             return NotImplemented
         try:
             hdr = self._begin(C_ALL_GATHER, code, 0, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
-            if nd == 0:
-                dims[0] = self.n
-                nd = 1
-            else:
-                memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
-                dims[0] *= self.n
-            descr = <object>cnp.PyArray_DESCR(a)
-            Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
-            res = PyArray_NewFromDescr(cnp.ndarray, <void*>descr, nd, dims, NULL, NULL, 0, None)
-            memcpy(<char*>cnp.PyArray_DATA(res) + self.rank * block, cnp.PyArray_DATA(a), block)
+            if out is None:
+                descr = <object>cnp.PyArray_DESCR(a)
+                Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
+                res = PyArray_NewFromDescr(cnp.ndarray, <void*>descr, nd, dims, NULL, NULL, 0, None)
+            mine = <char*>cnp.PyArray_DATA(res) + self.rank * block
+            if mine != <char*>cnp.PyArray_DATA(a):
+                memcpy(mine, cnp.PyArray_DATA(a), block)
             self._execute(self.ag_rows, self.ag_parts, self.n * block, 1, sfd, rfd, hdr, NULL,
                           <char*>cnp.PyArray_DATA(res), code, -1, x)
         finally:

@@ -381,29 +381,6 @@ cdef inline char* _ptr(Py_ssize_t address) noexcept nogil:
     return <char*>address
 
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS
-
-
-def address(obj):
-    """Address of the first byte of a contiguous buffer (numpy array, bytearray, ...).
-
-    The caller keeps `obj` alive while the address is in use. A fraction of
-    the cost of `ndarray.ctypes.data`, which matters on the small-message path.
-    """
-    cdef Py_buffer view
-    PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS)
-    cdef Py_ssize_t addr = <Py_ssize_t>view.buf
-    PyBuffer_Release(&view)
-    return addr
-
-
-def copy(Py_ssize_t dst, Py_ssize_t src, Py_ssize_t nbytes):
-    """memmove between two raw addresses the caller keeps alive."""
-    if nbytes > 0:
-        with nogil:
-            memmove(<void*>dst, <const void*>src, nbytes)
-
-
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 

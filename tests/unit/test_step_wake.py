@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from commlib import _kernels
 from commlib._transport import _io
 
 pytestmark = pytest.mark.timeout(30)
@@ -34,7 +35,7 @@ def _blocked_step_then(deliver, yield_spin=False):
             stepper = _io.Stepper(np.zeros(4, np.int64), 256 << 10, wake_r, 0, 0, 50e-6 if yield_spin else 0.0,
                                   0.0, yield_spin, yield_spin)
             b.setblocking(False)
-            rc = stepper.raw(-1, b"", 0, 0, b.fileno(), _io.address(buf), N, time.monotonic() + 20, False)
+            rc = stepper.raw(-1, b"", 0, 0, b.fileno(), _kernels.address(buf), N, time.monotonic() + 20, False)
             code = rc * 2 + int(bool((buf == np.arange(N, dtype=np.uint8)).all()))
         finally:
             os._exit(code)
@@ -110,7 +111,7 @@ def test_yield_spin_steps_deliver_late_bytes(nbytes):
             got = np.zeros(nbytes, np.uint8)
             sender = threading.Timer(delay, a.sendall, [want.tobytes()])
             sender.start()
-            rc = stepper.raw(-1, b"", 0, 0, b.fileno(), _io.address(got), nbytes, time.monotonic() + 10, False)
+            rc = stepper.raw(-1, b"", 0, 0, b.fileno(), _kernels.address(got), nbytes, time.monotonic() + 10, False)
             sender.join()
             assert rc == _io.OK and (got == want).all()
     finally:

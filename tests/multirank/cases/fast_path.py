@@ -65,8 +65,18 @@ for who in rounds:
             got = cl.broadcast(b, root)
             c.equal(np.array(got), xs[root], f"broadcast who={who} {dname(dt)} {shape} root={root}")
             c.ok(got is b, f"broadcast returns x {dname(dt)} {shape}")
+            want = np.stack(xs) if shape == () else np.concatenate(xs)
             got = cl.all_gather(variant(xs[me], who))
-            c.equal(got, np.stack(xs) if shape == () else np.concatenate(xs), f"all_gather who={who} {dname(dt)} {shape}")
+            c.equal(got, want, f"all_gather who={who} {dname(dt)} {shape}")
+            o = np.full_like(want, 0)
+            c.ok(cl.all_gather(variant(xs[me], who), out=o) is o, f"all_gather out= returns out {dname(dt)} {shape}")
+            c.equal(o, want, f"all_gather out= who={who} {dname(dt)} {shape}")
+            if shape != ():  # in place: x is this rank's block of out
+                o = np.full_like(want, 0)
+                mine = o[me * shape[0]:(me + 1) * shape[0]]
+                mine[...] = xs[me]
+                cl.all_gather(mine, out=o)
+                c.equal(o, want, f"all_gather in place who={who} {dname(dt)} {shape}")
             cl.barrier()
         for op in ("sum", "max", "bxor"):  # reduce_scatter: one call by recursive halving at n = 2, 4, 8
             if not legal(op, dt) or n == 1:

@@ -1,3 +1,4 @@
+# cython: language_level=3
 """The wire layer: one fixed binary header in front of every message.
 
 What: the only module that knows the header layout. It turns a message
@@ -17,7 +18,9 @@ Goals:
   the magic, version, kind and dtype are checked and payload lengths are
   bounded before anything is buffered.
 
-Plan: a `struct.Struct`, little-endian, no implicit padding:
+Plan: 56 bytes, little-endian, no implicit padding, written by one encoder
+(`pack_header`, also called from C by the data path through `_wire.pxd`) and
+read by `decode` (a `struct.Struct` of the same layout):
 
     magic   4s  b"CMLB"
     version B   PROTOCOL_VERSION
@@ -40,18 +43,20 @@ Plan: a `struct.Struct`, little-endian, no implicit padding:
 import struct
 import zlib
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
 from ._dtypes import DT_BYTES, DTYPE_NAMES, OP_NAMES, dtype_name, op_name
 from ._errors import CommError
 
 MAGIC = b"CMLB"
-PROTOCOL_VERSION = 1
-KIND_COLL, KIND_P2P = 1, 2
+PROTOCOL_VERSION = WIRE_VERSION
+KIND_COLL, KIND_P2P = WIRE_KIND_COLL, WIRE_KIND_P2P
 FLAG_OBJECT = 1
 FLAG_SYNC = 2
 FLAG_ACK = 4
 
 _HEADER = struct.Struct("<4sBBBBBBHIiIQqQQ")
-HEADER_NBYTES = _HEADER.size  # 56
+HEADER_NBYTES = _HEADER.size  # 56 == HEADER_LEN
 
 # Collective ids on the wire; index = code. Never renumber.
 COLL_NAMES = (
@@ -104,28 +109,55 @@ class Header:
         return f"Header({fields})"
 
 
+cdef inline void _put(unsigned char* p, unsigned long long v, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        p[i] = (v >> (8 * i)) & 0xFF
+
+
+cdef void pack_header(unsigned char* h, int kind, int coll, int dtype, int op, int flags, unsigned int group,
+                      int root, unsigned int shape, unsigned long long seq, long long tag, unsigned long long count,
+                      unsigned long long nbytes) noexcept nogil:
+    """Write the 56 header bytes at h: the one encoder, in the layout of the module docstring."""
+    h[0], h[1], h[2], h[3] = b'C', b'M', b'L', b'B'
+    h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11] = WIRE_VERSION, kind, coll, dtype, op, flags, 0, 0
+    _put(h + 12, group, 4)
+    _put(h + 16, <unsigned int>root, 4)
+    _put(h + 20, shape, 4)
+    _put(h + 24, seq, 8)
+    _put(h + 32, <unsigned long long>tag, 8)
+    _put(h + 40, count, 8)
+    _put(h + 48, nbytes, 8)
+
+
+cdef bytes _header(int kind, int coll, int dtype, int op, int flags, unsigned int group, int root, unsigned int shape,
+                   unsigned long long seq, long long tag, unsigned long long count, unsigned long long nbytes):
+    if not (0 <= kind < 256 and 0 <= coll < 256 and 0 <= dtype < 256 and 0 <= op < 256 and 0 <= flags < 256):
+        raise struct.error("a header byte field is out of range")
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, HEADER_LEN)
+    pack_header(<unsigned char*>PyBytes_AS_STRING(out), kind, coll, dtype, op, flags, group, root, shape, seq, tag,
+                count, nbytes)
+    return out
+
+
 def encode(kind, coll, dtype, op, flags, group, root, shape, seq, tag, count, nbytes):
     """The 56 header bytes for these fields (all of them, positionally: prefer the named constructors)."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, kind, coll, dtype, op, flags, 0,
-                        group, root, shape, seq, tag, count, nbytes)
+    return _header(kind, coll, dtype, op, flags, group, root, shape, seq, tag, count, nbytes)
 
 
 def collective_header(*, coll, group, seq, dtype=0, op=0, count=0, root=0, shape=0):
     """The header every step of collective `coll` #seq carries; identical on every rank that agrees."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_COLL, COLL[coll], dtype, op, 0, 0,
-                        group, root, shape, seq, 0, count, 0)
+    return _header(KIND_COLL, COLL[coll], dtype, op, 0, group, root, shape, seq, 0, count, 0)
 
 
 def message_header(*, group, source, tag, dtype, count, nbytes, flags=0, seq=0):
     """A point-to-point message of nbytes from group rank `source`; seq numbers the pair's messages."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_P2P, 0, dtype, 0, flags, 0,
-                        group, source, 0, seq, tag, count, nbytes)
+    return _header(KIND_P2P, 0, dtype, 0, flags, group, source, 0, seq, tag, count, nbytes)
 
 
 def ack_header(*, group, source, tag, seq):
     """The receiver's acknowledgement that message `seq` (an issend) was matched."""
-    return _HEADER.pack(MAGIC, PROTOCOL_VERSION, KIND_P2P, 0, DT_BYTES, 0, FLAG_ACK, 0,
-                        group, source, 0, seq, tag, 0, 0)
+    return _header(KIND_P2P, 0, DT_BYTES, 0, FLAG_ACK, group, source, 0, seq, tag, 0, 0)
 
 
 _SHAPE_HASHES = {}
