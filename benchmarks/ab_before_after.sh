@@ -6,7 +6,7 @@
 # regression on a shared 2-core machine, where one sweep can be 20x slower than
 # the next. Each run is `commrun -n N -m commlib.bench` (all_reduce and pingpong,
 # 8 B to 16 MiB, n = 2 and 4) with PYTHONPATH pointing at one of the two builds;
-# the launcher is the installed one. Output: benchmarks/results/ab-DATE.jsonl,
+# the launcher is the installed one. Output: benchmarks/results/ab-DATE.jsonl (gitignored),
 # then the table (benchmarks/ab_table.py).
 set -euo pipefail
 commit=${1:?usage: $0 COMMIT [REPEATS]}
@@ -18,6 +18,7 @@ git -C "$repo" worktree add -f "$before" "$commit" -q
 (cd "$before" && python setup.py build_ext --inplace -q >/dev/null)
 (cd "$repo" && python setup.py build_ext --inplace -q >/dev/null)
 out="$repo/benchmarks/results/ab-$(date +%Y%m%d-%H%M%S).jsonl"
+mkdir -p "$(dirname "$out")"  # benchmarks/results/ is gitignored: raw output stays out of the repository
 echo "# $(date -Is) load $(cat /proc/loadavg); before=$commit after=working tree" >&2
 cd /tmp
 for rep in $(seq "$repeats"); do
