@@ -22,8 +22,6 @@ coordinator says about other ranks is `notices.py`'s.
 import contextlib
 import errno
 import fcntl
-import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -32,6 +30,7 @@ import struct
 import threading
 import time
 
+from .. import _auth
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
@@ -54,20 +53,6 @@ LISTEN_BACKLOG = 1024  # every peer may connect at once (the kernel caps it at n
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
 _CLIENT_HELLO = struct.Struct("<4siIB32s32s")    # magic, rank, group, channel, client nonce, mac
 _DATA_MAGIC = b"CMLD"
-
-
-def _mac(secret, label, *parts):
-    return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
-
-
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed during handshake")
-        buf += chunk
-    return bytes(buf)
 
 
 def host_identity():
@@ -227,12 +212,11 @@ class Endpoint:
     def _handshake_server(self, sock, addr):
         try:
             sock.settimeout(SERVER_HANDSHAKE_S)
-            nonce = secrets.token_bytes(32)
+            nonce = secrets.token_bytes(_auth.NONCE_BYTES)
             sock.sendall(_SERVER_HELLO.pack(_DATA_MAGIC, nonce))
-            magic, rank, group, channel, cnonce, mac = _CLIENT_HELLO.unpack(_recv_exact(sock, _CLIENT_HELLO.size))
+            magic, rank, group, channel, cnonce, mac = _CLIENT_HELLO.unpack(_auth.recv_exact(sock, _CLIENT_HELLO.size))
             ident = struct.pack("<iIB", rank, group, channel)
-            if magic != _DATA_MAGIC or not hmac.compare_digest(
-                    mac, _mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)):
+            if magic != _DATA_MAGIC or not _auth.verify(mac, self.secret, b"commlib/data/client", nonce, cnonce, ident):
                 raise AuthError("wrong secret or not a commlib peer")
             if channel not in (CH_COLL, CH_P2P) or self.table is not None and not 0 <= rank < len(self.table):
                 raise AuthError(f"bad channel {channel} or rank {rank}")
@@ -246,7 +230,7 @@ class Endpoint:
                 # Proof last, registration first: once the client holds the proof the
                 # connection is ours. A client that gave up mid-handshake and retries
                 # finds its dead first attempt here, hung up with nothing sent: replaced.
-                sock.sendall(_mac(self.secret, b"commlib/data/server", cnonce, nonce))
+                sock.sendall(_auth.mac(self.secret, b"commlib/data/server", cnonce, nonce))
                 if old is not None:
                     self.fds.pop(key + (0,), None)
                     old.close()
@@ -259,7 +243,7 @@ class Endpoint:
             with contextlib.suppress(BlockingIOError):
                 os.write(self._arrival_w, b"\0")
             sock = None
-        except (OSError, ValueError, struct.error, AuthError) as exc:
+        except (OSError, EOFError, ValueError, struct.error, AuthError) as exc:
             self._refused += 1
             if self._refused <= 10 or self._refused & (self._refused - 1) == 0:  # 1..10, then powers of 2
                 log.warning("commlib rank %d: refused a connection from %s: %s (%d refused so far)", self.rank,
@@ -407,21 +391,21 @@ class Endpoint:
             try:
                 sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
                 sock.connect(address)
-                magic, nonce = _SERVER_HELLO.unpack(_recv_exact(sock, _SERVER_HELLO.size))
+                magic, nonce = _SERVER_HELLO.unpack(_auth.recv_exact(sock, _SERVER_HELLO.size))
                 if magic != _DATA_MAGIC:
                     raise AuthError(f"rank {self.rank}: rank {dst}'s address answered as something else")
-                cnonce = secrets.token_bytes(32)
+                cnonce = secrets.token_bytes(_auth.NONCE_BYTES)
                 ident = struct.pack("<iIB", self.rank, group, channel)
                 sock.sendall(_CLIENT_HELLO.pack(_DATA_MAGIC, self.rank, group, channel, cnonce,
-                                                _mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)))
-                proof = _recv_exact(sock, 32)
-                if not hmac.compare_digest(proof, _mac(self.secret, b"commlib/data/server", cnonce, nonce)):
+                                                _auth.mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)))
+                proof = _auth.recv_exact(sock, _auth.DIGEST_BYTES)
+                if not _auth.verify(proof, self.secret, b"commlib/data/server", cnonce, nonce):
                     raise AuthError(f"rank {self.rank}: rank {dst} did not prove the job secret")
                 break
             except AuthError:
                 sock.close()
                 raise
-            except (ConnectionError, OSError) as exc:
+            except (ConnectionError, OSError, EOFError) as exc:  # EOFError: closed mid-handshake
                 sock.close()
                 last = exc
                 if getattr(exc, "errno", None) in _UNREACHABLE:

@@ -21,7 +21,8 @@ import time
 import pytest
 
 import commlib as cl
-from commlib import _rendezvous, _wire as _protocol
+from commlib import _auth, _rendezvous, _wire as _protocol
+from commlib._rendezvous import framing
 from commlib._transport import sockets as _transport
 from faultlib import listening_sockets, record_figure
 
@@ -72,7 +73,7 @@ class Target:
 
     @property
     def hello_len(self):
-        return len(_rendezvous.MAGIC) + _rendezvous.NONCE if self.kind == "coordinator" else _transport._SERVER_HELLO.size
+        return len(framing.MAGIC) + _auth.NONCE_BYTES if self.kind == "coordinator" else _transport._SERVER_HELLO.size
 
 
 def _targets(job):
@@ -109,7 +110,7 @@ def _random_bytes(target, rng):
 
 def _truncated_handshakes(target, rng):
     if target.kind == "coordinator":
-        full = struct.pack(">I", 0) + rng.randbytes(_rendezvous.NONCE + _rendezvous.DIGEST)
+        full = struct.pack(">I", 0) + rng.randbytes(_auth.NONCE_BYTES + _auth.DIGEST_BYTES)
     else:
         full = _transport._CLIENT_HELLO.pack(_transport._DATA_MAGIC, 0, 0, 0, rng.randbytes(32), rng.randbytes(32))
     for cut in (1, 4, len(full) // 2, len(full) - 1):
@@ -128,13 +129,13 @@ def _huge_lengths(target, rng):
 def _wrong_secret_data_client(target, rank):
     """Emulate Endpoint.outgoing with a wrong secret: the acceptor must drop us without a proof."""
     with target.connect() as s:
-        magic, nonce = _transport._SERVER_HELLO.unpack(_transport._recv_exact(s, _transport._SERVER_HELLO.size))
+        magic, nonce = _transport._SERVER_HELLO.unpack(_auth.recv_exact(s, _transport._SERVER_HELLO.size))
         assert magic == _transport._DATA_MAGIC
         cnonce = os.urandom(32)
         ident = struct.pack("<iIB", rank, 0, _transport.CH_COLL)
         wrong = os.urandom(32)
         s.sendall(_transport._CLIENT_HELLO.pack(_transport._DATA_MAGIC, rank, 0, _transport.CH_COLL, cnonce,
-                                                _transport._mac(wrong, b"commlib/data/client", nonce, cnonce, ident)))
+                                                _auth.mac(wrong, b"commlib/data/client", nonce, cnonce, ident)))
         try:
             answer = s.recv(64)
         except ConnectionResetError:

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from commlib import _rendezvous as rv
+from commlib import _auth, _rendezvous as rv
+from commlib._rendezvous import discovery, framing
 from commlib._errors import AuthError, CommError, CommTimeout, PeerLost
 
 SECRET = bytes(range(32))
@@ -71,11 +72,12 @@ def next_msg(inbox, kind, timeout=5.0):
 def raw_handshake(address, rank, secret=SECRET):
     """An authenticated socket speaking the wire format by hand."""
     s = socket.create_connection(address, timeout=5)
-    hello = rv._recv_exact(s, len(rv.MAGIC) + rv.NONCE)
+    hello = _auth.recv_exact(s, len(framing.MAGIC) + _auth.NONCE_BYTES)
     client_nonce, rank_bytes = os.urandom(32), rank.to_bytes(4, "big")
-    s.sendall(rank_bytes + client_nonce + rv._mac(secret, rv._CLIENT_TAG, hello[len(rv.MAGIC):], client_nonce, rank_bytes))
-    rv._recv_exact(s, rv.DIGEST)
-    assert rv._recv_message(s)["kind"] == "welcome"
+    proof = _auth.mac(secret, framing.CLIENT_LABEL, hello[len(framing.MAGIC):], client_nonce, rank_bytes)
+    s.sendall(rank_bytes + client_nonce + proof)
+    _auth.recv_exact(s, _auth.DIGEST_BYTES)
+    assert framing.recv_message(s)["kind"] == "welcome"
     return s
 
 
@@ -233,8 +235,8 @@ def test_client_refuses_a_coordinator_without_the_secret():
 
     def impostor():
         conn, _ = server.accept()
-        conn.sendall(rv.MAGIC + os.urandom(32))
-        rv._recv_exact(conn, 68)
+        conn.sendall(framing.MAGIC + os.urandom(32))
+        _auth.recv_exact(conn, 68)
         conn.sendall(os.urandom(32))
         time.sleep(0.5)
         conn.close()
@@ -261,7 +263,7 @@ def test_not_a_coordinator():
 
 
 def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, logs, monkeypatch):
-    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(rv.coordinator, "HANDSHAKE_TIMEOUT", 0.5)
     c = coordinator(2)
     silent = socket.create_connection(c.address)
     garbage = socket.create_connection(c.address)
@@ -280,19 +282,19 @@ def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, lo
 def test_pending_handshakes_are_bounded(logs, monkeypatch):
     """At most MAX_PENDING_HANDSHAKES at once; later connections wait in the backlog (never dropped:
     a burst of ranks must all get in) and are served as slots free up."""
-    monkeypatch.setattr(rv, "MAX_PENDING_HANDSHAKES", 2)
-    monkeypatch.setattr(rv, "HANDSHAKE_TIMEOUT", 1.0)
+    monkeypatch.setattr(rv.coordinator, "MAX_PENDING_HANDSHAKES", 2)
+    monkeypatch.setattr(rv.coordinator, "HANDSHAKE_TIMEOUT", 1.0)
     c = rv.Coordinator(1, SECRET, log=logs.append)
     c.start()
     silent = [socket.create_connection(c.address, timeout=5) for _ in range(3)]
     wait_for(lambda: any("too many pending handshakes" in line for line in logs))
     for s in silent[:2]:  # the first two are served at once
-        assert rv._recv_exact(s, len(rv.MAGIC)) == rv.MAGIC
+        assert _auth.recv_exact(s, len(framing.MAGIC)) == framing.MAGIC
     silent[2].settimeout(0.3)
     with pytest.raises(socket.timeout):  # the third waits for a slot...
         silent[2].recv(1)
     silent[2].settimeout(5)  # ...which the silent two free when their handshake times out
-    assert rv._recv_exact(silent[2], len(rv.MAGIC)) == rv.MAGIC
+    assert _auth.recv_exact(silent[2], len(framing.MAGIC)) == framing.MAGIC
     for s in silent:
         s.close()
     wait_for(lambda: sum("dropped connection" in line for line in logs) >= 3)
@@ -343,7 +345,7 @@ def test_rank_out_of_range_and_duplicates_are_refused(coordinator, logs):
 
 
 def test_wire_is_length_prefixed_json():
-    frame = rv._encode({"kind": "x", "n": 1})
+    frame = framing.encode({"kind": "x", "n": 1})
     assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
     assert json.loads(frame[4:]) == {"kind": "x", "n": 1}
 
@@ -404,8 +406,8 @@ def slurm_env(**over):
 
 
 def test_discover_slurm(caplog):
-    monkey_warned = rv._warned_weak_secret
-    rv._warned_weak_secret = False
+    monkey_warned = discovery._warned_weak_secret
+    discovery._warned_weak_secret = False
     try:
         env = rv.discover(slurm_env())
         again = rv.discover(slurm_env(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0"))
@@ -414,7 +416,7 @@ def test_discover_slurm(caplog):
         rv.warn_if_derived(again.secret)
         rv.warn_if_derived(b"given")
     finally:
-        rv._warned_weak_secret = monkey_warned
+        discovery._warned_weak_secret = monkey_warned
     assert (env.rank, env.size, env.local_rank, env.local_size) == (3, 4, 1, 2)
     assert env.coordinator == ("node07", 20000 + 123456 % 20000)
     assert env.source == "slurm" and not env.host_coordinator and again.host_coordinator

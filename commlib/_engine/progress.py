@@ -1,0 +1,335 @@
+"""Progress: reading and writing every point-to-point connection without blocking.
+
+Progress is made by one progress thread, which runs only while there is work
+outstanding (a posted receive or probe, a queued or unacknowledged send, a
+message half read) and nobody is waiting, so the caller can compute while
+messages move and any number of requests complete in any order of wait; and
+by a caller waiting on a request, which polls and services the connections
+itself (no hand-off to the thread, which parks meanwhile). Either one polls
+every connection with work, then, under the engine lock and never blocking,
+adopts new connections, reads headers and payloads (matching each header as
+it completes) and writes queued frames.
+"""
+import contextlib
+import os
+import select
+import threading
+import time
+
+import numpy as np
+
+from .._dtypes import DT_BYTES
+from .._errors import CommError, CommTimeout
+from .._wire import FLAG_ACK, HEADER_NBYTES, KIND_P2P, ProtocolError, decode
+from .matching import Message
+
+_READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
+
+
+class _In:
+    """Read state of one incoming point-to-point connection."""
+
+    __slots__ = ("sock", "fd", "gid", "src", "hbuf", "hpos", "msg", "view", "pos", "eof", "busy")
+
+    def __init__(self, sock, gid, src):
+        self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
+        self.hbuf = bytearray(HEADER_NBYTES)
+        self.hpos = 0
+        self.msg = None  # the Message whose payload is being read
+        self.view = None  # where it lands
+        self.pos = 0
+        self.eof = False
+        self.busy = False  # a blocking fast path is reading this socket itself: the engine keeps off it
+
+    @property
+    def idle(self):
+        return self.hpos == 0 and self.msg is None
+
+
+class Progress:
+    """How `p2p.Engine` moves bytes: the progress thread, a waiting caller, the connections they service."""
+
+    def _kick(self):
+        """Wake the progress thread (starting it on first use)."""
+        if self.transport is None:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
+            self._thread.start()
+        self._work.notify_all()
+        if self._polling or self._driver is not None:  # a poll with a stale set: interrupt it
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._wake_w, b"\0")
+
+    def _run(self):
+        while True:
+            with self.lock:
+                # Park while idle, and while a waiting caller drives progress itself.
+                while not self._closed and (self.idle() or self._driver is not None):
+                    self._work.wait()
+                if self._closed:
+                    return
+                self._polling = True
+            try:
+                self._poll_once(200)
+            finally:
+                self._polling = False
+
+    def wait(self, req, deadline, any_of=None):
+        """Wait for req (or any of `any_of`) until deadline, driving progress meanwhile (or, while
+        another caller drives, sleeping on the request)."""
+        if self.transport is None:
+            if any_of is None and not req.test():
+                raise CommError(f"{req.what} on a group of size 1 can never complete: nothing was sent to it")
+            return
+        ep = self.transport.ep
+        watch = any_of if any_of is not None else (req,)
+        ep.notices.current = (req.what if any_of is None else f"wait_any of {len(any_of)} requests", None, None)
+        try:
+            self._wait(req, deadline, any_of, ep, watch)
+        finally:
+            ep.notices.current = None
+
+    def _wait(self, req, deadline, any_of, ep, watch):
+        while True:
+            if any(r.test() for r in watch):
+                return
+            if ep.failure is not None:
+                with self.lock:
+                    self._fail_all(ep.failure)
+                if any(r.test() for r in watch):
+                    return
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if any_of is not None:
+                    return
+                raise self._timeout(req)
+            slice_end = now + 0.05 if deadline is None else min(now + 0.05, deadline)
+            with self.lock:
+                driving = self._driver is None and not self._closed
+                if driving:
+                    self._driver = threading.current_thread()
+            if not driving:  # another caller drives: the result arrives on the request's event
+                self._kick_locked()
+                req._done.wait(max(0.0, slice_end - now))
+                continue
+            try:
+                self._drive(watch, slice_end)
+            finally:
+                with self.lock:
+                    self._driver = None
+                    if not self.idle():
+                        self._kick()  # the progress thread takes over, with a fresh poll set
+
+    def _drive(self, watch, until):
+        """The waiting caller makes progress itself (no hand-off to the progress thread):
+        spin on non-blocking polls for spin_s, then sleep in poll until something is ready."""
+        spin_until = time.monotonic() + self.spin_s
+        while not any(r.test() for r in watch):
+            now = time.monotonic()
+            if now >= until or self.transport.ep.failure is not None:
+                return
+            timeout_ms = 0 if now < spin_until else max(1, int((until - now) * 1000))
+            self._poll_once(timeout_ms)
+
+    def _kick_locked(self):
+        with self.lock:
+            if not self.idle():
+                self._kick()
+
+    def _timeout(self, req):
+        ep = self.transport.ep
+        exc = CommTimeout(f"rank {self.me}: {req.what} did not complete within {req.timeout:g} s"
+                          + ep.stall_report(), op=req.what)
+        return self.p2p.error(exc)
+
+    def _poll_once(self, timeout_ms):
+        """Poll every connection with work once (no lock held while waiting), then service them.
+
+        The progress thread and a waiting caller may both be here: servicing
+        happens under the lock and never blocks, so the one that finds nothing
+        to read simply polls again. Returns whether anything was ready.
+        """
+        with self.lock:
+            if self._closed:
+                return False
+            fds = self._poll_set()
+        poller = select.poll()
+        for fd, ev in fds.items():
+            poller.register(fd, ev)
+        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self.p2p.arrival_r, select.POLLIN)
+        poller.register(self.p2p.wake_r, select.POLLIN)
+        try:
+            events = poller.poll(timeout_ms)
+        except InterruptedError:
+            return False
+        with self.lock:
+            if self._closed:
+                return False
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self._wake_r, 4096)
+            self._service(events)
+        return bool(events)
+
+    def _poll_set(self):
+        fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof and not c.busy}
+        for out in self._out.values():
+            if out.queue:
+                fds[out.fd] = fds.get(out.fd, 0) | select.POLLOUT
+        return fds
+
+    def _service(self, events):
+        failure = self.transport.ep.failure
+        if failure is not None:
+            self._fail_all(failure)
+            return
+        ready = {fd for fd, _ in events}
+        if self.p2p.arrival_r in ready:  # a connection arrived (the pipe stays readable until read here)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self.p2p.arrival_r, 4096)
+            self._adopt_all()
+        for conn in list(self._in.values()):
+            if conn.fd in ready or not conn.idle:
+                self._read(conn)
+        for out in list(self._out.values()):
+            if out.queue:
+                self._write(out)
+        self._check_departed()
+
+    def _service_all_reads(self):
+        self._adopt_all()
+        for conn in list(self._in.values()):
+            self._read(conn)
+
+    def _adopt_all(self):
+        # A connection of a group this rank has not created yet (a peer left split() first and
+        # sent at once) stays unread in the transport until context() registers the group.
+        for key, sock in self.p2p.in_socks().items():
+            if key[0] not in self.contexts:
+                continue
+            conn = self._in.get(key)
+            if conn is None or conn.sock is not sock:  # new, or the transport replaced a dead attempt
+                self._partial.discard(conn)
+                self._in[key] = _In(sock, *key)
+
+    def _adopt(self, key):
+        sock = self.p2p.in_socks().get(key)
+        if sock is None or key[0] not in self.contexts:
+            return None
+        conn = self._in[key] = _In(sock, *key)
+        return conn
+
+    def _read(self, conn):
+        if conn.busy:
+            return
+        try:
+            self._read_some(conn)
+        finally:
+            self._mark(conn)
+
+    def _read_some(self, conn):
+        sock = conn.sock
+        for _ in range(_READS_PER_SERVICE):
+            if conn.eof:
+                return
+            try:
+                if conn.msg is None:
+                    n = sock.recv_into(memoryview(conn.hbuf)[conn.hpos:])
+                else:
+                    n = sock.recv_into(conn.view[conn.pos:]) if conn.pos < len(conn.view) else -1
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._conn_lost(conn, str(exc))
+                return
+            if n == 0:
+                self._conn_lost(conn, None)
+                return
+            if conn.msg is None:
+                conn.hpos += n
+                if conn.hpos == HEADER_NBYTES:
+                    self._header_done(conn)
+            else:
+                if n > 0:
+                    conn.pos += n
+                if conn.pos >= len(conn.view):
+                    self._payload_done(conn)
+
+    def _header_done(self, conn):
+        conn.hpos = 0
+        ctx = self.contexts.get(conn.gid)
+        try:
+            h = decode(bytes(conn.hbuf))
+        except ProtocolError as exc:
+            self._protocol_error(conn, str(exc))
+            return
+        src_g = ctx.to_group.get(conn.src) if ctx is not None else None
+        if ctx is None or h.kind != KIND_P2P or h.group != conn.gid or h.root != src_g:
+            self._protocol_error(conn, f"unexpected frame {h!r}")
+            return
+        if h.flags & FLAG_ACK:
+            s = self._acks.pop((conn.gid, conn.src, h.seq), None)
+            if s is not None:
+                self.n_sending -= 1
+                s.req._finish(None)
+            return
+        msg = Message(src_g, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
+        taker, probes = ctx.matcher.arrive(msg)
+        self._satisfy_probes(ctx, probes, msg)
+        if taker is not None:
+            self.n_posted -= 1
+            msg.taker = taker
+            self._matched(ctx, msg)
+            finish, check, raw = taker.extra
+            if taker.into is not None and msg.nbytes <= taker.into.nbytes and (raw or _fits(msg, check)):
+                conn.view = memoryview(taker.into)[:msg.nbytes]
+            else:
+                msg.data = np.empty(msg.nbytes, dtype=np.uint8)
+                conn.view = memoryview(msg.data)
+        else:
+            msg.data = np.empty(msg.nbytes, dtype=np.uint8)
+            conn.view = memoryview(msg.data)
+        conn.msg, conn.pos = msg, 0
+        if msg.nbytes == 0:
+            self._payload_done(conn)
+
+    def _payload_done(self, conn):
+        msg = conn.msg
+        conn.msg, conn.view, conn.pos = None, None, 0
+        msg.complete = True
+        if msg.taker is not None:
+            ctx = self.contexts[conn.gid]
+            taker, msg.taker = msg.taker, None
+            payload = msg.data if msg.data is not None else taker.into
+            msg.data = None
+            self._deliver(ctx, taker, msg, payload)
+
+    def _write(self, out):
+        while out.queue:
+            s = out.queue[0]
+            try:
+                n = out.sock.sendmsg(s.iov())
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._out_lost(out, exc)
+                return
+            s.pos += n
+            if s.pos < s.total:
+                continue
+            out.queue.popleft()
+            if s.req is None:  # an acknowledgement
+                self.n_sending -= 1
+            elif s.sync:
+                self._acks[(out.gid, out.dst, s.seq)] = s
+            else:
+                self.n_sending -= 1
+                s.req._finish(None)
+
+
+def _fits(msg, check):
+    if check is None:
+        return True
+    dtype, nbytes = check
+    return msg.dtype == dtype or msg.dtype == DT_BYTES

@@ -1,0 +1,158 @@
+"""The send side of the point-to-point engine: one FIFO of frames per connection.
+
+A send becomes a `_Send` (its header and the user's buffers, written back to
+back with sendmsg) queued on the `_Out` of its (group, destination)
+connection, written at once as far as the socket takes it, then by whoever
+makes progress (progress.py). An issend's frame carries FLAG_SYNC and the
+connection's next sequence number and waits in `Engine._acks` after its last
+byte until the receiver's FLAG_ACK frame comes back; this rank sends that
+acknowledgement when a receive takes an issend (`_matched`). A send to this
+rank itself never touches a socket: it arrives in the matcher as a complete
+message.
+"""
+import collections
+import time
+
+import numpy as np
+
+from .._errors import CommError
+from .._wire import FLAG_SYNC, ack_header, message_header
+from .matching import Message
+from .requests import Request
+
+
+class _Send:
+    __slots__ = ("parts", "total", "pos", "req", "seq", "tag", "sync")
+
+    def __init__(self, parts, req, seq, tag, sync):
+        self.parts, self.req, self.seq, self.tag, self.sync = parts, req, seq, tag, sync
+        self.total = sum(p.nbytes for p in parts)
+        self.pos = 0
+
+    def iov(self):
+        out, skip = [], self.pos
+        for p in self.parts:
+            if skip >= p.nbytes:
+                skip -= p.nbytes
+                continue
+            out.append(p[skip:] if skip else p)
+            skip = 0
+        return out
+
+
+class _Out:
+    __slots__ = ("sock", "fd", "queue", "seq", "dst", "gid")
+
+    def __init__(self, sock, gid, dst):
+        self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
+        self.queue = collections.deque()
+        self.seq = 0
+
+
+def _u8(a):
+    return memoryview(a).cast("B") if not isinstance(a, memoryview) else a
+
+
+class Sends:
+    """The send side of `p2p.Engine`: queued sends, sends to self, issend acknowledgements."""
+
+    def send(self, ctx, dst, parts, *, tag, dtype, count, flags=0, sync=False, what="send", block=False):
+        """Send the uint8 buffers `parts` back to back as one message to group rank dst.
+
+        Returns a Request (None result), or None when `block` and it completed
+        on the fast path.
+        """
+        nbytes = parts[0].nbytes if len(parts) == 1 else sum(p.nbytes for p in parts)
+        timeout = ctx.timeout
+        if dst == ctx.rank:
+            return self._send_local(ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block)
+        self.transport.raise_if_failed()
+        dst_w = ctx.world[dst]
+        deadline = time.monotonic() + timeout
+        sock = self.p2p.out_sock(ctx.gid, dst_w, deadline, what)
+        if sync:
+            flags |= FLAG_SYNC
+        key = (ctx.gid, dst_w)
+        if block and not sync and len(parts) == 1:
+            done = self._send_fast(ctx, key, sock, parts[0], nbytes, tag, dtype, count, flags, deadline, what, dst_w)
+            if done is True:
+                return None
+            req = done
+        else:
+            req = self._queue_send(ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout)
+        if block:
+            req.wait()
+            return None
+        return req
+
+    def _queue_send(self, ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
+        req = Request(what, timeout=timeout, waiter=self.wait)
+        with self.lock:
+            out = self._out_conn(key, sock)
+            if seq is None:
+                out.seq += 1
+                seq = out.seq if flags & FLAG_SYNC else 0
+            hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
+                                 flags=flags, seq=seq)
+            s = _Send([memoryview(hdr)] + [_u8(p) for p in parts], req, seq, tag, bool(flags & FLAG_SYNC))
+            s.pos = sent
+            self._enqueue(out, s)
+        return req
+
+    def _out_conn(self, key, sock):
+        """The send queue of connection key = (gid, dst world rank), created on first use."""
+        out = self._out.get(key)
+        if out is None:
+            out = self._out[key] = _Out(sock, *key)
+        return out
+
+    def _enqueue(self, out, s):
+        """Queue a frame behind the connection's others, writing at once what the socket takes."""
+        out.queue.append(s)
+        self.n_sending += 1
+        if len(out.queue) == 1:
+            self._write(out)
+        if not self.idle():
+            self._kick()
+
+    def _send_local(self, ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block):
+        data = np.empty(nbytes, dtype=np.uint8)
+        pos = 0
+        for p in parts:
+            data[pos:pos + p.nbytes] = np.frombuffer(p, dtype=np.uint8)
+            pos += p.nbytes
+        msg = Message(ctx.rank, tag, nbytes, dtype, count, flags, data=data, complete=True)
+        req = Request(what, timeout=ctx.timeout, waiter=self.wait)
+        with self.lock:
+            if sync:
+                msg.flags |= FLAG_SYNC
+                msg.local_sender = req  # a local issend completes when matched
+            taker, probes = ctx.matcher.arrive(msg)
+            self._satisfy_probes(ctx, probes, msg)
+            if taker is not None:
+                self.n_posted -= 1
+                self._matched(ctx, msg)
+                self._deliver(ctx, taker, msg, data)
+        if not sync:
+            req._finish(None)
+        if block:
+            if not req.test():
+                if self.transport is None:
+                    raise CommError(f"{what} to self on a group of size 1 with no matching receive posted: "
+                                    "it would wait forever")
+                req.wait()
+            return None
+        return req
+
+    def _matched(self, ctx, msg):
+        """A receive took msg: acknowledge it if the sender waits for that (issend)."""
+        if not msg.flags & FLAG_SYNC:
+            return
+        if msg.local_sender is not None:  # a send to self: no acknowledgement frame
+            msg.local_sender._finish(None)
+            return
+        src_w = ctx.world[msg.source]
+        sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
+        ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
+                    None, msg.seq, msg.tag, False)
+        self._enqueue(self._out_conn((ctx.gid, src_w), sock), ack)

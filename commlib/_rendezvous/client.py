@@ -1,0 +1,181 @@
+"""A rank's end of the coordinator connection.
+
+`Client.connect` retries until the coordinator is up (under srun, rank 0
+starts it while the others are already knocking), authenticates both ways
+and reads the welcome; `register` sends this rank's info and waits for the
+table; `start_listener` hands every later message (notices, relayed
+messages) to a callback on a daemon thread; `close` says goodbye, so the
+other ranks are told "left" rather than "lost".
+"""
+import contextlib
+import secrets
+import socket
+import threading
+import time
+
+from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from .._errors import AuthError, CommError, CommTimeout, PeerLost
+from .framing import CLIENT_LABEL, MAGIC, SERVER_LABEL, encode, fmt_address, recv_message
+
+CONNECT_RETRY_MAX_S = 0.1
+
+
+class Client:
+    """A rank's connection to the coordinator."""
+
+    def __init__(self, sock, address, rank):
+        self._sock, self.address, self.rank = sock, address, rank
+        self._send_lock = threading.Lock()
+        self._early = []  # messages read by register() that belong to the listener
+        self._listener = None
+        self._closing = False
+
+    @property
+    def sock(self):
+        """The connection (for a transport that reports on its link health)."""
+        return self._sock
+
+    @classmethod
+    def connect(cls, address, secret, rank, timeout):
+        """Connect and authenticate, retrying refused connections until `timeout`."""
+        address = (address[0], int(address[1]))
+        deadline = time.monotonic() + timeout
+        delay, last = 0.02, None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CommTimeout(
+                    f"rank {rank}: could not reach the coordinator at {fmt_address(address)} "
+                    f"within {timeout:g} s: {last}",
+                    op="connect",
+                ) from last
+            try:
+                sock = socket.create_connection(address, timeout=min(remaining, 5.0))
+                break
+            except OSError as e:
+                last = e
+                # Under srun every rank but 0 waits here while rank 0 imports and starts the
+                # coordinator: a short cap keeps them from sleeping long after it is up.
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, CONNECT_RETRY_MAX_S)
+        try:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello = recv_exact(sock, len(MAGIC) + NONCE_BYTES)
+            if not hello.startswith(MAGIC):
+                raise CommError(f"rank {rank}: {fmt_address(address)} is not a commlib coordinator")
+            server_nonce, client_nonce = hello[len(MAGIC) :], secrets.token_bytes(NONCE_BYTES)
+            rank_bytes = rank.to_bytes(4, "big")
+            digest = mac(secret, CLIENT_LABEL, server_nonce, client_nonce, rank_bytes)
+            sock.sendall(rank_bytes + client_nonce + digest)
+            try:
+                proof = recv_exact(sock, DIGEST_BYTES)
+            except (EOFError, ConnectionError) as e:
+                raise AuthError(
+                    f"rank {rank}: the coordinator at {fmt_address(address)} refused our credentials "
+                    f"(is COMMLIB_SECRET the job's secret?)"
+                ) from e
+            if not verify(proof, secret, SERVER_LABEL, client_nonce, server_nonce):
+                raise AuthError(f"rank {rank}: the coordinator at {fmt_address(address)} does not know the job secret")
+            welcome = recv_message(sock)
+            if welcome["kind"] == "error":
+                raise CommError(f"rank {rank}: {welcome['message']}")
+        except CommError:  # before OSError: AuthError and CommTimeout are OSErrors too
+            sock.close()
+            raise
+        except socket.timeout as e:
+            sock.close()
+            raise CommTimeout(
+                f"rank {rank}: no handshake from the coordinator at {fmt_address(address)} within {timeout:g} s",
+                op="connect",
+            ) from e
+        except (OSError, EOFError, ValueError) as e:
+            sock.close()
+            raise CommError(f"rank {rank}: handshake with the coordinator at {fmt_address(address)} failed: {e}") from e
+        sock.settimeout(None)
+        return cls(sock, address, rank)
+
+    def register(self, info, timeout):
+        """Send this rank's info; block until every rank has; return the table."""
+        self.send({"kind": "register", "info": info})
+        deadline = time.monotonic() + timeout
+        census_asked = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if census_asked:
+                    raise CommTimeout(f"rank {self.rank}: the coordinator did not answer within {timeout:g} s")
+                self.send({"kind": "census"})
+                census_asked, deadline = True, time.monotonic() + 5.0
+                continue
+            msg = self._read(remaining)
+            kind = msg["kind"]
+            if kind == "table":
+                return msg["table"]
+            if kind in ("died", "lost"):
+                what = msg["message"] if kind == "died" else "lost its coordinator connection"
+                raise PeerLost(f"rank {self.rank}: rank {msg['rank']} {what} before the job assembled", rank=msg["rank"])
+            if kind == "census" and census_asked:
+                missing = ", ".join(map(str, msg["missing"])) or "none"
+                raise CommTimeout(
+                    f"rank {self.rank}: the job did not assemble within {timeout:g} s; "
+                    f"ranks that never checked in: {missing}",
+                    op="init",
+                )
+            self._early.append(msg)
+
+    def _read(self, timeout):
+        self._sock.settimeout(timeout)
+        try:
+            return recv_message(self._sock)
+        except socket.timeout:
+            return {"kind": "_tick"}
+        except (OSError, EOFError, ValueError) as e:
+            raise CommError(f"rank {self.rank}: lost the coordinator at {fmt_address(self.address)}: {e}") from e
+        finally:
+            self._sock.settimeout(None)
+
+    def start_listener(self, callback):
+        """Call callback(msg) for every pushed message, from a daemon thread."""
+
+        def loop():
+            for msg in self._early:
+                callback(msg)
+            self._early = []
+            try:
+                while True:
+                    callback(recv_message(self._sock))
+            except (OSError, EOFError, ValueError) as e:
+                if not self._closing:
+                    callback({"kind": "coordinator_lost",
+                              "message": f"lost the coordinator at {fmt_address(self.address)}: {e}"})
+
+        self._listener = threading.Thread(target=loop, name="commlib-coordinator-client", daemon=True)
+        self._listener.start()
+
+    def send(self, msg):
+        data = encode(msg)
+        with self._send_lock:
+            try:
+                self._sock.sendall(data)
+            except OSError as e:
+                raise CommError(f"rank {self.rank}: lost the coordinator at {fmt_address(self.address)}: {e}") from e
+
+    def close(self):
+        """Say goodbye (the others get a "left" notice) and disconnect."""
+        if self._closing:
+            return
+        self._closing = True
+        # Best effort: a coordinator that is already gone needs no goodbye.
+        with contextlib.suppress(OSError, CommError):
+            self.send({"kind": "bye"})
+            self._sock.shutdown(socket.SHUT_WR)
+            # Wait for the coordinator to hang up, so the goodbye is read before a reset.
+            if self._listener is not None:
+                if self._listener is not threading.current_thread():
+                    self._listener.join(1.0)
+            else:
+                self._sock.settimeout(1.0)
+                while self._sock.recv(65536):
+                    continue
+        self._sock.close()

@@ -1,0 +1,272 @@
+"""The coordinator: the rendezvous service every rank of a job connects to.
+
+Hosted by ``commrun``, or by rank 0 under srun/torchrun. It authenticates
+each rank (framing.py's handshake), collects every rank's info and pushes
+the table once all have registered, then stays connected for the job's life:
+it relays messages between ranks and tells the others when one dies
+(``died``, from the supervisor), says goodbye (``left``) or vanishes
+(``lost``). One thread accepts, one serves each connection, one sends
+notices, so a slow or hostile client never holds up the job.
+"""
+import contextlib
+import logging
+import queue
+import secrets
+import socket
+import struct
+import threading
+import time
+
+from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from .._errors import AuthError, CommError
+from .framing import CLIENT_LABEL, MAGIC, SERVER_LABEL, encode, fmt_address, recv_message
+
+HANDSHAKE_TIMEOUT = 5.0
+MAX_PENDING_HANDSHAKES = 64
+SEND_TIMEOUT = 10.0
+
+_log = logging.getLogger("commlib")
+
+
+class _Rank:
+    """The coordinator's end of one authenticated rank connection."""
+
+    def __init__(self, rank, sock, peer):
+        self.rank, self.sock, self.peer = rank, sock, peer
+        self.lock = threading.Lock()
+
+    def push(self, data):
+        with self.lock:
+            self.sock.sendall(data)
+
+
+class Coordinator:
+    """The rendezvous service: authenticates ranks, hands out the table, relays notices.
+
+    The socket is bound and listening once the constructor returns (so
+    ``address`` is known before any thread exists, which lets commrun fork ranks
+    safely); ``start()`` launches the accept thread.
+    """
+
+    def __init__(self, size, secret, host="127.0.0.1", port=0, log=None):
+        if size < 1:
+            raise ValueError(f"size must be >= 1, not {size}")
+        self.size, self._secret = size, bytes(secret)
+        self._log = log or (lambda line: _log.warning("commlib coordinator: %s", line))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._listener.bind((host, port))
+            self._listener.listen(max(128, size))
+        except OSError:
+            self._listener.close()
+            raise
+        self.address = self._listener.getsockname()[:2]
+        self._lock = threading.Lock()
+        self._ranks = {}  # rank -> _Rank, authenticated and connected
+        self._table = [None] * size
+        self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._saturated = False
+        self._notices = queue.Queue()
+        self._closed = False
+        self._threads = []
+
+    def start(self):
+        for target in (self._accept_loop, self._notice_loop):
+            t = threading.Thread(target=target, name="commlib-coordinator", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def missing(self):
+        with self._lock:
+            return [r for r, info in enumerate(self._table) if info is None]
+
+    def notify_died(self, rank, code, message):
+        """Tell every connected rank that `rank` is gone (asynchronously, never blocks)."""
+        msg = {"kind": "died", "rank": rank, "code": code, "message": message}
+        with self._lock:
+            self._dead[rank] = msg
+        self._notices.put(msg)
+
+    def connected(self):
+        """Ranks whose connection is open (they have not said goodbye or died)."""
+        with self._lock:
+            return sorted(self._ranks)
+
+    def wait_until_alone(self, host_rank, timeout):
+        """Wait until every rank but `host_rank` has disconnected; False on timeout.
+
+        A rank that hosts the coordinator (srun/torchrun) calls this before
+        closing it, so ranks still working are not cut off.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not [r for r in self.connected() if r != host_rank]:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self):
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conns = list(self._ranks.values())
+        self._notices.put(None)
+        for s in [self._listener] + [c.sock for c in conns]:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    # -- threads
+
+    def _accept_loop(self):
+        while not self._closed:
+            try:
+                sock, peer = self._listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.05)  # e.g. EMFILE: don't spin
+                continue
+            # Too many handshakes at once (64 ranks starting together, or a flood): wait for a slot,
+            # leaving the rest in the listen backlog. Dropping here failed ranks that connected in a burst.
+            if not self._pending.acquire(blocking=False):
+                if not self._saturated:  # once: a large job meets this at every start
+                    self._saturated = True
+                    self._log(f"too many pending handshakes: {fmt_address(peer)} and later connections wait for a slot")
+                while not self._pending.acquire(timeout=0.5):
+                    if self._closed:
+                        sock.close()
+                        return
+            threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
+
+    def _notice_loop(self):
+        while (msg := self._notices.get()) is not None:
+            self._broadcast(msg, exclude=msg["rank"])
+
+    def _serve(self, sock, peer):
+        try:
+            conn = self._handshake(sock, peer)
+        except Exception as e:  # noqa: BLE001 - anything a stranger does ends here
+            self._log(f"dropped connection from {fmt_address(peer)}: {e}")
+            sock.close()
+            return
+        finally:
+            self._pending.release()
+        if conn is not None:
+            self._read_loop(conn)
+
+    def _handshake(self, sock, peer):
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        server_nonce = secrets.token_bytes(NONCE_BYTES)
+        sock.sendall(MAGIC + server_nonce)
+        try:
+            reply = recv_exact(sock, 4 + NONCE_BYTES + DIGEST_BYTES)
+        except socket.timeout:
+            raise CommError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
+        rank_bytes, client_nonce, digest = reply[:4], reply[4 : 4 + NONCE_BYTES], reply[4 + NONCE_BYTES :]
+        if not verify(digest, self._secret, CLIENT_LABEL, server_nonce, client_nonce, rank_bytes):
+            raise AuthError("failed authentication (wrong secret)")
+        rank = int.from_bytes(rank_bytes, "big")
+        sock.sendall(mac(self._secret, SERVER_LABEL, client_nonce, server_nonce))
+        # Reads block (close() wakes them); a rank that stops reading fails our sends after SEND_TIMEOUT.
+        sock.settimeout(None)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT), 0))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Rank(rank, sock, peer)
+        conn.lock.acquire()  # broadcasts to this rank wait until the welcome is out
+        with self._lock:
+            if rank >= self.size:
+                refusal = f"rank {rank} is out of range for a job of size {self.size}"
+            elif rank in self._ranks or self._table[rank] is not None:
+                refusal = f"rank {rank} is already connected"
+            else:
+                refusal = None
+                self._ranks[rank] = conn
+                replay = [m for r, m in self._dead.items() if r != rank]
+        try:
+            if refusal is not None:
+                self._log(f"refused {fmt_address(peer)}: {refusal}")
+                sock.sendall(encode({"kind": "error", "message": f"coordinator refused: {refusal}"}))
+                sock.close()
+                return None
+            sock.sendall(b"".join(encode(m) for m in [{"kind": "welcome", "size": self.size}] + replay))
+        finally:
+            conn.lock.release()
+        return conn
+
+    def _read_loop(self, conn):
+        said_bye = False
+        why = "closed its coordinator connection"  # EOF or reset: the plain way a rank goes away
+        try:
+            while not self._closed:
+                msg = recv_message(conn.sock)
+                if msg["kind"] == "bye":
+                    said_bye = True
+                    break
+                self._handle(conn, msg)
+        except (EOFError, ConnectionError) as e:
+            why = "closed its coordinator connection" if isinstance(e, EOFError) else f"reset its connection ({e})"
+        except (OSError, ValueError) as e:
+            why = f"dropped: {e}"
+            if not self._closed:
+                self._log(f"rank {conn.rank} ({fmt_address(conn.peer)}) {why}")
+        with self._lock:
+            self._ranks.pop(conn.rank, None)
+            closed = self._closed
+        conn.sock.close()
+        if closed:
+            return
+        if said_bye:
+            self._broadcast({"kind": "left", "rank": conn.rank}, exclude=conn.rank)
+        else:
+            message = f"rank {conn.rank} {why} without saying goodbye"
+            self._broadcast({"kind": "lost", "rank": conn.rank, "message": message}, exclude=conn.rank)
+
+    def _handle(self, conn, msg):
+        kind = msg["kind"]
+        if kind == "register":
+            with self._lock:
+                self._table[conn.rank] = msg.get("info", {})
+                complete = all(info is not None for info in self._table)
+                table = list(self._table)
+            if complete:
+                self._broadcast({"kind": "table", "table": table})
+        elif kind == "census":
+            with self._lock:
+                dead = sorted(self._dead)
+            conn.push(encode({"kind": "census", "missing": self.missing(), "dead": dead}))
+        elif "to" in msg:
+            to = msg["to"]
+            msg["from"] = conn.rank
+            if to == "all":
+                self._broadcast(msg, exclude=conn.rank)
+            elif isinstance(to, list) and all(isinstance(r, int) for r in to):
+                self._broadcast(msg, only=set(to))
+            else:
+                self._log(f"rank {conn.rank}: ignored message with bad 'to': {to!r}")
+        else:
+            self._log(f"rank {conn.rank}: ignored message of unknown kind {kind!r}")
+
+    def _broadcast(self, msg, exclude=None, only=None):
+        data = encode(msg)
+        with self._lock:
+            targets = [c for r, c in self._ranks.items() if r != exclude and (only is None or r in only)]
+        for conn in targets:
+            try:
+                conn.push(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # The rank closed its end (it is exiting): its reader still drains what the rank sent,
+                # a goodbye included, so a shutdown here would turn a goodbye into "lost".
+                continue
+            except OSError as e:  # a rank that stopped reading (SEND_TIMEOUT): the reader thread cleans up
+                with self._lock:
+                    still_there = self._ranks.get(conn.rank) is conn
+                if not still_there:
+                    continue  # it left while we were sending: nothing to report
+                self._log(f"could not reach rank {conn.rank}: {e}")
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)

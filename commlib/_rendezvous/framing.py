@@ -1,0 +1,62 @@
+"""The coordinator's wire: the handshake's constants and length-prefixed JSON messages.
+
+Each message is a 4-byte big-endian length and a UTF-8 JSON object of at
+most 1 MiB with a string "kind". Nothing is ever unpickled. Before any
+message, the handshake (the HMAC and the exact read are `_auth`'s, shared
+with the transport's handshake between ranks)::
+
+    server -> client  MAGIC + server_nonce(32)
+    client -> server  rank(4, big-endian) + client_nonce(32)
+                      + HMAC(secret, b"commlib/coord/client" + server_nonce + client_nonce + rank)
+    server -> client  HMAC(secret, b"commlib/coord/server" + client_nonce + server_nonce)
+
+A connection that fails the handshake, stays silent past the deadline, or
+sends an oversized or malformed message is dropped and logged; the job goes on.
+
+Messages pushed by the coordinator to ranks (``kind``):
+  ``table``   {"table": [info of rank 0, info of rank 1, ...]} once all registered
+  ``died``    {"rank", "code", "message"} from the supervisor (commrun), see notify_died
+  ``left``    {"rank"} the rank said goodbye (Client.close) and disconnected
+  ``lost``    {"rank", "message"} the rank's connection closed without a goodbye
+  ``census``  {"missing": [...], "dead": [...]} the answer to a census request
+  ``welcome`` {"size"} first message after the handshake, or instead
+  ``error``   {"message"} a refusal (rank out of range, duplicate); the connection closes
+  anything a rank sent with "to", plus "from": the sender's rank
+"""
+import json
+import struct
+
+from .._auth import recv_exact
+
+MAGIC = b"commlib-coord/1\n"
+MAX_MESSAGE = 1 << 20
+CLIENT_LABEL = b"commlib/coord/client"
+SERVER_LABEL = b"commlib/coord/server"
+_LEN = struct.Struct(">I")
+
+
+def encode(msg):
+    body = json.dumps(msg, separators=(",", ":")).encode()
+    if len(body) > MAX_MESSAGE:
+        raise ValueError(f"coordinator message of {len(body)} bytes exceeds {MAX_MESSAGE}")
+    return _LEN.pack(len(body)) + body
+
+
+def recv_message(sock):
+    """One framed JSON object; ValueError for anything malformed or too large."""
+    (length,) = _LEN.unpack(recv_exact(sock, 4))
+    if length > MAX_MESSAGE:
+        raise ValueError(f"message of {length} bytes exceeds the {MAX_MESSAGE}-byte limit")
+    try:
+        msg = json.loads(recv_exact(sock, length).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"bad JSON ({e})") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+        raise ValueError("message is not an object with a 'kind'")
+    return msg
+
+
+def fmt_address(address):
+    """(host, port) -> 'host:port', or '[v6]:port'."""
+    host, port = address[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
