@@ -65,6 +65,11 @@ COLL_NAMES = (
     "broadcast_obj", "all_gather_obj", "gather_obj", "scatter_obj",
 )
 COLL = {name: i for i, name in enumerate(COLL_NAMES)}
+if (COLL["all_reduce"], COLL["all_gather"], COLL["reduce_scatter"], COLL["broadcast"], COLL["barrier"], COLL["reduce"],
+        COLL["broadcast_obj"], COLL["all_gather_obj"]) != (COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER,
+                                                           COLL_BROADCAST, COLL_BARRIER, COLL_REDUCE,
+                                                           COLL_BROADCAST_OBJ, COLL_ALL_GATHER_OBJ):
+    raise ImportError("_wire.pxd's collective codes do not match COLL_NAMES")
 
 # A point-to-point or object payload larger than this is refused by the
 # decoder (collective payload sizes are known to the receiver beforehand).

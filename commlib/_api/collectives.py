@@ -13,6 +13,7 @@ import numpy as np
 from .. import _kernels
 from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
 from .._plan import RES, bounds, slots
+from .._wire import COLL as _WIRE_COLL
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
 from .._engine.p2p import EAGER_BYTES
 from .._kernels import address as _addr
@@ -99,11 +100,12 @@ def _all_reduce(g, x, op="sum", out=None):
     return out if out is not None else res
 
 
-def _all_gather(g, x, out=None):
+def _all_gather(g, x, out=None, coll="all_gather"):
     """Ranks' x concatenated along axis 0 (a 0-d x gives shape (size,)).
 
     out: a C-contiguous array of x's dtype and size * x.size elements to gather
     into (commlib.MPI); x may already be this rank's block of it (in place).
+    coll: the collective the header names (all_gather_obj: an object all-gather's first round).
     """
     a, code = _array(x)
     n = g._size
@@ -116,7 +118,7 @@ def _all_gather(g, x, out=None):
     if a.size and _addr(mine) != _addr(a):
         mine[...] = a.reshape(-1)
     if n > 1:
-        o = g.op("all_gather", code, 0, a.size, 0, dims=a.shape)
+        o = g.op(coll, code, 0, a.size, 0, dims=a.shape)
         log = choose("all_gather", n * a.nbytes, n) == "bruck"
         plan = (logstep.all_gather if log else ring.all_gather)(n, g._rank)
         o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
@@ -184,8 +186,9 @@ def _reduce_scatter(g, x, op="sum", out=None):
     return out
 
 
-def _broadcast(g, x, root=0):
-    """Root's array on every rank; writes into x when it is writable and returns it."""
+def _broadcast(g, x, root=0, coll="broadcast"):
+    """Root's array on every rank; writes into x when it is writable and returns it.
+    coll: the collective the header names (broadcast_obj: an object broadcast's first round)."""
     root = g.check_rank(root, "root")
     a = x if type(x) is np.ndarray else np.asarray(x)
     code = dtype_code(a.dtype)
@@ -198,7 +201,7 @@ def _broadcast(g, x, root=0):
         buf = a
     else:
         buf = np.empty(a.shape, a.dtype)
-    o = g.op("broadcast", code, 0, a.size, root, dims=a.shape)
+    o = g.op(coll, code, 0, a.size, root, dims=a.shape)
     _run_broadcast(o, g, _addr(buf), a.nbytes, root)
     if is_root or buf is a:
         return x
@@ -513,6 +516,31 @@ def all_gather(x, *, out=None, group=None):
         if res is not NotImplemented:
             return res
     return _python_path(g, _all_gather_user, x, out)
+
+
+def gather_slots(slot, out, coll, group):
+    """all_gather of this rank's uint8 `slot` into `out` (size * slot.size, this rank's block may be
+    `slot` itself) as collective `coll`: the object collectives' fixed-size first round, on the
+    one-call path when the group is idle."""
+    g = _g(group)
+    f = g.fast
+    if f is not None:
+        res = f.all_gather(slot, out, _WIRE_COLL[coll])
+        if res is not NotImplemented:
+            return res
+    return _python_path(g, _all_gather, slot, out, coll)
+
+
+def broadcast_slot(slot, root, coll, group):
+    """broadcast of root's uint8 `slot` into `slot` on every rank as collective `coll` (the object
+    collectives' fixed-size first round), on the one-call path when the group is idle."""
+    g = _g(group)
+    f = g.fast
+    if f is not None:
+        res = f.broadcast(slot, root, _WIRE_COLL[coll])
+        if res is not NotImplemented:
+            return res
+    return _python_path(g, _broadcast, slot, root, coll)
 
 
 def iall_gather(x, *, out=None, group=None):

@@ -78,7 +78,7 @@ from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
 from .._errors import CommError, MismatchError
 from .._wire import FLAG_OBJECT
-from .collectives import _g, _run_broadcast
+from .collectives import _g, _run_broadcast, broadcast_slot, gather_slots
 from .p2p import _src, _tag
 
 __all__ = ["send_obj", "recv_obj", "broadcast_obj", "all_gather_obj", "gather_obj", "scatter_obj"]
@@ -322,12 +322,37 @@ def recv_obj(src=ANY_SOURCE, tag=ANY_TAG, *, status=False, group=None):
 
 
 # -------------------------------------------------------------- collectives
-def _broadcast_obj_impl(obj, root=0, *, group=None):
-    """Root's object on every rank: `obj` itself on the root, an unpickled copy elsewhere."""
-    g = _g(group)
-    root = g.check_rank(root, "root")
-    if g._size == 1:
-        return obj
+# broadcast_obj and all_gather_obj start with one fixed-size round: each rank's frame size (or a
+# negative error kind) in a slot of SLOT_BYTES, with the frame itself when it fits, so a small
+# object takes one collective, on the one-call path when the group is idle. Only when a frame does
+# not fit does a second collective move the frames, as every rank knows from the first round.
+SLOT_BYTES = 256
+_SLOT_HEAD = 16  # int64 frame size (or error kind), int64 error message length
+
+
+def _fill_slot(slot, frame, err):
+    """This rank's first-round slot (uint8, SLOT_BYTES): frame size and the frame if it fits, or the error."""
+    head = slot[:_SLOT_HEAD].view(np.int64)
+    if err is not None:
+        msg = f"{type(err).__name__}: {err}".encode("utf-8", "replace")[:SLOT_BYTES - _SLOT_HEAD]
+        head[:] = (_ERR_PICKLE, len(msg))
+        slot[_SLOT_HEAD:_SLOT_HEAD + len(msg)] = np.frombuffer(msg, np.uint8)
+    else:
+        head[:] = (frame.nbytes, 0)
+        if frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:
+            frame.assemble(slot[_SLOT_HEAD:_SLOT_HEAD + frame.nbytes])
+
+
+def _slot_error(slot):
+    """The error message a first-round slot carries, or None."""
+    kind, mlen = (int(v) for v in slot[:_SLOT_HEAD].view(np.int64))
+    if kind >= 0:
+        return None
+    return slot[_SLOT_HEAD:_SLOT_HEAD + max(0, min(mlen, SLOT_BYTES - _SLOT_HEAD))].tobytes().decode("utf-8", "replace")
+
+
+def _broadcast_frame(g, frame, root):
+    """Second round of broadcast_obj: root's whole frame (larger than a slot), moved in pieces."""
     op = g.op("broadcast_obj", DT_BYTES, 0, 0, root, 0)
 
     def move(a):
@@ -335,37 +360,19 @@ def _broadcast_obj_impl(obj, root=0, *, group=None):
         if u8.nbytes:
             _run_broadcast(op, g, _addr(u8), u8.nbytes, root)
 
-    if g._rank == root:
-        frame, err = _frame_or_error(obj)
-        if err is not None:
-            _send_error(_ERR_PICKLE, f"{type(err).__name__}: {err}", move)
-            raise err
+    if frame is not None:
         _send_frame(frame, move)
-        return obj
+        return None
     got = _recv_frame(move, op.what, g.world[root])
-    if isinstance(got, _RemoteError):
+    if isinstance(got, _RemoteError):  # pragma: no cover - the first round carries the root's errors
         raise got.exception(f"broadcast_obj: root {root} could not pickle its object")
     return loads(got)
 
 
-def _all_gather_obj_impl(obj, *, group=None):
-    """Every rank's object, in rank order (unpickled copies, this rank's included)."""
-    g = _g(group)
-    n, me = g._size, g._rank
-    if n == 1:
-        return [_copy(obj)]
-    frame, err = _frame_or_error(obj)
+def _all_gather_frames(g, frame, lens):
+    """Second round of all_gather_obj: every rank's frame (lens: their sizes, one larger than a slot)."""
+    n, me = g.size(), g.rank()
     op = g.op("all_gather_obj", DT_BYTES, 0, n, 0, 0)
-    sizes = np.empty(n, dtype=np.int64)
-    sizes[me] = frame.nbytes if err is None else -1
-    op.run(ring.all_gather(n, me), slots(res=_addr(sizes)), bounds(n, 8, n))
-    if err is not None:
-        raise err
-    bad = [r for r in range(n) if sizes[r] < 0]
-    if bad:
-        raise CommError(f"all_gather_obj: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
-                        f"could not pickle {'their objects' if len(bad) > 1 else 'its object'}")
-    lens = [int(s) for s in sizes]
     offs, total = [], 0
     for ln in lens:
         offs.append(total)
@@ -480,17 +487,52 @@ def _scatter_obj_impl(objs, root=0, *, group=None):
     return loads(got)
 
 
-# Each object collective is one collective of its group's ordered stream.
+# Each object collective is one or two collectives of its group's ordered stream.
 def broadcast_obj(obj, root=0, *, group=None):
     """Root's object on every rank: `obj` itself on the root, an unpickled copy elsewhere."""
     g = _g(group)
-    return g.stream.run(functools.partial(_broadcast_obj_impl, obj, root, group=g))
+    root = g.check_rank(root, "root")
+    if g.size() == 1:
+        return obj
+    is_root = g.rank() == root
+    frame = err = None
+    slot = np.zeros(SLOT_BYTES, np.uint8)
+    if is_root:
+        frame, err = _frame_or_error(obj)
+        _fill_slot(slot, frame, err)
+    broadcast_slot(slot, root, "broadcast_obj", g)
+    if err is not None:
+        raise err
+    problem = _slot_error(slot)
+    if problem is not None:
+        raise CommError(f"broadcast_obj: root {root} could not pickle its object: {problem}")
+    size = int(slot[:8].view(np.int64)[0])
+    if size > SLOT_BYTES - _SLOT_HEAD:
+        got = g.stream.run(_broadcast_frame, g, frame, root)
+        return obj if is_root else got
+    return obj if is_root else loads(slot[_SLOT_HEAD:_SLOT_HEAD + size])
 
 
 def all_gather_obj(obj, *, group=None):
     """Every rank's object, in rank order (unpickled copies, this rank's included)."""
     g = _g(group)
-    return g.stream.run(functools.partial(_all_gather_obj_impl, obj, group=g))
+    n, me = g.size(), g.rank()
+    if n == 1:
+        return [_copy(obj)]
+    frame, err = _frame_or_error(obj)
+    table = np.zeros((n, SLOT_BYTES), np.uint8)
+    _fill_slot(table[me], frame, err)
+    gather_slots(table[me], table.reshape(-1), "all_gather_obj", g)
+    if err is not None:
+        raise err
+    lens = table.view(np.int64)[:, 0].tolist()
+    bad = [r for r in range(n) if lens[r] < 0]
+    if bad:
+        raise CommError(f"all_gather_obj: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
+                        f"could not pickle {'their objects' if len(bad) > 1 else 'its object'}")
+    if max(lens) > SLOT_BYTES - _SLOT_HEAD:
+        return g.stream.run(_all_gather_frames, g, frame, lens)
+    return [loads(table[r, _SLOT_HEAD:_SLOT_HEAD + lens[r]]) for r in range(n)]
 
 
 def gather_obj(obj, root=0, *, group=None):

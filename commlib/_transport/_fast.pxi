@@ -23,7 +23,8 @@ from libc.stdio cimport snprintf
 from libc.string cimport memset
 from cpython.ref cimport Py_INCREF
 
-from commlib._wire cimport WIRE_KIND_COLL, pack_header
+from commlib._wire cimport (COLL_ALL_GATHER, COLL_ALL_GATHER_OBJ, COLL_ALL_REDUCE, COLL_BARRIER, COLL_BROADCAST,
+                            COLL_BROADCAST_OBJ, COLL_REDUCE, COLL_REDUCE_SCATTER, WIRE_KIND_COLL, pack_header)
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_NewLikeArray(cnp.ndarray prototype, cnp.NPY_ORDER order, void* descr, int subok)
@@ -37,15 +38,6 @@ cdef enum:
     MAX_STEPS = 128   # rows of a plan this path runs (from the stack)
     MAX_PARTS = 256   # units of a plan this path runs
     MAX_DIMS = 32
-
-# Wire codes of the collectives (_wire.COLL_NAMES) this path runs.
-cdef enum:
-    C_ALL_REDUCE = 1
-    C_ALL_GATHER = 2
-    C_REDUCE_SCATTER = 3
-    C_BROADCAST = 4
-    C_BARRIER = 5
-    C_REDUCE = 6
 
 cdef struct WireCodes:
     signed char code[24]   # numpy builtin type number -> wire dtype code; -1: not for the one-call paths
@@ -314,7 +306,7 @@ cdef class FastPath:
         if not self._claim(self.ar_rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_ALL_REDUCE, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
+            hdr = self._begin(COLL_ALL_REDUCE, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
             res = PyArray_NewLikeArray(a, cnp.NPY_CORDER, NULL, 0) if out is None else a
             self._execute(self.ar_rows, self.ar_parts, cnp.PyArray_SIZE(a), cnp.PyArray_ITEMSIZE(a), sfd, rfd, hdr,
                           <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(res), code, opc, x)
@@ -341,19 +333,20 @@ cdef class FastPath:
         if self.barrier_rows is None or not self._claim(self.barrier_rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_BARRIER, 0, 0, 0, 0, 0)
+            hdr = self._begin(COLL_BARRIER, 0, 0, 0, 0, 0)
             self._execute(self.barrier_rows, 1, 0, 1, sfd, rfd, hdr, NULL, NULL, 0, -1, None)
         finally:
             self.release()
         return None
 
-    def broadcast(self, x, root):
-        """broadcast(x, root) into x itself (writable on non-roots); NotImplemented: take the Python path."""
+    def broadcast(self, x, root, int coll=COLL_BROADCAST):
+        """broadcast(x, root) into x itself (writable on non-roots); NotImplemented: take the Python path.
+        coll: the collective the header names (broadcast_obj for an object's first round)."""
         cdef int sfd[MAX_STEPS]
         cdef int rfd[MAX_STEPS]
         cdef int code, rt = self._root(root)
         cdef cnp.ndarray a
-        if rt < 0 or not self._array_ok(x, self.broadcast_limit):
+        if rt < 0 or not self._array_ok(x, self.broadcast_limit) or coll not in (COLL_BROADCAST, COLL_BROADCAST_OBJ):
             return NotImplemented
         a = <cnp.ndarray>x
         if rt != self.rank and not cnp.PyArray_ISWRITEABLE(a):
@@ -365,7 +358,7 @@ cdef class FastPath:
         if rows is None or not self._claim(rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_BROADCAST, code, 0, cnp.PyArray_SIZE(a), rt, self._shape_hash(a))
+            hdr = self._begin(coll, code, 0, cnp.PyArray_SIZE(a), rt, self._shape_hash(a))
             self._execute(rows, 1, cnp.PyArray_NBYTES(a), 1, sfd, rfd, hdr, NULL, <char*>cnp.PyArray_DATA(a), code,
                           -1, x)
         finally:
@@ -392,7 +385,7 @@ cdef class FastPath:
         if rows is None or not self._claim(rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_REDUCE, code, opc, cnp.PyArray_SIZE(a), rt, self._shape_hash(a))
+            hdr = self._begin(COLL_REDUCE, code, opc, cnp.PyArray_SIZE(a), rt, self._shape_hash(a))
             if self.rank == rt:
                 res = PyArray_NewLikeArray(a, cnp.NPY_CORDER, NULL, 0)
                 acc = <char*>cnp.PyArray_DATA(res)
@@ -429,7 +422,7 @@ cdef class FastPath:
         if not self._claim(self.rs_rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_REDUCE_SCATTER, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
+            hdr = self._begin(COLL_REDUCE_SCATTER, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
             memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
             dims[0] //= self.n
             descr = <object>cnp.PyArray_DESCR(a)
@@ -441,9 +434,10 @@ cdef class FastPath:
             self.release()
         return res
 
-    def all_gather(self, x, out=None):
+    def all_gather(self, x, out=None, int coll=COLL_ALL_GATHER):
         """all_gather(x, out=None|array) into a new array or `out` (exactly the result's C-contiguous array,
-        x at most its block of it); NotImplemented: take the Python path (which checks and names problems)."""
+        x at most its block of it); NotImplemented: take the Python path (which checks and names problems).
+        coll: the collective the header names (all_gather_obj for an object all-gather's first round)."""
         cdef int sfd[MAX_STEPS]
         cdef int rfd[MAX_STEPS]
         cdef int code, nd, i
@@ -452,7 +446,7 @@ cdef class FastPath:
         cdef char* mine
         cdef char* xd
         cdef cnp.npy_intp dims[MAX_DIMS]
-        if self.ag_rows is None or type(x) is not cnp.ndarray:
+        if self.ag_rows is None or type(x) is not cnp.ndarray or coll not in (COLL_ALL_GATHER, COLL_ALL_GATHER_OBJ):
             return NotImplemented
         a = <cnp.ndarray>x
         block = cnp.PyArray_NBYTES(a)
@@ -487,7 +481,7 @@ cdef class FastPath:
         if not self._claim(self.ag_rows, sfd, rfd):
             return NotImplemented
         try:
-            hdr = self._begin(C_ALL_GATHER, code, 0, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
+            hdr = self._begin(coll, code, 0, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
             if out is None:
                 descr = <object>cnp.PyArray_DESCR(a)
                 Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
