@@ -14,7 +14,6 @@ match.
 import math
 import socket
 import warnings
-import zlib
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from .. import _api
 from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
-from .._engine import EAGER_BYTES, Group as _Group
+from .._engine import EAGER_BYTES
 from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
                          ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TYPE, HOST, IDENT, IO,
                          KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
@@ -50,7 +49,7 @@ class _State:
 
 
 _NULL = _State(None, "MPI_COMM_NULL")
-_GROUP_SERIAL = {}  # (parent gid, members, tag) -> Create_group calls so far: each call a new context
+_GROUP_SERIAL = {}  # (parent gid, members, tag) -> Create_group calls so far: each call a new group
 
 
 # ------------------------------------------------------------------ argument checks
@@ -273,13 +272,16 @@ class Comm:
         """A communicator of group's processes, called by those processes only (no other rank takes part)."""
         g = _group(self)
         me = g.world[g._rank]
-        members = list(group._ranks or ())
+        members = list(group._ranks or ())  # world ranks
         if me not in members:
             raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group called by a process outside the group")
-        key = (g.gid, tuple(members), int(tag))
-        n = _GROUP_SERIAL[key] = _GROUP_SERIAL.get(key, 0) + 1
-        gid = zlib.crc32(repr((key, n)).encode()) | 1
-        return Intracomm._of(_State(_Group(g.transport, g.engine, gid, members, members.index(me), g.timeout)))
+        if not set(members) <= set(g.world):
+            raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group: the group's processes "
+                                          f"{sorted(set(members) - set(g.world))} are not in this communicator")
+        serial = (g.gid, tuple(members), int(tag))
+        n = _GROUP_SERIAL[serial] = _GROUP_SERIAL.get(serial, 0) + 1
+        ranks = [g.world.index(m) for m in members]
+        return Intracomm._of(_State(g.subgroup(ranks, ("MPI.Create_group", int(tag), n))))
 
     def Set_info(self, info):
         return None
@@ -990,7 +992,7 @@ class Cartcomm(Topocomm):
 def world_comms():
     """(COMM_WORLD, COMM_SELF) handles over commlib's world group (initialising it)."""
     world = _api.init()
-    self_group = _Group(world.transport, world.engine, 0x5E1F5E1F, [world.world[world.rank()]], 0, world.timeout)
+    self_group = world.subgroup([world.rank()], ("MPI_COMM_SELF",))
     return (Intracomm._of(_State(world, "MPI_COMM_WORLD", builtin=True)),
             Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
 

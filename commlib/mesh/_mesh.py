@@ -9,13 +9,11 @@ Request. Shapes follow jax.lax: the reshaping around the collective is a view
 where numpy allows one, a copy only where the shape change needs it.
 """
 import collections
-import zlib
 
 import numpy as np
 
 from .._api import collectives as _c
 from .._api import lifecycle
-from .._engine import Group
 from . import _tensors
 
 _SERIAL = collections.Counter()  # (parent gid, shape, names) -> meshes made so far in this process
@@ -49,7 +47,7 @@ class Mesh:
         self._g = g
         key = (g.gid, self.shape, names)
         _SERIAL[key] += 1
-        self._serial = _SERIAL[key]
+        self._serial = _SERIAL[key]  # in the sub-groups' keys: each Mesh's groups are its own
         self._ranks = np.arange(g.size()).reshape(self.shape)
         self._groups = {}
         self._layouts = {}  # (dim_specs, ndim, replicated_axes) -> canonical layout (_sharded.py)
@@ -119,12 +117,7 @@ class Mesh:
         mine = self.coords()
         plane = self._ranks.transpose(rest + along)[tuple(mine[i] for i in rest)]
         members = [int(r) for r in plane.reshape(-1)]  # parent ranks, row-major over t as given
-        # the members are part of the identity: the groups along one axis are disjoint but must differ
-        # (finalize() compares the histories of equal group ids across ranks)
-        gid = zlib.crc32(repr(("mesh", parent.gid, self.shape, self.axis_names, self._serial, t,
-                               members)).encode()) | 1
-        return Group(parent.transport, parent.engine, gid, [parent.world[m] for m in members],
-                     members.index(parent.rank()), parent.timeout)
+        return parent.subgroup(members, ("mesh", self.shape, self.axis_names, self._serial, t))
 
     # ------------------------------------------------------ collectives
     def preduce(self, x, axes, op):

@@ -10,7 +10,6 @@ place through numpy views of their memory; a copy is made only where the
 layout requires one (a non-contiguous output, a list of separate tensors).
 """
 import collections
-import zlib
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .._api import collectives as _c
 from .._api import lifecycle
 from .._dtypes import dtype_code
-from .._engine import ANY_SOURCE, Group
+from .._engine import ANY_SOURCE
 from .._errors import CommError, MismatchError
 from . import _store
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
@@ -49,11 +48,10 @@ def create_process_group(dist_opts, backend_opts=None):
         if len(members) != size or members[rank] != world.rank():
             raise CommError(f"commlib backend: torch's group {dist_opts.group_id} says this is rank {rank} of "
                             f"world ranks {members}, but this process is world rank {world.rank()}")
-    key = (str(dist_opts.group_id), tuple(members))
-    _SERIAL[key] += 1
-    gid = zlib.crc32(repr(("torch", key, _SERIAL[key])).encode()) | 1
-    group = Group(world.transport, world.engine, gid, members, rank, timeout)
-    return ProcessGroupCommlib(group)
+    name = str(dist_opts.group_id)
+    _SERIAL[name, tuple(members)] += 1
+    # members are world ranks, which are the world group's ranks
+    return ProcessGroupCommlib(world.subgroup(members, ("torch", name, _SERIAL[name, tuple(members)]), timeout))
 
 
 def _options(opts, cls):
