@@ -1,4 +1,4 @@
-"""Communicators: `Comm`, `Intracomm` and `Cartcomm`, over commlib groups.
+"""Communicators: `Comm`, `Intracomm` and `Cartcomm` (its topology in `_topology.py`), over commlib groups.
 
 A communicator handle holds a `_State`: the commlib Group (its matching
 context and ordered collective stream), a name and a topology. Handles made
@@ -23,7 +23,7 @@ from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
 from .._engine import EAGER_BYTES
 from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
-                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TYPE, HOST, IDENT, IO,
+                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
                          KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
                          UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
 from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoall_body, alltoall_obj_body,
@@ -36,6 +36,7 @@ from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, 
                    recv_obj, send)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
+from ._topology import Cartesian, cart_map, cart_topology
 
 _ENGINE_ANY_TAG = -1
 _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire code, for the fast paths
@@ -307,24 +308,13 @@ class Comm:
 
     def Cart_map(self, dims, periods=None):
         """This rank's rank in a Cartesian topology of dims (row-major, no reordering), or UNDEFINED."""
-        g = _group(self)
-        return g._rank if g._rank < math.prod(int(d) for d in dims) else UNDEFINED
+        return cart_map(_group(self)._rank, dims)
 
     def Create_cart(self, dims, periods=None, reorder=False):
         g = _group(self)
-        dims = [int(d) for d in dims]
-        if any(d <= 0 for d in dims):
-            raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
-        if periods is None or isinstance(periods, (bool, int, np.integer)):  # one flag for every dimension
-            periods = [bool(periods)] * len(dims)
-        periods = [bool(p) for p in periods]
-        if len(periods) != len(dims):
-            raise ValueError(f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
-        n = math.prod(dims)
-        if n > g._size:
-            raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {g._size}")
-        sub = g.split(0 if g._rank < n else -1, g._rank)
-        return self._derive(sub, Cartcomm, (tuple(dims), tuple(periods)))
+        topo = cart_topology(dims, periods, g._size)
+        sub = g.split(0 if g._rank < math.prod(topo[0]) else -1, g._rank)
+        return self._derive(sub, Cartcomm, topo)
 
     # ---------------------------------------------------------------- point-to-point, buffers
     def Send(self, buf, dest, tag=0):
@@ -886,107 +876,10 @@ class Topocomm(Intracomm):
     is_topo = property(lambda self: True)
 
 
-class Cartcomm(Topocomm):
-    """A communicator with a Cartesian topology (row-major rank order)."""
+class Cartcomm(Cartesian, Topocomm):
+    """A communicator with a Cartesian topology (row-major rank order; the methods are `Cartesian`'s)."""
 
     __slots__ = ()
-
-    # Neighbours, as MPI orders them for a Cartesian topology: per dimension, the one below, then
-    # the one above (PROC_NULL past a non-periodic edge).
-    @property
-    def inedges(self):
-        return [r for d in range(self.Get_dim()) for r in self.Shift(d, 1)]
-
-    outedges = inedges
-
-    @property
-    def inoutedges(self):
-        return self.inedges, self.outedges
-
-    @property
-    def indegree(self):
-        return 2 * self.Get_dim()
-
-    outdegree = indegree
-
-    @property
-    def degrees(self):
-        return self.indegree, self.outdegree
-
-    def _topo(self):
-        if self._c.topo is None:
-            raise MPIException(ERR_TOPOLOGY, "communicator has no Cartesian topology")
-        return self._c.topo
-
-    def Get_dim(self):
-        return len(self._topo()[0])
-
-    ndim = dim = property(Get_dim)
-
-    def Get_topo(self):
-        dims, periods = self._topo()
-        return list(dims), [int(p) for p in periods], self.Get_coords(self.Get_rank())
-
-    topo = property(Get_topo)
-    dims = property(lambda self: list(self._topo()[0]))
-    periods = property(lambda self: [int(p) for p in self._topo()[1]])
-    coords = property(lambda self: self.Get_coords(self.Get_rank()))
-
-    def Get_coords(self, rank):
-        dims, _ = self._topo()
-        g = _group(self)
-        if not 0 <= rank < g._size:
-            raise MPIException(ERR_RANK, f"Get_coords: {rank} is not a rank of this communicator")
-        coords = []
-        for d in reversed(dims):
-            coords.append(rank % d)
-            rank //= d
-        return coords[::-1]
-
-    def Get_cart_rank(self, coords):
-        dims, periods = self._topo()
-        rank = 0
-        for c, d, p in zip(coords, dims, periods):
-            c = int(c)
-            if p:
-                c %= d
-            elif not 0 <= c < d:
-                raise MPIException(ERR_RANK, f"Get_cart_rank: coordinate {c} is outside the non-periodic "
-                                             f"dimension of size {d}")
-            rank = rank * d + c
-        return rank
-
-    def Shift(self, direction, disp):
-        """(source, dest) ranks for a shift by disp along direction; PROC_NULL past a non-periodic edge."""
-        dims, periods = self._topo()
-        if not 0 <= direction < len(dims):
-            raise MPIException(ERR_ARG, f"Shift: direction {direction} out of range for {len(dims)} dimensions")
-        coords = self.Get_coords(self.Get_rank())
-
-        def neighbour(step):
-            c = list(coords)
-            c[direction] += step
-            if not periods[direction] and not 0 <= c[direction] < dims[direction]:
-                return PROC_NULL
-            return self.Get_cart_rank(c)
-
-        return neighbour(-disp), neighbour(disp)
-
-    def Sub(self, remain_dims):
-        dims, periods = self._topo()
-        coords = self.Get_coords(self.Get_rank())
-        keep = [bool(r) for r in remain_dims]
-        color = 0
-        for c, d, k in zip(coords, dims, keep):
-            if not k:
-                color = color * d + c
-        key = 0
-        for c, d, k in zip(coords, dims, keep):
-            if k:
-                key = key * d + c
-        sub = _group(self).split(color, key)
-        topo = (tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
-        return self._derive(sub, Cartcomm, topo)
 
 
 def world_comms():
