@@ -62,10 +62,10 @@ def _group(comm):
 
 
 def _dest(g, dest, what):
-    if isinstance(dest, (int, np.integer)) and not isinstance(dest, bool) and 0 <= dest < g._size:
+    if isinstance(dest, (int, np.integer)) and not isinstance(dest, bool) and 0 <= dest < g.size():
         return int(dest)
-    raise MPIException(ERR_RANK, f"rank {g._rank}: {what}: {dest!r} is not a rank of this communicator "
-                                 f"(size {g._size}) nor MPI.PROC_NULL")
+    raise MPIException(ERR_RANK, f"rank {g.rank()}: {what}: {dest!r} is not a rank of this communicator "
+                                 f"(size {g.size()}) nor MPI.PROC_NULL")
 
 
 def _source(g, source, what):
@@ -77,7 +77,7 @@ def _source(g, source, what):
 def _stag(g, tag, what):
     if isinstance(tag, (int, np.integer)) and not isinstance(tag, bool) and 0 <= tag <= TAG_UB_VALUE:
         return int(tag)
-    raise MPIException(ERR_TAG, f"rank {g._rank}: {what}: tag {tag!r} is not in 0..MPI.TAG_UB")
+    raise MPIException(ERR_TAG, f"rank {g.rank()}: {what}: tag {tag!r} is not in 0..MPI.TAG_UB")
 
 
 def _rtag(g, tag, what):
@@ -85,10 +85,10 @@ def _rtag(g, tag, what):
 
 
 def _root(g, root, what):
-    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g._size:
+    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g.size():
         return int(root)
-    raise MPIException(ERR_ROOT, f"rank {g._rank}: {what}: root={root!r} is not a rank of this communicator "
-                                 f"(size {g._size})")
+    raise MPIException(ERR_ROOT, f"rank {g.rank()}: {what}: root={root!r} is not a rank of this communicator "
+                                 f"(size {g.size()})")
 
 
 # ------------------------------------------------------------------ communicators
@@ -132,17 +132,17 @@ class Comm:
 
     # ---------------------------------------------------------------- queries
     def Get_rank(self):
-        return _group(self)._rank
+        return _group(self).rank()
 
     def Get_size(self):
-        return _group(self)._size
+        return _group(self).size()
 
     rank = property(Get_rank)
     size = property(Get_size)
 
     def Get_group(self):
         g = _group(self)
-        return Group._of(g.world, g.world[g._rank])
+        return Group._of(g.world, g.world[g.rank()])
 
     group = property(Get_group)
 
@@ -184,7 +184,7 @@ class Comm:
         if keyval == APPNUM:
             return 0
         if keyval in (HOST, IO):
-            return PROC_NULL if keyval == HOST else g._rank
+            return PROC_NULL if keyval == HOST else g.rank()
         if keyval == LASTUSEDCODE:
             return ERR_LASTCODE
         if keyval == KEYVAL_INVALID:
@@ -213,7 +213,7 @@ class Comm:
     def Abort(self, errorcode=0):
         """Stop every rank of the job: this process exits with errorcode (1 for 0), and commrun stops the rest."""
         g = self._c.g
-        _lifecycle.abort(int(errorcode), f"MPI_Abort was called on rank {g._rank if g else '?'} "
+        _lifecycle.abort(int(errorcode), f"MPI_Abort was called on rank {g.rank() if g else '?'} "
                                          f"with error code {int(errorcode)}")
 
     def __eq__(self, other):
@@ -248,13 +248,13 @@ class Comm:
         elif isinstance(color, (int, np.integer)) and not isinstance(color, bool) and color >= 0:
             c = int(color)
         else:
-            raise MPIException(ERR_ARG, f"rank {g._rank}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
+            raise MPIException(ERR_ARG, f"rank {g.rank()}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
         return self._derive(g.split(c, int(key)))
 
     def Dup(self, info=None):
         """A new communicator over the same ranks, with its own matching context; the same class."""
         g = _group(self)
-        return self._derive(g.split(0, g._rank), type(self), self._c.topo)
+        return self._derive(g.split(0, g.rank()), type(self), self._c.topo)
 
     Clone = Dup
     Dup_with_info = Dup
@@ -266,18 +266,18 @@ class Comm:
         """COMM_TYPE_SHARED (or any type but UNDEFINED): the ranks on this host."""
         g = _group(self)
         hosts = _api.all_gather_obj(None if split_type == UNDEFINED else socket.gethostname(), group=g)
-        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g._rank])
+        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g.rank()])
         return self._derive(g.split(color, int(key)))
 
     def Create_group(self, group, tag=0):
         """A communicator of group's processes, called by those processes only (no other rank takes part)."""
         g = _group(self)
-        me = g.world[g._rank]
+        me = g.world[g.rank()]
         members = list(group._ranks or ())  # world ranks
         if me not in members:
-            raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group called by a process outside the group")
+            raise MPIException(ERR_GROUP, f"rank {g.rank()}: Create_group called by a process outside the group")
         if not set(members) <= set(g.world):
-            raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group: the group's processes "
+            raise MPIException(ERR_GROUP, f"rank {g.rank()}: Create_group: the group's processes "
                                           f"{sorted(set(members) - set(g.world))} are not in this communicator")
         serial = (g.gid, tuple(members), int(tag))
         n = _GROUP_SERIAL[serial] = _GROUP_SERIAL.get(serial, 0) + 1
@@ -299,7 +299,7 @@ class Comm:
 
     def Create(self, group):
         g = _group(self)
-        me = g.world[g._rank]
+        me = g.world[g.rank()]
         members = list(group._ranks)
         if me in members:
             return self._derive(g.split(0, members.index(me)))
@@ -308,12 +308,12 @@ class Comm:
 
     def Cart_map(self, dims, periods=None):
         """This rank's rank in a Cartesian topology of dims (row-major, no reordering), or UNDEFINED."""
-        return cart_map(_group(self)._rank, dims)
+        return cart_map(_group(self).rank(), dims)
 
     def Create_cart(self, dims, periods=None, reorder=False):
         g = _group(self)
-        topo = cart_topology(dims, periods, g._size)
-        sub = g.split(0 if g._rank < math.prod(topo[0]) else -1, g._rank)
+        topo = cart_topology(dims, periods, g.size())
+        sub = g.split(0 if g.rank() < math.prod(topo[0]) else -1, g.rank())
         return self._derive(sub, Cartcomm, topo)
 
     # ---------------------------------------------------------------- point-to-point, buffers
@@ -526,14 +526,14 @@ class Comm:
     def _bcast_args(self, buf, root):
         g = _group(self)
         root = _root(g, root, "Bcast")
-        m = parse_send(buf) if g._rank == root else parse_recv(buf)
+        m = parse_send(buf) if g.rank() == root else parse_recv(buf)
         return m.array, root
 
     def Bcast(self, buf, root=0):
         g = self._c.g
-        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g._size:
+        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g.size():
             f = buf.flags
-            if f.c_contiguous and (f.writeable or root == g._rank):
+            if f.c_contiguous and (f.writeable or root == g.rank()):
                 g.stream.run(_coll._broadcast, g, buf, root)
                 return
         self._run(_coll._broadcast, *self._bcast_args(buf, root))
@@ -564,7 +564,7 @@ class Comm:
     def _rooted_reduce_args(self, sendbuf, recvbuf, op, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank == root:
+        if g.rank() == root:
             s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, what)
         else:
             m = parse_send(sendbuf)
@@ -593,12 +593,12 @@ class Comm:
         g = _group(self)
         r = parse_recv(recvbuf)
         if is_in_place(sendbuf):
-            arr, per = blocks(r, g._size, what)
+            arr, per = blocks(r, g.size(), what)
             return arr, arr[:per], _as_op(op), r.datatype, None
         s = parse_send(sendbuf)
         _same_type(s, r, what)
-        if s.array.size != r.array.size * g._size:
-            raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g._size} ranks")
+        if s.array.size != r.array.size * g.size():
+            raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g.size()} ranks")
         return s.array, r.array, _as_op(op), r.datatype, None
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
@@ -621,13 +621,13 @@ class Comm:
             counts = [int(c) for c in _api.all_gather(np.array([r.count], np.int64), group=g)]
         else:
             counts = [int(c) for c in (recvcounts.tolist() if isinstance(recvcounts, np.ndarray) else recvcounts)]
-        if len(counts) != g._size or sum(counts) * mult != s.array.size:
+        if len(counts) != g.size() or sum(counts) * mult != s.array.size:
             raise ValueError(f"{what}: recvcounts {counts} do not split the {s.array.size // mult} elements of "
-                             f"sendbuf over {g._size} ranks")
-        n = counts[g._rank] * mult
+                             f"sendbuf over {g.size()} ranks")
+        n = counts[g.rank()] * mult
         if r.array.size < n:
-            raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g._rank} gets {n // mult}")
-        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g._rank]) * mult
+            raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g.rank()} gets {n // mult}")
+        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g.rank()]) * mult
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
         self._run(reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
@@ -639,12 +639,12 @@ class Comm:
     def _gather_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return parse_send(sendbuf).array, root, None
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
-            return out[g._rank * per:(g._rank + 1) * per], root, out
+            return out[g.rank() * per:(g.rank() + 1) * per], root, out
         s = parse_send(sendbuf)
         return _match(s, r, per, what, send_side=True), root, out
 
@@ -657,12 +657,12 @@ class Comm:
     def _scatter_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return None, root, parse_recv(recvbuf).array
         s = parse_send(sendbuf)
-        src, per = blocks(s, g._size, what)
+        src, per = blocks(s, g.size(), what)
         if is_in_place(recvbuf):
-            return src, root, src[g._rank * per:(g._rank + 1) * per]
+            return src, root, src[g.rank() * per:(g.rank() + 1) * per]
         r = parse_recv(recvbuf)
         return src, root, _match(r, s, per, what, send_side=True)
 
@@ -675,15 +675,15 @@ class Comm:
     def _allgather_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
-            return out[g._rank * per:(g._rank + 1) * per], out
+            return out[g.rank() * per:(g.rank() + 1) * per], out
         return _match(parse_send(sendbuf), r, per, what, send_side=True), out
 
     def Allgather(self, sendbuf, recvbuf):
         g = self._c.g
         if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and g is not None
-                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g._size):
+                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g.size()):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
                 g.stream.run(_coll._all_gather, g, sendbuf, recvbuf)
@@ -696,11 +696,11 @@ class Comm:
     def _alltoall_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
             return out.copy(), out
         s = parse_send(sendbuf)
-        src, sper = blocks(s, g._size, what)
+        src, sper = blocks(s, g.size(), what)
         _same_type(s, r, what)
         if sper != per:
             raise ValueError(f"{what}: mismatch in send count {sper} and receive count {per} per rank")
@@ -716,9 +716,9 @@ class Comm:
     def _gatherv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return parse_send(sendbuf).array, None, root
-        R = parse_vector(recvbuf, g._size, True)
+        R = parse_vector(recvbuf, g.size(), True)
         return None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype), R, root
 
     def Gatherv(self, sendbuf, recvbuf, root=0):
@@ -730,9 +730,9 @@ class Comm:
     def _scatterv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return None, parse_recv(recvbuf).array, root
-        S = parse_vector(sendbuf, g._size, False)
+        S = parse_vector(sendbuf, g.size(), False)
         return S, None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype), root
 
     def Scatterv(self, sendbuf, recvbuf, root=0):
@@ -743,8 +743,8 @@ class Comm:
 
     def _allgatherv_args(self, sendbuf, recvbuf):
         g = _group(self)
-        R = parse_vector(recvbuf, g._size, True)
-        s = R.block(g._rank).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
+        R = parse_vector(recvbuf, g.size(), True)
+        s = R.block(g.rank()).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
         return lambda j: s, R.block, TAG_ALLGATHERV
 
     def Allgatherv(self, sendbuf, recvbuf):
@@ -755,12 +755,12 @@ class Comm:
 
     def _alltoallv_args(self, sendbuf, recvbuf):
         g = _group(self)
-        R = parse_vector(recvbuf, g._size, True)
+        R = parse_vector(recvbuf, g.size(), True)
         if is_in_place(sendbuf):
-            S = parse_vector(recvbuf, g._size, False)
+            S = parse_vector(recvbuf, g.size(), False)
             S.array = S.array.copy()
         else:
-            S = parse_vector(sendbuf, g._size, False)
+            S = parse_vector(sendbuf, g.size(), False)
         return S.block, R.block, TAG_ALLTOALLV
 
     def Alltoallv(self, sendbuf, recvbuf):
@@ -781,19 +781,19 @@ class Comm:
     def scatter(self, sendobj, root=0):
         g = _group(self)
         root = _root(g, root, "scatter")
-        if g._rank == root:
-            if sendobj is None or len(sendobj) != g._size:
-                raise ValueError(f"scatter: root needs a sequence of {g._size} objects, got "
+        if g.rank() == root:
+            if sendobj is None or len(sendobj) != g.size():
+                raise ValueError(f"scatter: root needs a sequence of {g.size()} objects, got "
                                  f"{'None' if sendobj is None else len(sendobj)}")
-        return _api.scatter_obj(list(sendobj) if g._rank == root else None, root, group=g)
+        return _api.scatter_obj(list(sendobj) if g.rank() == root else None, root, group=g)
 
     def allgather(self, sendobj):
         return _api.all_gather_obj(sendobj, group=_group(self))
 
     def alltoall(self, sendobj):
         g = _group(self)
-        if sendobj is None or len(sendobj) != g._size:
-            raise ValueError(f"alltoall: needs a sequence of {g._size} objects")
+        if sendobj is None or len(sendobj) != g.size():
+            raise ValueError(f"alltoall: needs a sequence of {g.size()} objects")
         return self._run(alltoall_obj_body, list(sendobj))
 
     def reduce(self, sendobj, op=SUM, root=0):
@@ -806,11 +806,11 @@ class Comm:
 
     def scan(self, sendobj, op=SUM):
         g = _group(self)
-        return fold(_api.all_gather_obj(sendobj, group=g)[:g._rank + 1], op)
+        return fold(_api.all_gather_obj(sendobj, group=g)[:g.rank() + 1], op)
 
     def exscan(self, sendobj, op=SUM):
         g = _group(self)
-        values = _api.all_gather_obj(sendobj, group=g)[:g._rank]
+        values = _api.all_gather_obj(sendobj, group=g)[:g.rank()]
         return fold(values, op) if values else None
 
 
