@@ -516,12 +516,12 @@ class Comm:
         return Request._wrap(g.stream.submit(what, fn, g, *args), done_empty)
 
     def Barrier(self):
-        self._run(_coll._barrier)
+        _coll.barrier(group=_group(self))
 
     barrier = Barrier
 
     def Ibarrier(self):
-        return self._start("Ibarrier", _coll._barrier)
+        return Request._wrap(_coll.ibarrier(group=_group(self)), done_empty)
 
     def _bcast_args(self, buf, root):
         g = _group(self)
@@ -534,12 +534,14 @@ class Comm:
         if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g.size():
             f = buf.flags
             if f.c_contiguous and (f.writeable or root == g.rank()):
-                g.stream.run(_coll._broadcast, g, buf, root)
+                _coll.broadcast(buf, root, group=g)
                 return
-        self._run(_coll._broadcast, *self._bcast_args(buf, root))
+        arr, root = self._bcast_args(buf, root)
+        _coll.broadcast(arr, root, group=_group(self))
 
     def Ibcast(self, buf, root=0):
-        return self._start("Ibcast", _coll._broadcast, *self._bcast_args(buf, root))
+        arr, root = self._bcast_args(buf, root)
+        return Request._wrap(_coll.ibroadcast(arr, root, group=_group(self)), done_empty)
 
     def _reduce_args(self, sendbuf, recvbuf, op, what):
         r = parse_recv(recvbuf)
@@ -554,9 +556,13 @@ class Comm:
                 and g is not None and sendbuf.dtype is recvbuf.dtype and sendbuf.shape == recvbuf.shape):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:  # straight to commlib's all_reduce
-                g.stream.run(_coll._all_reduce, g, sendbuf, op._kernel, recvbuf)
+                _all_reduce_into(g, sendbuf, recvbuf, op._kernel)
                 return
-        self._run(allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
+        s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, "Allreduce")
+        if op._kernel is not None:
+            _all_reduce_into(_group(self), s, out, op._kernel)
+        else:
+            self._run(allreduce_body, s, out, op, dt)
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
         return self._start("Iallreduce", allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Iallreduce"))
@@ -602,7 +608,11 @@ class Comm:
         return s.array, r.array, _as_op(op), r.datatype, None
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        self._run(reduce_scatter_body, *self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block"))
+        s, out, op, dt, lo = self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block")
+        if op._kernel is not None:  # commlib's reduce_scatter returns the block: copied into recvbuf
+            out[...] = _coll.reduce_scatter(s, op._kernel, group=_group(self))
+        else:
+            self._run(reduce_scatter_body, s, out, op, dt, lo)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
         return self._start("Ireduce_scatter_block", reduce_scatter_body,
@@ -686,12 +696,14 @@ class Comm:
                 and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g.size()):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
-                g.stream.run(_coll._all_gather, g, sendbuf, recvbuf)
+                _coll.all_gather(sendbuf.reshape(-1), out=recvbuf.reshape(-1), group=g)
                 return
-        self._run(_coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Allgather"))
+        x, out = self._allgather_args(sendbuf, recvbuf, "Allgather")
+        _coll.all_gather(x, out=out, group=_group(self))
 
     def Iallgather(self, sendbuf, recvbuf):
-        return self._start("Iallgather", _coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Iallgather"))
+        x, out = self._allgather_args(sendbuf, recvbuf, "Iallgather")
+        return Request._wrap(_coll.iall_gather(x, out=out, group=_group(self)), done_empty)
 
     def _alltoall_args(self, sendbuf, recvbuf, what):
         g = _group(self)
@@ -707,7 +719,8 @@ class Comm:
         return src, out
 
     def Alltoall(self, sendbuf, recvbuf):
-        self._run(alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
+        s, out = self._alltoall_args(sendbuf, recvbuf, "Alltoall")
+        out[...] = _coll.all_to_all(s, group=_group(self))
 
     def Ialltoall(self, sendbuf, recvbuf):
         return self._start("Ialltoall", alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
@@ -857,6 +870,16 @@ def _match(s, r, count, what, send_side=False):
         sent, got = (arr.size // mult, count // mult) if send_side else (count // mult, arr.size // mult)
         raise ValueError(f"{what}: mismatch in send count {sent} and receive count {got}")
     return arr
+
+
+def _all_reduce_into(g, s, out, kernel):
+    """commlib's all_reduce of s into out. A small one is copied into out first and reduced in
+    place: the form the one-call path takes (the doubling it runs copies first anyway)."""
+    if (s is not out and out.nbytes <= EAGER_BYTES and type(out) is np.ndarray and out.flags.c_contiguous
+            and out.flags.writeable and out.dtype == s.dtype and out.shape == s.shape):
+        np.copyto(out, s)
+        s = out
+    _coll.all_reduce(s, kernel, out=out, group=g)
 
 
 class Intracomm(Comm):
