@@ -1,8 +1,10 @@
 """Bodies of commlib.MPI's collectives, each run on its communicator's ordered stream.
 
-Buffer collectives with predefined ops call commlib's own (`_api.collectives`); vector
-collectives, scans and user ops run over the point-to-point engine with tags below zero, which no
-user receive (ANY_TAG included) can match.
+Buffer collectives with predefined ops call commlib's private bodies (`_api.collectives`):
+these run inside the stream (a public function there would wait for the stream it holds) and
+take the `out=` the public ones lack; the blocking forms the public functions cover call those
+from `_comm.py` instead. Vector collectives, scans and user ops run over the point-to-point
+engine with tags below zero, which no user receive (ANY_TAG included) can match.
 """
 import numpy as np
 

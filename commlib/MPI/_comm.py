@@ -6,10 +6,11 @@ by `Intracomm(comm)` share the state (`==`, not `is`); `Free()` empties the
 handle. Point-to-point calls go to the matching engine with raw receives
 (any dtype, truncation reported as ERR_TRUNCATE). Collectives run on the
 group's stream, so blocking and non-blocking ones keep program order: buffer
-collectives with predefined ops go to commlib's own algorithms on views of
-the caller's memory; vector collectives, scans and user ops run over the
-engine with tags below zero, which no user receive (ANY_TAG included) can
-match.
+collectives with predefined ops call commlib's public collectives on views of
+the caller's memory (a blocking one takes the group's one-call path when it
+can), or its private bodies where those take no `out=`; vector collectives,
+scans and user ops run over the engine with tags below zero, which no user
+receive (ANY_TAG included) can match.
 """
 import math
 import socket
