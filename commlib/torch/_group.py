@@ -293,13 +293,12 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         opts = _options(opts, BroadcastOptions)
         root = self._g.check_rank(opts.rootRank, "root")
-        for t in tensors:
-            array(t)
-        return self._now(opts, "broadcast", tensors, self._broadcast, list(tensors), root)
+        arrays = [array(t) for t in tensors]  # every tensor checked before anything is queued
+        return self._now(opts, "broadcast", tensors, self._broadcast, arrays, root)
 
-    def _broadcast(self, tensors, root):
-        for t in tensors:
-            _c.broadcast(array(t), root, group=self._g)
+    def _broadcast(self, arrays, root):
+        for a in arrays:
+            _c.broadcast(a, root, group=self._g)
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = _options(opts, AllgatherOptions)
@@ -333,8 +332,9 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if type(opts) is not AllgatherOptions:
             opts = _options(opts, AllgatherOptions)
         self._check_gather_tensor(output, input, "all_gather_into_tensor")
-        array(output, "all_gather's output"), array(input)  # checked before anything is queued
-        return self._now(opts, "all_gather_into_tensor", [output], self._allgather, output, input)
+        y, back = contiguous_target(output, "all_gather's output")  # the output itself when it can be
+        return self._now(opts, "all_gather_into_tensor", [output], self._allgather_into, output, y, back,
+                         array(input))
 
     _allgather_base = all_gather_single
 
@@ -360,8 +360,12 @@ class ProcessGroupCommlib(dist.ProcessGroup):
                              f"of {input.dtype} (the input's), got {output.numel()} of {output.dtype}")
 
     def _allgather(self, output, input):
-        y, back = contiguous_target(output, "all_gather's output")  # the output itself when it can be
-        _c.all_gather(array(input).reshape(-1), out=y.reshape(-1), group=self._g)
+        y, back = contiguous_target(output, "all_gather's output")
+        self._allgather_into(output, y, back, array(input))
+
+    def _allgather_into(self, output, y, back, x):
+        """all_gather of x into y, a C-contiguous array over output's memory or over `back`'s."""
+        _c.all_gather(x.reshape(-1), out=y.reshape(-1), group=self._g)
         if back is not None:
             output.copy_(back)
 
