@@ -697,10 +697,9 @@ class Comm:
                 and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g.size()):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
-                _coll.all_gather(sendbuf.reshape(-1), out=recvbuf.reshape(-1), group=g)
+                _all_gather_into(g, sendbuf.reshape(-1), recvbuf.reshape(-1))
                 return
-        x, out = self._allgather_args(sendbuf, recvbuf, "Allgather")
-        _coll.all_gather(x, out=out, group=_group(self))
+        _all_gather_into(_group(self), *self._allgather_args(sendbuf, recvbuf, "Allgather"))
 
     def Iallgather(self, sendbuf, recvbuf):
         x, out = self._allgather_args(sendbuf, recvbuf, "Iallgather")
@@ -881,6 +880,15 @@ def _all_reduce_into(g, s, out, kernel):
         np.copyto(out, s)
         s = out
     _coll.all_reduce(s, kernel, out=out, group=g)
+
+
+def _all_gather_into(g, x, out):
+    """commlib's all_gather of the flat x into the flat out. A small one gathers into a new array
+    and copies that: the one-call path takes no out= (the copy costs less than the Python path)."""
+    if out.nbytes <= EAGER_BYTES:
+        np.copyto(out, _coll.all_gather(x, group=g))
+    else:
+        _coll.all_gather(x, out=out, group=g)
 
 
 class Intracomm(Comm):
