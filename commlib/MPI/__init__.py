@@ -17,7 +17,8 @@ import time as _time
 from .. import __version__ as _version
 from .._api import finalize as _finalize
 from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _processor_name, world_comms
-from ._groups import Compute_dims, Group
+from ._groups import Group
+from ._topology import Compute_dims
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE

@@ -1,8 +1,10 @@
 """Bodies of commlib.MPI's collectives, each run on its communicator's ordered stream.
 
-Buffer collectives with predefined ops call commlib's own (`_api.collectives`); vector
-collectives, scans and user ops run over the point-to-point engine with tags below zero, which no
-user receive (ANY_TAG included) can match.
+Buffer collectives with predefined ops call commlib's private bodies (`_api.collectives`):
+these run inside the stream (a public function there would wait for the stream it holds) and
+take the `out=` the public ones lack; the blocking forms the public functions cover call those
+from `_comm.py` instead. Vector collectives, scans and user ops run over the point-to-point
+engine with tags below zero, which no user receive (ANY_TAG included) can match.
 """
 import numpy as np
 
@@ -44,7 +46,7 @@ def allreduce_body(g, s, out, op, dt):
         _coll._all_reduce(g, s, op._kernel, out)
         return
     gathered = _coll._all_gather(g, s)
-    fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+    fold_buffers(gathered.reshape(g.size(), s.size), op, dt, out)
 
 
 def reduce_body(g, s, out, op, dt, root):
@@ -52,12 +54,12 @@ def reduce_body(g, s, out, op, dt, root):
         _coll._reduce(g, s, op._kernel, root, out)
         return
     gathered = _coll._gather(g, s, root)
-    if g._rank == root:
-        fold_buffers(gathered.reshape(g._size, s.size), op, dt, out)
+    if g.rank() == root:
+        fold_buffers(gathered.reshape(g.size(), s.size), op, dt, out)
 
 
 def scan_body(g, s, out, op, dt, exclusive):
-    n, me = g._size, g._rank
+    n, me = g.size(), g.rank()
     mine = np.array(s, copy=True)  # s may be out itself (IN_PLACE)
     prev = None
     if me > 0:
@@ -74,7 +76,7 @@ def scan_body(g, s, out, op, dt, exclusive):
 
 
 def gatherv_body(g, s, R, root):
-    me, n = g._rank, g._size
+    me, n = g.rank(), g.size()
     if me != root:
         _p2p_send(g, s, root, TAG_GATHERV)
         return
@@ -85,7 +87,7 @@ def gatherv_body(g, s, R, root):
 
 
 def scatterv_body(g, S, r, root):
-    me, n = g._rank, g._size
+    me, n = g.rank(), g.size()
     if me != root:
         _p2p_recv(g, r, root, TAG_SCATTERV)
         return
@@ -97,7 +99,7 @@ def scatterv_body(g, S, r, root):
 
 def exchange_body(g, send_block, recv_block, tag):
     """Every rank sends send_block(j) to j and receives recv_block(i) from i (all-to-all pattern)."""
-    me, n = g._rank, g._size
+    me, n = g.rank(), g.size()
     reqs = [_p2p_recv(g, recv_block(i), i, tag, block=False) for i in range(n) if i != me]
     reqs += [_p2p_send(g, send_block(j), j, tag, block=False) for j in range(n) if j != me]
     mine = send_block(me)
@@ -107,7 +109,7 @@ def exchange_body(g, send_block, recv_block, tag):
 
 
 def alltoall_obj_body(g, objs):
-    me, n = g._rank, g._size
+    me, n = g.rank(), g.size()
     recvs = {i: recv_obj(g, i, TAG_ALLTOALL_OBJ, False, "alltoall") for i in range(n) if i != me}
     sends = [_p2p_send(g, dumps(objs[j]), j, TAG_ALLTOALL_OBJ, block=False) for j in range(n) if j != me]
     _wait_all([q for q in sends if q is not None])
@@ -119,14 +121,14 @@ def alltoall_obj_body(g, objs):
 
 
 def reduce_scatter_body(g, s, out, op, dt, lo):
-    n = g._size
+    n = g.size()
     if lo is None and op._kernel is not None and s.size == out.size * n:
         res = _coll._reduce_scatter(g, s, op._kernel)
         out[...] = res
         return
     full = np.empty_like(s)
     allreduce_body(g, s, full, op, dt)
-    start = g._rank * out.size if lo is None else lo
+    start = g.rank() * out.size if lo is None else lo
     out[...] = full[start:start + out.size]
 
 

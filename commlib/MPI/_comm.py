@@ -1,4 +1,4 @@
-"""Communicators: `Comm`, `Intracomm` and `Cartcomm`, over commlib groups.
+"""Communicators: `Comm`, `Intracomm` and `Cartcomm` (its topology in `_topology.py`), over commlib groups.
 
 A communicator handle holds a `_State`: the commlib Group (its matching
 context and ordered collective stream), a name and a topology. Handles made
@@ -6,15 +6,15 @@ by `Intracomm(comm)` share the state (`==`, not `is`); `Free()` empties the
 handle. Point-to-point calls go to the matching engine with raw receives
 (any dtype, truncation reported as ERR_TRUNCATE). Collectives run on the
 group's stream, so blocking and non-blocking ones keep program order: buffer
-collectives with predefined ops go to commlib's own algorithms on views of
-the caller's memory; vector collectives, scans and user ops run over the
-engine with tags below zero, which no user receive (ANY_TAG included) can
-match.
+collectives with predefined ops call commlib's public collectives on views of
+the caller's memory (a blocking one takes the group's one-call path when it
+can), or its private bodies where those take no `out=`; vector collectives,
+scans and user ops run over the engine with tags below zero, which no user
+receive (ANY_TAG included) can match.
 """
 import math
 import socket
 import warnings
-import zlib
 
 import numpy as np
 
@@ -22,9 +22,9 @@ from .. import _api
 from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
-from .._engine import EAGER_BYTES, Group as _Group
+from .._engine import EAGER_BYTES
 from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
-                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TOPOLOGY, ERR_TYPE, HOST, IDENT, IO,
+                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
                          KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
                          UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
 from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoall_body, alltoall_obj_body,
@@ -37,6 +37,7 @@ from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, 
                    recv_obj, send)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
+from ._topology import Cartesian, cart_map, cart_topology
 
 _ENGINE_ANY_TAG = -1
 _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire code, for the fast paths
@@ -50,7 +51,7 @@ class _State:
 
 
 _NULL = _State(None, "MPI_COMM_NULL")
-_GROUP_SERIAL = {}  # (parent gid, members, tag) -> Create_group calls so far: each call a new context
+_GROUP_SERIAL = {}  # (parent gid, members, tag) -> Create_group calls so far: each call a new group
 
 
 # ------------------------------------------------------------------ argument checks
@@ -62,10 +63,10 @@ def _group(comm):
 
 
 def _dest(g, dest, what):
-    if isinstance(dest, (int, np.integer)) and not isinstance(dest, bool) and 0 <= dest < g._size:
+    if isinstance(dest, (int, np.integer)) and not isinstance(dest, bool) and 0 <= dest < g.size():
         return int(dest)
-    raise MPIException(ERR_RANK, f"rank {g._rank}: {what}: {dest!r} is not a rank of this communicator "
-                                 f"(size {g._size}) nor MPI.PROC_NULL")
+    raise MPIException(ERR_RANK, f"rank {g.rank()}: {what}: {dest!r} is not a rank of this communicator "
+                                 f"(size {g.size()}) nor MPI.PROC_NULL")
 
 
 def _source(g, source, what):
@@ -77,7 +78,7 @@ def _source(g, source, what):
 def _stag(g, tag, what):
     if isinstance(tag, (int, np.integer)) and not isinstance(tag, bool) and 0 <= tag <= TAG_UB_VALUE:
         return int(tag)
-    raise MPIException(ERR_TAG, f"rank {g._rank}: {what}: tag {tag!r} is not in 0..MPI.TAG_UB")
+    raise MPIException(ERR_TAG, f"rank {g.rank()}: {what}: tag {tag!r} is not in 0..MPI.TAG_UB")
 
 
 def _rtag(g, tag, what):
@@ -85,10 +86,10 @@ def _rtag(g, tag, what):
 
 
 def _root(g, root, what):
-    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g._size:
+    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g.size():
         return int(root)
-    raise MPIException(ERR_ROOT, f"rank {g._rank}: {what}: root={root!r} is not a rank of this communicator "
-                                 f"(size {g._size})")
+    raise MPIException(ERR_ROOT, f"rank {g.rank()}: {what}: root={root!r} is not a rank of this communicator "
+                                 f"(size {g.size()})")
 
 
 # ------------------------------------------------------------------ communicators
@@ -132,17 +133,17 @@ class Comm:
 
     # ---------------------------------------------------------------- queries
     def Get_rank(self):
-        return _group(self)._rank
+        return _group(self).rank()
 
     def Get_size(self):
-        return _group(self)._size
+        return _group(self).size()
 
     rank = property(Get_rank)
     size = property(Get_size)
 
     def Get_group(self):
         g = _group(self)
-        return Group._of(g.world, g.world[g._rank])
+        return Group._of(g.world, g.world[g.rank()])
 
     group = property(Get_group)
 
@@ -184,7 +185,7 @@ class Comm:
         if keyval == APPNUM:
             return 0
         if keyval in (HOST, IO):
-            return PROC_NULL if keyval == HOST else g._rank
+            return PROC_NULL if keyval == HOST else g.rank()
         if keyval == LASTUSEDCODE:
             return ERR_LASTCODE
         if keyval == KEYVAL_INVALID:
@@ -213,7 +214,7 @@ class Comm:
     def Abort(self, errorcode=0):
         """Stop every rank of the job: this process exits with errorcode (1 for 0), and commrun stops the rest."""
         g = self._c.g
-        _lifecycle.abort(int(errorcode), f"MPI_Abort was called on rank {g._rank if g else '?'} "
+        _lifecycle.abort(int(errorcode), f"MPI_Abort was called on rank {g.rank() if g else '?'} "
                                          f"with error code {int(errorcode)}")
 
     def __eq__(self, other):
@@ -248,13 +249,13 @@ class Comm:
         elif isinstance(color, (int, np.integer)) and not isinstance(color, bool) and color >= 0:
             c = int(color)
         else:
-            raise MPIException(ERR_ARG, f"rank {g._rank}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
+            raise MPIException(ERR_ARG, f"rank {g.rank()}: Split: color must be >= 0 or MPI.UNDEFINED, got {color!r}")
         return self._derive(g.split(c, int(key)))
 
     def Dup(self, info=None):
         """A new communicator over the same ranks, with its own matching context; the same class."""
         g = _group(self)
-        return self._derive(g.split(0, g._rank), type(self), self._c.topo)
+        return self._derive(g.split(0, g.rank()), type(self), self._c.topo)
 
     Clone = Dup
     Dup_with_info = Dup
@@ -266,20 +267,23 @@ class Comm:
         """COMM_TYPE_SHARED (or any type but UNDEFINED): the ranks on this host."""
         g = _group(self)
         hosts = _api.all_gather_obj(None if split_type == UNDEFINED else socket.gethostname(), group=g)
-        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g._rank])
+        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g.rank()])
         return self._derive(g.split(color, int(key)))
 
     def Create_group(self, group, tag=0):
         """A communicator of group's processes, called by those processes only (no other rank takes part)."""
         g = _group(self)
-        me = g.world[g._rank]
-        members = list(group._ranks or ())
+        me = g.world[g.rank()]
+        members = list(group._ranks or ())  # world ranks
         if me not in members:
-            raise MPIException(ERR_GROUP, f"rank {g._rank}: Create_group called by a process outside the group")
-        key = (g.gid, tuple(members), int(tag))
-        n = _GROUP_SERIAL[key] = _GROUP_SERIAL.get(key, 0) + 1
-        gid = zlib.crc32(repr((key, n)).encode()) | 1
-        return Intracomm._of(_State(_Group(g.transport, g.engine, gid, members, members.index(me), g.timeout)))
+            raise MPIException(ERR_GROUP, f"rank {g.rank()}: Create_group called by a process outside the group")
+        if not set(members) <= set(g.world):
+            raise MPIException(ERR_GROUP, f"rank {g.rank()}: Create_group: the group's processes "
+                                          f"{sorted(set(members) - set(g.world))} are not in this communicator")
+        serial = (g.gid, tuple(members), int(tag))
+        n = _GROUP_SERIAL[serial] = _GROUP_SERIAL.get(serial, 0) + 1
+        ranks = [g.world.index(m) for m in members]
+        return Intracomm._of(_State(g.subgroup(ranks, ("MPI.Create_group", int(tag), n))))
 
     def Set_info(self, info):
         return None
@@ -296,7 +300,7 @@ class Comm:
 
     def Create(self, group):
         g = _group(self)
-        me = g.world[g._rank]
+        me = g.world[g.rank()]
         members = list(group._ranks)
         if me in members:
             return self._derive(g.split(0, members.index(me)))
@@ -305,24 +309,13 @@ class Comm:
 
     def Cart_map(self, dims, periods=None):
         """This rank's rank in a Cartesian topology of dims (row-major, no reordering), or UNDEFINED."""
-        g = _group(self)
-        return g._rank if g._rank < math.prod(int(d) for d in dims) else UNDEFINED
+        return cart_map(_group(self).rank(), dims)
 
     def Create_cart(self, dims, periods=None, reorder=False):
         g = _group(self)
-        dims = [int(d) for d in dims]
-        if any(d <= 0 for d in dims):
-            raise MPIException(ERR_ARG, f"Create_cart: dims must be positive, got {dims}")
-        if periods is None or isinstance(periods, (bool, int, np.integer)):  # one flag for every dimension
-            periods = [bool(periods)] * len(dims)
-        periods = [bool(p) for p in periods]
-        if len(periods) != len(dims):
-            raise ValueError(f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
-        n = math.prod(dims)
-        if n > g._size:
-            raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {g._size}")
-        sub = g.split(0 if g._rank < n else -1, g._rank)
-        return self._derive(sub, Cartcomm, (tuple(dims), tuple(periods)))
+        topo = cart_topology(dims, periods, g.size())
+        sub = g.split(0 if g.rank() < math.prod(topo[0]) else -1, g.rank())
+        return self._derive(sub, Cartcomm, topo)
 
     # ---------------------------------------------------------------- point-to-point, buffers
     def Send(self, buf, dest, tag=0):
@@ -524,30 +517,32 @@ class Comm:
         return Request._wrap(g.stream.submit(what, fn, g, *args), done_empty)
 
     def Barrier(self):
-        self._run(_coll._barrier)
+        _coll.barrier(group=_group(self))
 
     barrier = Barrier
 
     def Ibarrier(self):
-        return self._start("Ibarrier", _coll._barrier)
+        return Request._wrap(_coll.ibarrier(group=_group(self)), done_empty)
 
     def _bcast_args(self, buf, root):
         g = _group(self)
         root = _root(g, root, "Bcast")
-        m = parse_send(buf) if g._rank == root else parse_recv(buf)
+        m = parse_send(buf) if g.rank() == root else parse_recv(buf)
         return m.array, root
 
     def Bcast(self, buf, root=0):
         g = self._c.g
-        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g._size:
+        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g.size():
             f = buf.flags
-            if f.c_contiguous and (f.writeable or root == g._rank):
-                g.stream.run(_coll._broadcast, g, buf, root)
+            if f.c_contiguous and (f.writeable or root == g.rank()):
+                _coll.broadcast(buf, root, group=g)
                 return
-        self._run(_coll._broadcast, *self._bcast_args(buf, root))
+        arr, root = self._bcast_args(buf, root)
+        _coll.broadcast(arr, root, group=_group(self))
 
     def Ibcast(self, buf, root=0):
-        return self._start("Ibcast", _coll._broadcast, *self._bcast_args(buf, root))
+        arr, root = self._bcast_args(buf, root)
+        return Request._wrap(_coll.ibroadcast(arr, root, group=_group(self)), done_empty)
 
     def _reduce_args(self, sendbuf, recvbuf, op, what):
         r = parse_recv(recvbuf)
@@ -562,9 +557,13 @@ class Comm:
                 and g is not None and sendbuf.dtype is recvbuf.dtype and sendbuf.shape == recvbuf.shape):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:  # straight to commlib's all_reduce
-                g.stream.run(_coll._all_reduce, g, sendbuf, op._kernel, recvbuf)
+                _all_reduce_into(g, sendbuf, recvbuf, op._kernel)
                 return
-        self._run(allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Allreduce"))
+        s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, "Allreduce")
+        if op._kernel is not None:
+            _all_reduce_into(_group(self), s, out, op._kernel)
+        else:
+            self._run(allreduce_body, s, out, op, dt)
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
         return self._start("Iallreduce", allreduce_body, *self._reduce_args(sendbuf, recvbuf, op, "Iallreduce"))
@@ -572,7 +571,7 @@ class Comm:
     def _rooted_reduce_args(self, sendbuf, recvbuf, op, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank == root:
+        if g.rank() == root:
             s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, what)
         else:
             m = parse_send(sendbuf)
@@ -601,16 +600,20 @@ class Comm:
         g = _group(self)
         r = parse_recv(recvbuf)
         if is_in_place(sendbuf):
-            arr, per = blocks(r, g._size, what)
+            arr, per = blocks(r, g.size(), what)
             return arr, arr[:per], _as_op(op), r.datatype, None
         s = parse_send(sendbuf)
         _same_type(s, r, what)
-        if s.array.size != r.array.size * g._size:
-            raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g._size} ranks")
+        if s.array.size != r.array.size * g.size():
+            raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g.size()} ranks")
         return s.array, r.array, _as_op(op), r.datatype, None
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        self._run(reduce_scatter_body, *self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block"))
+        s, out, op, dt, lo = self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block")
+        if op._kernel is not None:  # commlib's reduce_scatter returns the block: copied into recvbuf
+            out[...] = _coll.reduce_scatter(s, op._kernel, group=_group(self))
+        else:
+            self._run(reduce_scatter_body, s, out, op, dt, lo)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
         return self._start("Ireduce_scatter_block", reduce_scatter_body,
@@ -629,13 +632,13 @@ class Comm:
             counts = [int(c) for c in _api.all_gather(np.array([r.count], np.int64), group=g)]
         else:
             counts = [int(c) for c in (recvcounts.tolist() if isinstance(recvcounts, np.ndarray) else recvcounts)]
-        if len(counts) != g._size or sum(counts) * mult != s.array.size:
+        if len(counts) != g.size() or sum(counts) * mult != s.array.size:
             raise ValueError(f"{what}: recvcounts {counts} do not split the {s.array.size // mult} elements of "
-                             f"sendbuf over {g._size} ranks")
-        n = counts[g._rank] * mult
+                             f"sendbuf over {g.size()} ranks")
+        n = counts[g.rank()] * mult
         if r.array.size < n:
-            raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g._rank} gets {n // mult}")
-        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g._rank]) * mult
+            raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g.rank()} gets {n // mult}")
+        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g.rank()]) * mult
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
         self._run(reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
@@ -647,12 +650,12 @@ class Comm:
     def _gather_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return parse_send(sendbuf).array, root, None
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
-            return out[g._rank * per:(g._rank + 1) * per], root, out
+            return out[g.rank() * per:(g.rank() + 1) * per], root, out
         s = parse_send(sendbuf)
         return _match(s, r, per, what, send_side=True), root, out
 
@@ -665,12 +668,12 @@ class Comm:
     def _scatter_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return None, root, parse_recv(recvbuf).array
         s = parse_send(sendbuf)
-        src, per = blocks(s, g._size, what)
+        src, per = blocks(s, g.size(), what)
         if is_in_place(recvbuf):
-            return src, root, src[g._rank * per:(g._rank + 1) * per]
+            return src, root, src[g.rank() * per:(g.rank() + 1) * per]
         r = parse_recv(recvbuf)
         return src, root, _match(r, s, per, what, send_side=True)
 
@@ -683,39 +686,41 @@ class Comm:
     def _allgather_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
-            return out[g._rank * per:(g._rank + 1) * per], out
+            return out[g.rank() * per:(g.rank() + 1) * per], out
         return _match(parse_send(sendbuf), r, per, what, send_side=True), out
 
     def Allgather(self, sendbuf, recvbuf):
         g = self._c.g
         if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and g is not None
-                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g._size):
+                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g.size()):
             f = recvbuf.flags
             if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
-                g.stream.run(_coll._all_gather, g, sendbuf, recvbuf)
+                _all_gather_into(g, sendbuf.reshape(-1), recvbuf.reshape(-1))
                 return
-        self._run(_coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Allgather"))
+        _all_gather_into(_group(self), *self._allgather_args(sendbuf, recvbuf, "Allgather"))
 
     def Iallgather(self, sendbuf, recvbuf):
-        return self._start("Iallgather", _coll._all_gather, *self._allgather_args(sendbuf, recvbuf, "Iallgather"))
+        x, out = self._allgather_args(sendbuf, recvbuf, "Iallgather")
+        return Request._wrap(_coll.iall_gather(x, out=out, group=_group(self)), done_empty)
 
     def _alltoall_args(self, sendbuf, recvbuf, what):
         g = _group(self)
         r = parse_recv(recvbuf)
-        out, per = blocks(r, g._size, what)
+        out, per = blocks(r, g.size(), what)
         if is_in_place(sendbuf):
             return out.copy(), out
         s = parse_send(sendbuf)
-        src, sper = blocks(s, g._size, what)
+        src, sper = blocks(s, g.size(), what)
         _same_type(s, r, what)
         if sper != per:
             raise ValueError(f"{what}: mismatch in send count {sper} and receive count {per} per rank")
         return src, out
 
     def Alltoall(self, sendbuf, recvbuf):
-        self._run(alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Alltoall"))
+        s, out = self._alltoall_args(sendbuf, recvbuf, "Alltoall")
+        out[...] = _coll.all_to_all(s, group=_group(self))
 
     def Ialltoall(self, sendbuf, recvbuf):
         return self._start("Ialltoall", alltoall_body, *self._alltoall_args(sendbuf, recvbuf, "Ialltoall"))
@@ -724,9 +729,9 @@ class Comm:
     def _gatherv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return parse_send(sendbuf).array, None, root
-        R = parse_vector(recvbuf, g._size, True)
+        R = parse_vector(recvbuf, g.size(), True)
         return None if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype), R, root
 
     def Gatherv(self, sendbuf, recvbuf, root=0):
@@ -738,9 +743,9 @@ class Comm:
     def _scatterv_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
         root = _root(g, root, what)
-        if g._rank != root:
+        if g.rank() != root:
             return None, parse_recv(recvbuf).array, root
-        S = parse_vector(sendbuf, g._size, False)
+        S = parse_vector(sendbuf, g.size(), False)
         return S, None if is_in_place(recvbuf) else _cast(parse_recv(recvbuf).array, S.datatype), root
 
     def Scatterv(self, sendbuf, recvbuf, root=0):
@@ -751,8 +756,8 @@ class Comm:
 
     def _allgatherv_args(self, sendbuf, recvbuf):
         g = _group(self)
-        R = parse_vector(recvbuf, g._size, True)
-        s = R.block(g._rank).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
+        R = parse_vector(recvbuf, g.size(), True)
+        s = R.block(g.rank()).copy() if is_in_place(sendbuf) else _cast(parse_send(sendbuf).array, R.datatype)
         return lambda j: s, R.block, TAG_ALLGATHERV
 
     def Allgatherv(self, sendbuf, recvbuf):
@@ -763,12 +768,12 @@ class Comm:
 
     def _alltoallv_args(self, sendbuf, recvbuf):
         g = _group(self)
-        R = parse_vector(recvbuf, g._size, True)
+        R = parse_vector(recvbuf, g.size(), True)
         if is_in_place(sendbuf):
-            S = parse_vector(recvbuf, g._size, False)
+            S = parse_vector(recvbuf, g.size(), False)
             S.array = S.array.copy()
         else:
-            S = parse_vector(sendbuf, g._size, False)
+            S = parse_vector(sendbuf, g.size(), False)
         return S.block, R.block, TAG_ALLTOALLV
 
     def Alltoallv(self, sendbuf, recvbuf):
@@ -789,19 +794,19 @@ class Comm:
     def scatter(self, sendobj, root=0):
         g = _group(self)
         root = _root(g, root, "scatter")
-        if g._rank == root:
-            if sendobj is None or len(sendobj) != g._size:
-                raise ValueError(f"scatter: root needs a sequence of {g._size} objects, got "
+        if g.rank() == root:
+            if sendobj is None or len(sendobj) != g.size():
+                raise ValueError(f"scatter: root needs a sequence of {g.size()} objects, got "
                                  f"{'None' if sendobj is None else len(sendobj)}")
-        return _api.scatter_obj(list(sendobj) if g._rank == root else None, root, group=g)
+        return _api.scatter_obj(list(sendobj) if g.rank() == root else None, root, group=g)
 
     def allgather(self, sendobj):
         return _api.all_gather_obj(sendobj, group=_group(self))
 
     def alltoall(self, sendobj):
         g = _group(self)
-        if sendobj is None or len(sendobj) != g._size:
-            raise ValueError(f"alltoall: needs a sequence of {g._size} objects")
+        if sendobj is None or len(sendobj) != g.size():
+            raise ValueError(f"alltoall: needs a sequence of {g.size()} objects")
         return self._run(alltoall_obj_body, list(sendobj))
 
     def reduce(self, sendobj, op=SUM, root=0):
@@ -814,11 +819,11 @@ class Comm:
 
     def scan(self, sendobj, op=SUM):
         g = _group(self)
-        return fold(_api.all_gather_obj(sendobj, group=g)[:g._rank + 1], op)
+        return fold(_api.all_gather_obj(sendobj, group=g)[:g.rank() + 1], op)
 
     def exscan(self, sendobj, op=SUM):
         g = _group(self)
-        values = _api.all_gather_obj(sendobj, group=g)[:g._rank]
+        values = _api.all_gather_obj(sendobj, group=g)[:g.rank()]
         return fold(values, op) if values else None
 
 
@@ -867,6 +872,25 @@ def _match(s, r, count, what, send_side=False):
     return arr
 
 
+def _all_reduce_into(g, s, out, kernel):
+    """commlib's all_reduce of s into out. A small one is copied into out first and reduced in
+    place: the form the one-call path takes (the doubling it runs copies first anyway)."""
+    if (s is not out and out.nbytes <= EAGER_BYTES and type(out) is np.ndarray and out.flags.c_contiguous
+            and out.flags.writeable and out.dtype == s.dtype and out.shape == s.shape):
+        np.copyto(out, s)
+        s = out
+    _coll.all_reduce(s, kernel, out=out, group=g)
+
+
+def _all_gather_into(g, x, out):
+    """commlib's all_gather of the flat x into the flat out. A small one gathers into a new array
+    and copies that: the one-call path takes no out= (the copy costs less than the Python path)."""
+    if out.nbytes <= EAGER_BYTES:
+        np.copyto(out, _coll.all_gather(x, group=g))
+    else:
+        _coll.all_gather(x, out=out, group=g)
+
+
 class Intracomm(Comm):
     """An intra-communicator (every communicator here is one)."""
 
@@ -884,113 +908,16 @@ class Topocomm(Intracomm):
     is_topo = property(lambda self: True)
 
 
-class Cartcomm(Topocomm):
-    """A communicator with a Cartesian topology (row-major rank order)."""
+class Cartcomm(Cartesian, Topocomm):
+    """A communicator with a Cartesian topology (row-major rank order; the methods are `Cartesian`'s)."""
 
     __slots__ = ()
-
-    # Neighbours, as MPI orders them for a Cartesian topology: per dimension, the one below, then
-    # the one above (PROC_NULL past a non-periodic edge).
-    @property
-    def inedges(self):
-        return [r for d in range(self.Get_dim()) for r in self.Shift(d, 1)]
-
-    outedges = inedges
-
-    @property
-    def inoutedges(self):
-        return self.inedges, self.outedges
-
-    @property
-    def indegree(self):
-        return 2 * self.Get_dim()
-
-    outdegree = indegree
-
-    @property
-    def degrees(self):
-        return self.indegree, self.outdegree
-
-    def _topo(self):
-        if self._c.topo is None:
-            raise MPIException(ERR_TOPOLOGY, "communicator has no Cartesian topology")
-        return self._c.topo
-
-    def Get_dim(self):
-        return len(self._topo()[0])
-
-    ndim = dim = property(Get_dim)
-
-    def Get_topo(self):
-        dims, periods = self._topo()
-        return list(dims), [int(p) for p in periods], self.Get_coords(self.Get_rank())
-
-    topo = property(Get_topo)
-    dims = property(lambda self: list(self._topo()[0]))
-    periods = property(lambda self: [int(p) for p in self._topo()[1]])
-    coords = property(lambda self: self.Get_coords(self.Get_rank()))
-
-    def Get_coords(self, rank):
-        dims, _ = self._topo()
-        g = _group(self)
-        if not 0 <= rank < g._size:
-            raise MPIException(ERR_RANK, f"Get_coords: {rank} is not a rank of this communicator")
-        coords = []
-        for d in reversed(dims):
-            coords.append(rank % d)
-            rank //= d
-        return coords[::-1]
-
-    def Get_cart_rank(self, coords):
-        dims, periods = self._topo()
-        rank = 0
-        for c, d, p in zip(coords, dims, periods):
-            c = int(c)
-            if p:
-                c %= d
-            elif not 0 <= c < d:
-                raise MPIException(ERR_RANK, f"Get_cart_rank: coordinate {c} is outside the non-periodic "
-                                             f"dimension of size {d}")
-            rank = rank * d + c
-        return rank
-
-    def Shift(self, direction, disp):
-        """(source, dest) ranks for a shift by disp along direction; PROC_NULL past a non-periodic edge."""
-        dims, periods = self._topo()
-        if not 0 <= direction < len(dims):
-            raise MPIException(ERR_ARG, f"Shift: direction {direction} out of range for {len(dims)} dimensions")
-        coords = self.Get_coords(self.Get_rank())
-
-        def neighbour(step):
-            c = list(coords)
-            c[direction] += step
-            if not periods[direction] and not 0 <= c[direction] < dims[direction]:
-                return PROC_NULL
-            return self.Get_cart_rank(c)
-
-        return neighbour(-disp), neighbour(disp)
-
-    def Sub(self, remain_dims):
-        dims, periods = self._topo()
-        coords = self.Get_coords(self.Get_rank())
-        keep = [bool(r) for r in remain_dims]
-        color = 0
-        for c, d, k in zip(coords, dims, keep):
-            if not k:
-                color = color * d + c
-        key = 0
-        for c, d, k in zip(coords, dims, keep):
-            if k:
-                key = key * d + c
-        sub = _group(self).split(color, key)
-        topo = (tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
-        return self._derive(sub, Cartcomm, topo)
 
 
 def world_comms():
     """(COMM_WORLD, COMM_SELF) handles over commlib's world group (initialising it)."""
     world = _api.init()
-    self_group = _Group(world.transport, world.engine, 0x5E1F5E1F, [world.world[world.rank()]], 0, world.timeout)
+    self_group = world.subgroup([world.rank()], ("MPI_COMM_SELF",))
     return (Intracomm._of(_State(world, "MPI_COMM_WORLD", builtin=True)),
             Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
 

@@ -1,5 +1,4 @@
-"""Process groups and Cartesian dimensions: `Group` (ordered world ranks) and `Compute_dims`."""
-import math
+"""Process groups: `Group`, ordered world ranks."""
 
 from ._constants import ERR_ARG, ERR_GROUP, ERR_RANK, IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL, MPIException
 
@@ -7,36 +6,6 @@ from ._constants import ERR_ARG, ERR_GROUP, ERR_RANK, IDENT, PROC_NULL, SIMILAR,
 def _builtin(name):
     from .. import MPI  # GROUP_NULL and GROUP_EMPTY unpickle to the very same handles
     return getattr(MPI, name)
-
-
-def Compute_dims(nnodes, dims):
-    """MPI_Dims_create: fill the zero entries of dims (or `dims` zeros) with a balanced factorisation."""
-    out = [0] * dims if isinstance(dims, int) else [int(d) for d in dims]
-    fixed = math.prod(d for d in out if d > 0)
-    free = [i for i, d in enumerate(out) if d == 0]
-    if fixed == 0 or nnodes % fixed:
-        raise MPIException(ERR_ARG, f"Compute_dims: {nnodes} nodes do not fit the fixed dims {out}")
-    rest = nnodes // fixed
-    if not free:
-        if rest != 1:
-            raise MPIException(ERR_ARG, f"Compute_dims: dims {out} do not multiply to {nnodes}")
-        return out
-    factors, p, m = [], 2, rest
-    while p * p <= m:
-        while m % p == 0:
-            factors.append(p)
-            m //= p
-        p += 1
-    if m > 1:
-        factors.append(m)
-    vals = [1] * len(free)
-    for f in sorted(factors, reverse=True):
-        i = vals.index(min(vals))
-        vals[i] *= f
-    vals.sort(reverse=True)
-    for i, v in zip(free, vals):
-        out[i] = v
-    return out
 
 
 class Group:

@@ -38,7 +38,7 @@ def truncating(capacity, what, me):
 
 def recv_into(g, u8, wire, source, tag, block, what):
     """A raw receive into the bytes u8 (the fast path expects a frame of dtype `wire` filling them)."""
-    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, what, g._rank), what=what, block=block,
+    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, what, g.rank()), what=what, block=block,
                          check=(wire, u8.nbytes), raw=True)
 
 

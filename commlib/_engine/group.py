@@ -180,10 +180,56 @@ class Group:
         if color < 0:
             return None
         members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
-        ranks = [r for _, r in members]
-        gid = zlib.crc32(f"{self.gid}/{self.splits}/{color}".encode()) | 1
+        return self.subgroup([r for _, r in members], ("split", self.splits, color))
+
+    def subgroup(self, members, key, timeout=None):
+        """The group of `members`, made by them alone: no traffic, nothing the other ranks must call.
+
+        Its id (the group field of every header, and its matching context) is a hash of this
+        group's id, `key` and `members`, so every member computes the same one on its own, and
+        sub-groups that differ in key or members get different ones.
+
+        Args:
+            members: ranks of this group, in the order of the new group (members[i] becomes its
+                rank i); every member passes the same list.
+            key: what tells this sub-group from every other sub-group of this group with the same
+                members, equal on every member: ints, strings, bools, None and tuples of them only
+                (their repr is the same in every process; a NumPy integer is not an int here).
+                A caller that may make the same members' group more than once puts in a count that
+                every member advances in the same order: ("split", 3, color), ("torch", name, 2).
+            timeout: seconds that bound the new group's blocking waits (default: this group's).
+
+        Returns:
+            The new Group, or None if this rank is not one of `members` (nothing is made).
+
+        Raises:
+            ValueError: `members` is empty, repeats a rank or names one outside this group.
+            TypeError: `key` holds something other than the types above.
+            CommError: this process already has a group with the resulting id (the same key used
+                twice for the same members, or a hash collision).
+        """
+        ranks = [self.check_rank(r, "member") for r in members]
+        if not ranks or len(set(ranks)) != len(ranks):
+            raise ValueError(f"rank {self._rank}: subgroup members must be distinct ranks, got {list(members)}")
+        Group._check_key(key)
+        if self._rank not in ranks:
+            return None
+        gid = zlib.crc32(repr((self.gid, key, ranks)).encode()) | 1  # odd: never the world's 0
+        if gid in self.engine.groups:
+            raise CommError(f"rank {self._rank}: subgroup {key!r} of ranks {ranks} would reuse group id {gid:#x}: "
+                            f"make each sub-group with a key of its own")
         return Group(self.transport, self.engine, gid, [self.world[r] for r in ranks], ranks.index(self._rank),
-                     self.timeout)
+                     self.timeout if timeout is None else timeout)
+
+    @staticmethod
+    def _check_key(key):
+        """A subgroup key is made of values whose repr is the same in every process."""
+        if type(key) is tuple:
+            for k in key:
+                Group._check_key(k)
+        elif type(key) not in (int, str, bool, type(None)):
+            raise TypeError(f"a subgroup key holds ints, strings, bools, None and tuples, not "
+                            f"{type(key).__name__} ({key!r})")
 
     # ----------------------------------------------------------------- helpers
     @property

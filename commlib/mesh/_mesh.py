@@ -9,13 +9,11 @@ Request. Shapes follow jax.lax: the reshaping around the collective is a view
 where numpy allows one, a copy only where the shape change needs it.
 """
 import collections
-import zlib
 
 import numpy as np
 
 from .._api import collectives as _c
 from .._api import lifecycle
-from .._engine import Group
 from . import _tensors
 
 _SERIAL = collections.Counter()  # (parent gid, shape, names) -> meshes made so far in this process
@@ -49,7 +47,7 @@ class Mesh:
         self._g = g
         key = (g.gid, self.shape, names)
         _SERIAL[key] += 1
-        self._serial = _SERIAL[key]
+        self._serial = _SERIAL[key]  # in the sub-groups' keys: each Mesh's groups are its own
         self._ranks = np.arange(g.size()).reshape(self.shape)
         self._groups = {}
         self._layouts = {}  # (dim_specs, ndim, replicated_axes) -> canonical layout (_sharded.py)
@@ -119,22 +117,17 @@ class Mesh:
         mine = self.coords()
         plane = self._ranks.transpose(rest + along)[tuple(mine[i] for i in rest)]
         members = [int(r) for r in plane.reshape(-1)]  # parent ranks, row-major over t as given
-        # the members are part of the identity: the groups along one axis are disjoint but must differ
-        # (finalize() compares the histories of equal group ids across ranks)
-        gid = zlib.crc32(repr(("mesh", parent.gid, self.shape, self.axis_names, self._serial, t,
-                               members)).encode()) | 1
-        return Group(parent.transport, parent.engine, gid, [parent.world[m] for m in members],
-                     members.index(parent.rank()), parent.timeout)
+        return parent.subgroup(members, ("mesh", self.shape, self.axis_names, self._serial, t))
 
     # ------------------------------------------------------ collectives
     def preduce(self, x, axes, op):
         """Element-wise reduction of x with `op` over the ranks along `axes` (jax.lax.psum and kin)."""
         g, (a, back) = self.group(axes), _tensors.as_array(x)
-        return _run(g, back, _c._all_reduce, g, a, op, None)
+        return _run(back, _preduce, g, a, op)
 
     def ipreduce(self, x, axes, op):
         g, (a, back) = self.group(axes), _tensors.as_array(x)
-        return _submit("ipreduce", g, back, _c._all_reduce, g, a, op, None)
+        return _submit("ipreduce", g, back, _preduce, g, a, op)
 
     def psum(self, x, axes):
         return self.preduce(x, axes, "sum")
@@ -164,7 +157,7 @@ class Mesh:
         """jax.lax.all_gather: the blocks of the ranks along `axis_name`, stacked on a new dimension at
         `axis` (tiled: concatenated along `axis`)."""
         g, a, back, axis = self._gather_args(x, axis_name, axis, tiled)
-        return _run(g, back, _all_gather, g, a, axis, tiled)
+        return _run(back, _all_gather, g, a, axis, tiled)
 
     def iall_gather(self, x, axis_name, *, axis=0, tiled=False):
         g, a, back, axis = self._gather_args(x, axis_name, axis, tiled)
@@ -180,7 +173,7 @@ class Mesh:
         """jax.lax.psum_scatter: the sum over the ranks along `axis_name`, of which this rank keeps block
         i (its index) of `scatter_dimension` (untiled: that dimension has the axis's size and goes)."""
         g, a, back, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
-        return _run(g, back, _psum_scatter, g, a, d, tiled)
+        return _run(back, _psum_scatter, g, a, d, tiled)
 
     def ipsum_scatter(self, x, axis_name, *, scatter_dimension=0, tiled=False):
         g, a, back, d = self._scatter_args(x, axis_name, scatter_dimension, tiled)
@@ -202,7 +195,7 @@ class Mesh:
         """jax.lax.all_to_all: block j of `split_axis` goes to the j-th rank along `axis_name`; the blocks
         received are stacked at `concat_axis` (tiled: concatenated along it)."""
         g, a, back, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
-        return _run(g, back, _all_to_all, g, a, s, c, tiled)
+        return _run(back, _all_to_all, g, a, s, c, tiled)
 
     def iall_to_all(self, x, axis_name, split_axis, concat_axis, *, tiled=False):
         g, a, back, s, c = self._a2a_args(x, axis_name, split_axis, concat_axis, tiled)
@@ -227,11 +220,11 @@ class Mesh:
         """jax.lax.ppermute: send x along the (src, dst) pairs of indices along `axis_name`; zeros where
         nothing arrives."""
         g, a, back, perm = self._perm_args(x, axis_name, perm)
-        return _run(g, back, _c._ppermute, g, a, perm)
+        return _run(back, _ppermute, g, a, perm)
 
     def ippermute(self, x, axis_name, perm):
         g, a, back, perm = self._perm_args(x, axis_name, perm)
-        return _submit("ippermute", g, back, _c._ppermute, g, a, perm)
+        return _submit("ippermute", g, back, _ppermute, g, a, perm)
 
     def _perm_args(self, x, axis_name, perm):
         g, (a, back) = self.group(axis_name), _tensors.as_array(x)
@@ -245,13 +238,15 @@ class Mesh:
         return g, a, back, pairs  # a repeated source or destination: ValueError from the collective
 
 
-def _run(g, back, fn, *args):
-    """fn(*args) on g's stream; the result as a tensor when the input was one (`back`)."""
-    out = g.stream.run(fn, *args)
+def _run(back, fn, *args):
+    """fn(*args) now (its collective keeps the group's order, and may take the one-call path); the
+    result as a tensor when the input was one (`back`)."""
+    out = fn(*args)
     return out if back is None else back(out)
 
 
 def _submit(what, g, back, fn, *args):
+    """fn(*args) queued on g's stream (its collective then runs inline there); a Request."""
     if back is None:
         return g.stream.submit(what, fn, *args)
     return g.stream.submit(what, _converted, back, fn, *args)
@@ -267,13 +262,21 @@ def _axis(axis, ndim, what):
     return int(axis) % ndim
 
 
-# ----------------------------------------------------------- bodies (run on the sub-group's stream)
+# ----------------------------------------------------------- bodies: one public collective of commlib on g
+def _preduce(g, a, op):
+    return _c.all_reduce(a, op, group=g)
+
+
+def _ppermute(g, a, perm):
+    return _c.ppermute(a, perm, group=g)
+
+
 def _all_gather(g, a, axis, tiled):
-    # _all_gather_user: a large result lands on a recycled buffer nobody holds (as cl.all_gather's
+    # without out=, a large result lands on a recycled buffer nobody holds (as cl.all_gather's
     # does), not on 64 MiB of fresh memory touched for the first time every call
     if tiled and axis == 0:
-        return _c._all_gather_user(g, a, None)
-    stacked = _c._all_gather_user(g, a[None], None)  # (n, *a.shape): block i from the i-th rank
+        return _c.all_gather(a, group=g)
+    stacked = _c.all_gather(a[None], group=g)  # (n, *a.shape): block i from the i-th rank
     if not tiled:
         return np.moveaxis(stacked, 0, axis)
     return np.concatenate(list(stacked), axis=axis)
@@ -281,7 +284,7 @@ def _all_gather(g, a, axis, tiled):
 
 def _psum_scatter(g, a, d, tiled):
     front = np.moveaxis(a, d, 0)  # reduce_scatter splits dimension 0
-    block = _c._reduce_scatter(g, front, "sum")
+    block = _c.reduce_scatter(front, "sum", group=g)
     if not tiled:
         return block[0]
     return np.moveaxis(block, 0, d)
@@ -289,9 +292,9 @@ def _psum_scatter(g, a, d, tiled):
 
 def _all_to_all(g, a, s, c, tiled):
     if tiled:
-        return _c._all_to_all(g, a, s, c)
+        return _c.all_to_all(a, s, c, group=g)
     front = np.moveaxis(a, s, 0)  # (n, ...): block j to the j-th rank
-    got = _c._all_to_all(g, front, 0, 0)  # (n, ...): block j from the j-th rank
+    got = _c.all_to_all(front, 0, 0, group=g)  # (n, ...): block j from the j-th rank
     return np.moveaxis(got, 0, c)
 
 

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 
 from .._api import collectives as _c
+from .._api import lifecycle
 from .._api import objects as _objects
 from . import _mesh as _mesh_bodies
 from . import _tensors
@@ -231,13 +232,13 @@ class Step:
     def run(self, a):
         g = self.group
         if self.kind == "psum":
-            return g.stream.run(_c._all_reduce, g, a, "sum", None)
+            return _c.all_reduce(a, "sum", group=g)
         if self.kind == "psum_scatter":
-            return g.stream.run(_mesh_bodies._psum_scatter, g, a, self.dim, True)
+            return _mesh_bodies._psum_scatter(g, a, self.dim, True)
         if self.kind == "all_to_all":
-            return g.stream.run(_c._all_to_all, g, a, self.dim, self.other)
+            return _c.all_to_all(a, self.dim, self.other, group=g)
         if not self.sizes:
-            return g.stream.run(_mesh_bodies._all_gather, g, a, self.dim, True)
+            return _mesh_bodies._all_gather(g, a, self.dim, True)
         return _gather_uneven(g, a, self.dim, self.sizes)
 
 
@@ -303,7 +304,7 @@ def _gather_uneven(g, a, d, sizes):
     big = max(sizes)
     pad = [(0, 0)] * a.ndim
     pad[d] = (0, big - a.shape[d])
-    stacked = g.stream.run(_mesh_bodies._all_gather, g, np.pad(a, pad), 0, False)  # (n, ...padded block)
+    stacked = _mesh_bodies._all_gather(g, np.pad(a, pad), 0, False)  # (n, ...padded block)
     head = (slice(None),) * d
     # views; the concatenation is the one copy
     return np.concatenate([stacked[k][head + (slice(0, size),)] for k, size in enumerate(sizes)], axis=d)
@@ -323,7 +324,7 @@ def all_reduce(a):
 def all_gather(a, axis=None):
     """Dimension `axis` (every dimension when None) becomes replicated."""
     spec = list(a.spec)
-    for d in (range(a.ndim) if axis is None else [_c._axis(axis, a.ndim, "axis")]):
+    for d in (range(a.ndim) if axis is None else [_mesh_bodies._axis(axis, a.ndim, "axis")]):
         spec[d] = None
     return shard(a, a.mesh, tuple(spec))
 
@@ -332,7 +333,8 @@ def all_to_all(a, split_axis, concat_axis, tiled=True):
     """The sharding of dimension `concat_axis` moves to dimension `split_axis`."""
     if not tiled:
         raise ValueError("all_to_all on a ShardedArray keeps its dimensions: only tiled=True applies")
-    s, c = _c._axis(split_axis, a.ndim, "split_axis"), _c._axis(concat_axis, a.ndim, "concat_axis")
+    s = _mesh_bodies._axis(split_axis, a.ndim, "split_axis")
+    c = _mesh_bodies._axis(concat_axis, a.ndim, "concat_axis")
     spec = list(a.spec)
     if spec[c] is None:
         raise ValueError(f"all_to_all: dimension {c} (concat_axis) is not sharded (spec {a.spec})")
@@ -346,7 +348,7 @@ def reduce_scatter(a, axis):
     """The pending partial sums become shards of dimension `axis`."""
     if not a.partial:
         raise ValueError("reduce_scatter: the array has no pending partial sums")
-    d = _c._axis(axis, a.ndim, "axis")
+    d = _mesh_bodies._axis(axis, a.ndim, "axis")
     spec = list(a.spec)
     if spec[d] is not None:
         raise ValueError(f"reduce_scatter: dimension {d} is already sharded (spec {a.spec})")
@@ -357,14 +359,14 @@ def reduce_scatter(a, axis):
 def distributed_broadcast(x, mesh=None):
     """The first rank's x on every rank (the other ranks' x is ignored; they may pass None): a plain
     array (a torch tensor when the first rank's x is one), or a replicated ShardedArray on `mesh`."""
-    g = mesh.parent if mesh is not None else _c._g(None)
+    g = mesh.parent if mesh is not None else lifecycle.init()
     first = g.rank() == 0
     a, back = _tensors.as_array(x) if first else (None, None)
     if g.size() > 1:
         meta = (a.shape, _tensors.dtype_code(a.dtype), back is not None) if first else None
         shape, dtype, torch_kind = _objects.broadcast_obj(meta, 0, group=g)
         buf = np.ascontiguousarray(a) if first else np.empty(shape, _tensors.dtype(dtype))
-        a = g.stream.run(_c._broadcast, g, buf, 0)
+        a = _c.broadcast(buf, 0, group=g)
         back = _tensors.to_torch if torch_kind else None
     if mesh is not None:
         return ShardedArray(a, a.shape, mesh, ((),) * a.ndim, back=back)
@@ -374,5 +376,5 @@ def distributed_broadcast(x, mesh=None):
 def ppermute(a, permutation):
     """Blocks sent along (src, dst) pairs of flat mesh ranks; the layout stays (zeros where nothing arrives)."""
     g = a.mesh.parent
-    local = g.stream.run(_c._ppermute, g, a._local, [tuple(p) for p in permutation])
+    local = _c.ppermute(a._local, [tuple(p) for p in permutation], group=g)
     return ShardedArray(local, a.shape, a.mesh, a._layout, a.partial, back=a._back)

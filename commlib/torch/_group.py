@@ -10,7 +10,6 @@ place through numpy views of their memory; a copy is made only where the
 layout requires one (a non-contiguous output, a list of separate tensors).
 """
 import collections
-import zlib
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .._api import collectives as _c
 from .._api import lifecycle
 from .._dtypes import dtype_code
-from .._engine import ANY_SOURCE, Group
+from .._engine import ANY_SOURCE, EAGER_BYTES
 from .._errors import CommError, MismatchError
 from . import _store
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
@@ -49,11 +48,10 @@ def create_process_group(dist_opts, backend_opts=None):
         if len(members) != size or members[rank] != world.rank():
             raise CommError(f"commlib backend: torch's group {dist_opts.group_id} says this is rank {rank} of "
                             f"world ranks {members}, but this process is world rank {world.rank()}")
-    key = (str(dist_opts.group_id), tuple(members))
-    _SERIAL[key] += 1
-    gid = zlib.crc32(repr(("torch", key, _SERIAL[key])).encode()) | 1
-    group = Group(world.transport, world.engine, gid, members, rank, timeout)
-    return ProcessGroupCommlib(group)
+    name = str(dist_opts.group_id)
+    _SERIAL[name, tuple(members)] += 1
+    # members are world ranks, which are the world group's ranks
+    return ProcessGroupCommlib(world.subgroup(members, ("torch", name, _SERIAL[name, tuple(members)]), timeout))
 
 
 def _options(opts, cls):
@@ -141,6 +139,15 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             return done(result)
         return Pending(g.stream.submit(what, fn, *args), result, what)
 
+    def _now(self, opts, what, result, fn, *args):
+        """Like _go, for an fn whose collectives are all commlib's public functions: each keeps the
+        group's order itself, so a blocking call runs fn at once and each collective may take the
+        one-call path; queued (async_op), they run inline on the stream's worker."""
+        if not getattr(opts, "asyncOp", True):
+            fn(*args)
+            return done(result)
+        return Pending(self._g.stream.submit(what, fn, *args), result, what)
+
     def _check_list(self, tensors, like, what):
         if len(tensors) != self._n:
             raise ValueError(f"commlib backend: {what} needs a list of {self._n} tensors (the group size), "
@@ -161,18 +168,18 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             x = array(t)
             g = self._g
             if not opts.asyncOp:
-                g.stream.run(_c._all_reduce, g, x, name, x)
+                _c.all_reduce(x, name, out=x, group=g)
                 return done(tensors)
-            return Pending(g.stream.submit("allreduce", _c._all_reduce, g, x, name, x), tensors, "allreduce")
+            return Pending(_c.iall_reduce(x, name, out=x, group=g), tensors, "allreduce")
         name, scale = reduce_op(op)
-        return self._go(opts, "allreduce", tensors, self._allreduce, [t], name, scale)
+        return self._now(opts, "allreduce", tensors, self._allreduce, [t], name, scale)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = _options(opts, AllreduceCoalescedOptions)
         name, scale = reduce_op(opts.reduceOp)
         for t in tensors:
             array(t)  # every tensor checked before anything is queued
-        return self._go(opts, "allreduce_coalesced", tensors, self._allreduce, list(tensors), name, scale)
+        return self._now(opts, "allreduce_coalesced", tensors, self._allreduce, list(tensors), name, scale)
 
     def _allreduce(self, tensors, name, scale):
         g = self._g
@@ -182,11 +189,11 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if len(tensors) == 1 or len({t.dtype for t in tensors}) > 1:
             for t in tensors:
                 x = array(t)
-                _c._all_reduce(g, x, name, x)
+                _c.all_reduce(x, name, out=x, group=g)
         else:  # one message for many small tensors
             flat = torch.cat([t.reshape(-1) for t in tensors])
             x = array(flat)
-            _c._all_reduce(g, x, name, x)
+            _c.all_reduce(x, name, out=x, group=g)
             _split_into(flat, tensors)
         if scale == "avg":
             for t in tensors:
@@ -286,28 +293,27 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         opts = _options(opts, BroadcastOptions)
         root = self._g.check_rank(opts.rootRank, "root")
-        for t in tensors:
-            array(t)
-        return self._go(opts, "broadcast", tensors, self._broadcast, list(tensors), root)
+        arrays = [array(t) for t in tensors]  # every tensor checked before anything is queued
+        return self._now(opts, "broadcast", tensors, self._broadcast, arrays, root)
 
-    def _broadcast(self, tensors, root):
-        for t in tensors:
-            _c._broadcast(self._g, array(t), root)
+    def _broadcast(self, arrays, root):
+        for a in arrays:
+            _c.broadcast(a, root, group=self._g)
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = _options(opts, AllgatherOptions)
         t = _one(inputs, "allgather")
         outs = _one(output_lists, "allgather")
         self._check_list(outs, t, "allgather's output list")
-        return self._go(opts, "allgather", output_lists, self._allgather_list, list(outs), t)
+        return self._now(opts, "allgather", output_lists, self._allgather_list, list(outs), t)
 
     def _allgather_list(self, outs, t):
         flat = _flat_view(outs)
         if flat is not None:
-            _c._all_gather(self._g, array(t), out=array(flat))
+            _c.all_gather(array(t).reshape(-1), out=array(flat), group=self._g)
             return
         buf = torch.empty(t.numel() * self._n, dtype=t.dtype)
-        _c._all_gather(self._g, array(t), out=array(buf))
+        _c.all_gather(array(t).reshape(-1), out=array(buf), group=self._g)
         _split_into(buf, outs)
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
@@ -316,7 +322,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             raise ValueError("commlib backend: allgather_coalesced needs one output list per input")
         for outs, t in zip(output_lists, inputs):
             self._check_list(outs, t, "allgather_coalesced's output list")
-        return self._go(opts, "allgather_coalesced", output_lists, self._allgather_lists, output_lists, inputs)
+        return self._now(opts, "allgather_coalesced", output_lists, self._allgather_lists, output_lists, inputs)
 
     def _allgather_lists(self, output_lists, inputs):
         for outs, t in zip(output_lists, inputs):
@@ -326,11 +332,9 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if type(opts) is not AllgatherOptions:
             opts = _options(opts, AllgatherOptions)
         self._check_gather_tensor(output, input, "all_gather_into_tensor")
-        y = array(output, "all_gather's output")
-        if y.flags.c_contiguous and y.flags.writeable:  # the fast path: straight into the output
-            return self._go(opts, "all_gather_into_tensor", [output], _c._all_gather, self._g, array(input),
-                            y.reshape(-1))
-        return self._go(opts, "all_gather_into_tensor", [output], self._allgather, output, input)
+        y, back = contiguous_target(output, "all_gather's output")  # the output itself when it can be
+        return self._now(opts, "all_gather_into_tensor", [output], self._allgather_into, output, y, back,
+                         array(input))
 
     _allgather_base = all_gather_single
 
@@ -341,8 +345,8 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         for o, i in zip(outputs, inputs):
             self._check_gather_tensor(o, i, "allgather_into_tensor_coalesced")
             array(o), array(i)
-        return self._go(opts, "allgather_into_tensor_coalesced", list(outputs), self._allgather_many,
-                        list(outputs), list(inputs))
+        return self._now(opts, "allgather_into_tensor_coalesced", list(outputs), self._allgather_many,
+                         list(outputs), list(inputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -357,7 +361,17 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     def _allgather(self, output, input):
         y, back = contiguous_target(output, "all_gather's output")
-        _c._all_gather(self._g, array(input), out=y.reshape(-1))
+        self._allgather_into(output, y, back, array(input))
+
+    def _allgather_into(self, output, y, back, x):
+        """all_gather of x into y, a C-contiguous array over output's memory or over `back`'s. A small
+        one gathers into a new array and copies that: the one-call path takes no out= (the copy
+        costs less than the Python path)."""
+        x, y = x.reshape(-1), y.reshape(-1)
+        if y.nbytes <= EAGER_BYTES:
+            np.copyto(y, _c.all_gather(x, group=self._g))
+        else:
+            _c.all_gather(x, out=y, group=self._g)
         if back is not None:
             output.copy_(back)
 
@@ -427,7 +441,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         send = [r * row_in for r in in_rows]
         recv = [r * row_out for r in out_rows]
         if not output_split_sizes and not input_split_sizes and input.shape == output.shape and n > 1:
-            return self._go(opts, "all_to_all_single", [output], self._alltoall_equal, output, input)
+            return self._now(opts, "all_to_all_single", [output], self._alltoall_equal, output, input)
         return self._go(opts, "all_to_all_single", [output], self._alltoallv, output, input, send, recv)
 
     alltoall_base = all_to_all_single
@@ -447,7 +461,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         return sizes
 
     def _alltoall_equal(self, output, input):
-        res = _c._all_to_all(self._g, array(input), 0, 0)
+        res = _c.all_to_all(array(input), 0, 0, group=self._g)
         y = array(output)
         y[...] = res.reshape(y.shape)
 
@@ -507,7 +521,10 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     # ------------------------------------------------------ synchronisation
     def barrier(self, opts=None):
         opts = _options(opts, BarrierOptions)
-        return self._go(opts, "barrier", [], _c._barrier, self._g)
+        if not getattr(opts, "asyncOp", True):
+            _c.barrier(group=self._g)
+            return done([])
+        return Pending(_c.ibarrier(group=self._g), [], "barrier")
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier bounded by `timeout` (default: the group's); a rank that does not come is a CommError."""
