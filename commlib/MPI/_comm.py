@@ -873,22 +873,13 @@ def _match(s, r, count, what, send_side=False):
 
 
 def _all_reduce_into(g, s, out, kernel):
-    """commlib's all_reduce of s into out. A small one is copied into out first and reduced in
-    place: the form the one-call path takes (the doubling it runs copies first anyway)."""
-    if (s is not out and out.nbytes <= EAGER_BYTES and type(out) is np.ndarray and out.flags.c_contiguous
-            and out.flags.writeable and out.dtype == s.dtype and out.shape == s.shape):
-        np.copyto(out, s)
-        s = out
+    """commlib's all_reduce of s into out (the one-call path takes a separate out)."""
     _coll.all_reduce(s, kernel, out=out, group=g)
 
 
 def _all_gather_into(g, x, out):
-    """commlib's all_gather of the flat x into the flat out. A small one gathers into a new array
-    and copies that: the one-call path takes no out= (the copy costs less than the Python path)."""
-    if out.nbytes <= EAGER_BYTES:
-        np.copyto(out, _coll.all_gather(x, group=g))
-    else:
-        _coll.all_gather(x, out=out, group=g)
+    """commlib's all_gather of the flat x into the flat out (the one-call path takes out=)."""
+    _coll.all_gather(x, out=out, group=g)
 
 
 class Intracomm(Comm):

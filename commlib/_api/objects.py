@@ -73,7 +73,7 @@ import pickle
 import numpy as np
 
 from .._algorithms import ring
-from .._plan import bounds, single, slots
+from .._plan import single, slots
 from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
 from .._errors import CommError, MismatchError

@@ -282,20 +282,21 @@ cdef class FastPath:
 
     # ----------------------------------------------------------- collectives
     def all_reduce(self, x, op, out):
-        """all_reduce(x, op, out=None|x) in one call; NotImplemented: take the Python path."""
+        """all_reduce(x, op, out=None|x|array) in one call (a separate out: the same dtype and shape,
+        C-contiguous, writable, not overlapping x); NotImplemented: take the Python path."""
         cdef cnp.ndarray a, res
         cdef int code, opc
         cdef Py_ssize_t nbytes
         cdef int sfd[MAX_STEPS]
         cdef int rfd[MAX_STEPS]
-        if self.ar_rows is None or type(x) is not cnp.ndarray or (out is not None and out is not x):
+        if self.ar_rows is None or type(x) is not cnp.ndarray:
             return NotImplemented
         a = <cnp.ndarray>x
         nbytes = cnp.PyArray_NBYTES(a)
         if (nbytes > self.limit or nbytes == 0 or cnp.PyArray_NDIM(a) > MAX_DIMS
                 or not cnp.PyArray_IS_C_CONTIGUOUS(a)):
             return NotImplemented
-        if out is not None and not cnp.PyArray_ISWRITEABLE(a):
+        if out is not None and not self._same_layout(out, a, out is not x):
             return NotImplemented
         code = self._code(a)
         if code < 0:
@@ -307,12 +308,34 @@ cdef class FastPath:
             return NotImplemented
         try:
             hdr = self._begin(COLL_ALL_REDUCE, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
-            res = PyArray_NewLikeArray(a, cnp.NPY_CORDER, NULL, 0) if out is None else a
+            res = PyArray_NewLikeArray(a, cnp.NPY_CORDER, NULL, 0) if out is None else <cnp.ndarray>out
             self._execute(self.ar_rows, self.ar_parts, cnp.PyArray_SIZE(a), cnp.PyArray_ITEMSIZE(a), sfd, rfd, hdr,
                           <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(res), code, opc, x)
         finally:
             self.release()
         return res if out is None else out
+
+    cdef bint _same_layout(self, out, cnp.ndarray a, bint apart) except -1:
+        """out is a writable C-contiguous ndarray of a's dtype and shape (apart: not overlapping a)."""
+        cdef cnp.ndarray o
+        cdef int i
+        cdef char* od
+        cdef char* ad
+        if type(out) is not cnp.ndarray:
+            return False
+        o = <cnp.ndarray>out
+        if (cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(a) or not cnp.PyArray_ISNOTSWAPPED(o)
+                or not cnp.PyArray_IS_C_CONTIGUOUS(o) or not cnp.PyArray_ISWRITEABLE(o)
+                or cnp.PyArray_NDIM(o) != cnp.PyArray_NDIM(a)):
+            return False
+        for i in range(cnp.PyArray_NDIM(a)):
+            if cnp.PyArray_DIMS(o)[i] != cnp.PyArray_DIMS(a)[i]:
+                return False
+        if apart:
+            od, ad = <char*>cnp.PyArray_DATA(o), <char*>cnp.PyArray_DATA(a)
+            if od < ad + cnp.PyArray_NBYTES(a) and ad < od + cnp.PyArray_NBYTES(o):
+                return False
+        return True
 
     cdef int _root(self, root) except -2:
         """A root given as a plain int in range, else -1 (the Python path checks and names the problem)."""

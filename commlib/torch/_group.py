@@ -21,7 +21,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .._api import collectives as _c
 from .._api import lifecycle
 from .._dtypes import dtype_code
-from .._engine import ANY_SOURCE, EAGER_BYTES
+from .._engine import ANY_SOURCE
 from .._errors import CommError, MismatchError
 from . import _store
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
@@ -364,14 +364,8 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._allgather_into(output, y, back, array(input))
 
     def _allgather_into(self, output, y, back, x):
-        """all_gather of x into y, a C-contiguous array over output's memory or over `back`'s. A small
-        one gathers into a new array and copies that: the one-call path takes no out= (the copy
-        costs less than the Python path)."""
-        x, y = x.reshape(-1), y.reshape(-1)
-        if y.nbytes <= EAGER_BYTES:
-            np.copyto(y, _c.all_gather(x, group=self._g))
-        else:
-            _c.all_gather(x, out=y, group=self._g)
+        """all_gather of x into y, a C-contiguous array over output's memory or over `back`'s."""
+        _c.all_gather(x.reshape(-1), out=y.reshape(-1), group=self._g)
         if back is not None:
             output.copy_(back)
 

@@ -53,6 +53,9 @@ for who in rounds:
                 y = xs[me].copy()
                 c.ok(cl.all_reduce(y, op, out=y) is y, f"all_reduce out=x returns x {label}")
                 c.equal(y, want, f"all_reduce in place {label}")
+                o = np.full_like(xs[me], 0)
+                c.ok(cl.all_reduce(variant(xs[me], who), op, out=o) is o, f"all_reduce out=o returns o {label}")
+                c.equal(o, want, f"all_reduce into a separate out {label}")
                 root = (len(shape) + 1) % n
                 got = cl.reduce(variant(xs[me], who), op, root)
                 if me == root:
