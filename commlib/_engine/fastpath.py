@@ -1,8 +1,8 @@
-"""The blocking fast paths: a send or receive made by the calling thread, between socket and buffer.
+"""The blocking fast paths: a send or receive made by the calling thread, between connection and buffer.
 
 When nothing is outstanding (`Engine.idle()`), a blocking send, or a
 blocking receive from a named source, runs as steps of the transport's C
-loop straight between the socket and the user's buffer, with no queue and no
+loop straight between the connection and the user's buffer, with no queue and no
 progress thread: the latency path. Every FAST_PATH_SLICE_S without progress
 it checks whether other work was posted meanwhile (or, for a send, whether
 it is stuck mid-frame, the receiver perhaps sending to us) and, if so, hands
@@ -28,7 +28,7 @@ _NO_FRAME = bytes(HEADER_NBYTES)  # a header no frame carries (its magic is zero
 class FastPaths:
     """The blocking fast paths of `p2p.Engine`, and the continuations of `_io.P2PFast`."""
 
-    def _send_fast(self, ctx, key, sock, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
+    def _send_fast(self, ctx, key, conn, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
         """Blocking steps of the C loop while nothing else is outstanding; True when sent, else the
         Request that now carries the rest.
 
@@ -46,14 +46,14 @@ class FastPaths:
                 out = self._out.get(key)
                 if sent == 0 and (not self.idle() or (out is not None and out.queue)):
                     break  # other work is waiting: the engine sends this one in turn
-                got = self.p2p.send_step(sock, hdr, addr, nbytes, deadline, what, dst_w, sent > 0)
+                got = self.p2p.send_step(conn, hdr, addr, nbytes, deadline, what, dst_w, sent > 0)
                 if got is None:
                     return True
                 sent = got
                 if sent > 0:  # stalled mid-frame: the engine finishes it, queued before anything else
-                    return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what,
+                    return self._queue_send(ctx, key, conn, [part], nbytes, tag, dtype, count, flags, what,
                                             ctx.timeout, sent=sent, seq=0)
-        return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what, ctx.timeout)
+        return self._queue_send(ctx, key, conn, [part], nbytes, tag, dtype, count, flags, what, ctx.timeout)
 
     def _recv_fast(self, ctx, src, tag, into, finish, what, check):
         src_w = ctx.world[src]
@@ -81,8 +81,8 @@ class FastPaths:
             conn.busy = False
 
     def _claim(self, ctx, key, src, tag):
-        """The connection from src, marked busy for a blocking fast path (the engine keeps off the socket
-        until the caller clears it: a frame may be half read); None when the engine must serve the
+        """The connection from src, marked busy for a blocking fast path (the engine keeps off it until
+        the caller clears it: a frame may be half read); None when the engine must serve the
         receive (no connection yet, another fast path on it, or messages already waiting)."""
         with self.lock:
             conn = self._in.get(key)
@@ -121,7 +121,7 @@ class FastPaths:
                         return FALLBACK
                     notices.current = (what, src_w, None)
                     try:
-                        got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                        got = self.p2p.recv_step(conn, expect, addr, nbytes, deadline, what, src_w, resume)
                     finally:
                         notices.current = None
                 if got is None or isinstance(got, bytes):
@@ -140,8 +140,8 @@ class FastPaths:
         """The rest of a one-call send stuck `sent` bytes into its frame (lock held): queued first in
         line, the engine writes it; the caller waits on the Request returned."""
         dst_w = ctx.world[dst]
-        sock = self.p2p.out_sock(ctx.gid, dst_w, time.monotonic() + ctx.timeout, "send")
-        return self._queue_send(ctx, (ctx.gid, dst_w), sock, [a.reshape(-1).view(np.uint8)], nbytes, tag, dtype,
+        conn = self.p2p.outgoing(ctx.gid, dst_w, time.monotonic() + ctx.timeout, "send")
+        return self._queue_send(ctx, (ctx.gid, dst_w), conn, [a.reshape(-1).view(np.uint8)], nbytes, tag, dtype,
                                 count, 0, f"send(tag={tag})", ctx.timeout, sent=sent, seq=0)
 
     def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc):
@@ -164,8 +164,7 @@ class FastPaths:
     def _hand_over(self, conn, header):
         """A header a fast path read but does not take: the engine goes on with that frame."""
         with self.lock:
-            conn.hbuf[:] = header
-            conn.hpos = HEADER_NBYTES
+            conn.header = header
             conn.busy = False
             self._header_done(conn)
             self._mark(conn)
@@ -213,7 +212,7 @@ class FastPaths:
         addr, resume = self.transport_address(payload), False
         while h.nbytes:
             with self.lock:
-                got = self.p2p.recv_step(conn.sock, None, addr, h.nbytes, deadline, what, src_w, resume)
+                got = self.p2p.recv_step(conn, None, addr, h.nbytes, deadline, what, src_w, resume)
             if got is None:
                 break
             resume = True
