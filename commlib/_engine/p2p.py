@@ -43,12 +43,13 @@ EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer 
 class _Context:
     """A group as the engine sees it: its matcher and rank translation."""
 
-    __slots__ = ("gid", "matcher", "world", "rank", "to_group", "timeout")
+    __slots__ = ("gid", "matcher", "world", "rank", "to_group", "timeout", "blocking")
 
     def __init__(self, gid, world, rank, timeout):
         self.gid, self.world, self.rank, self.timeout = gid, world, rank, timeout
         self.matcher = Matcher()
         self.to_group = {w: g for g, w in enumerate(world)}
+        self.blocking = None  # its blocking send/recv (`_io.P2PFast`), once it has a transport
 
 
 class Engine(Sends, Receives, FastPaths, Progress, Failures):
@@ -69,7 +70,6 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self.n_posted = 0  # posted receives and probes
         self.n_sending = 0  # sends queued or partly written
         self._partial = set()  # incoming connections in the middle of a frame
-        self._expect = {}  # (gid, src, tag, dtype, nbytes) -> (header a plain send of that carries, count)
         self._last_tag = {}  # (gid, src) -> tag of the last message received: an ANY_TAG fast path expects it
         self._thread = None
         self._driver = None  # the caller thread driving progress from wait(), if any
@@ -90,9 +90,12 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
             return ctx
 
     def one_call(self, ctx):
-        """The one-call blocking send/recv of group context ctx (`_io.P2PFast`): the latency path in
-        one Cython call, continuing in `_fast_send_queue` / `_fast_recv_rest` when a step does not finish."""
-        return self.p2p.fast_path(self, ctx, EAGER_BYTES, dtype_code, BFLOAT16, message_header)
+        """The blocking send/recv of group context ctx (`_io.P2PFast`): the only blocking path, one
+        Cython call from the API or from send()/recv() here, continuing in `_fast_send_queue` /
+        `_fast_recv_rest` when a step does not finish."""
+        if ctx.blocking is None:
+            ctx.blocking = self.p2p.fast_path(self, ctx, EAGER_BYTES, dtype_code, BFLOAT16, message_header)
+        return ctx.blocking
 
     def idle(self):
         """Nothing outstanding: the caller may use a blocking fast path."""

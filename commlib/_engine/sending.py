@@ -58,12 +58,12 @@ class Sends:
             flags |= FLAG_SYNC
         key = (ctx.gid, dst_w)
         if block and not sync and len(parts) == 1:
-            done = self._send_fast(ctx, key, conn, parts[0], nbytes, tag, dtype, count, flags, deadline, what, dst_w)
-            if done is True:
+            part = parts[0]
+            done = self.one_call(ctx).send_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype,
+                                                 count, flags, what)
+            if done is None:
                 return None
-            req = done
-        else:
-            req = self._queue_send(ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
+        req = self._queue_send(ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
         if block:
             req.wait()
             return None
