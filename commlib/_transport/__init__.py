@@ -14,8 +14,8 @@ status code. Per group and per peer a transport provides:
   AGAIN, LOST) and an `Incoming` (`read()` without blocking: MORE, HEADER,
   PAYLOAD, AGAIN, LOST; `receive_into(view)` after a header; `idle`,
   `busy`, `stop()`, `pending()`); a `Poller` (`watch`, `wait`, `wake`) over
-  the connections with work, new arrivals and the process's failure; two
-  blocking steps (`send_step`, `recv_step`) for the one-call paths.
+  the connections with work, new arrivals and the process's failure; the
+  blocking send/recv (`fast_path`: `_io.P2PFast`) and its `recv_step`.
 - failure, per process: `ep.failure` (sticky), `raise_if_failed()`,
   `error(exc)` spreads one to every rank; `gone(peer)`/`finishing(peer)`.
 

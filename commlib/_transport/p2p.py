@@ -13,9 +13,9 @@ and where its payload goes; this module only moves the bytes:
   back to back with one sendmsg) as far as the socket takes them.
 - `Poller` waits until a connection can be read or written, a connection
   arrives, the process fails, or someone calls `wake()`.
-- `PointToPoint` hands out these objects per (group, peer) and runs the two
-  blocking one-step paths of the C step loop (send a frame; receive an
-  expected frame straight into its destination).
+- `PointToPoint` hands out these objects per (group, peer), builds the
+  blocking send/recv (`_io.P2PFast`) and runs the receive step its
+  continuations take (an expected frame straight into its destination).
 
 Goals: no read or write ever blocks (a waiting caller and the progress
 thread share the connections under the engine's lock), and a payload is read
@@ -230,7 +230,7 @@ class Poller:
 
 
 class PointToPoint:
-    """The point-to-point channel: its connections per (group, peer), a poller, the blocking steps."""
+    """The point-to-point channel: its connections per (group, peer), a poller, the blocking path."""
 
     def __init__(self, ep, spin):
         self.ep = ep
@@ -282,16 +282,6 @@ class PointToPoint:
     @property
     def notices(self):
         return self.ep.notices
-
-    def send_step(self, out, hdr, ptr, nbytes, deadline, what, peer, resume):
-        """Blocking send of hdr + nbytes at ptr on Outgoing `out`; returns None when done, or the bytes
-        sent so far when FAST_PATH_SLICE_S passed without progress (the caller may hand the rest to the engine)."""
-        rc = self.stepper.raw(out.fd, hdr, ptr, nbytes, -1, 0, 0, deadline, resume)
-        if rc == 0:
-            return None
-        if rc == _io.SLOW:
-            return int(self.state[0])
-        self._raise(rc, what, peer, None, nbytes)
 
     def recv_step(self, conn, expect, ptr, nbytes, deadline, what, peer, resume):
         """Blocking receive of the frame `expect` (a header) + nbytes into ptr from Incoming `conn`
