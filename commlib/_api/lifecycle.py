@@ -1,7 +1,7 @@
 """init() and finalize(): joining the job, and leaving it without hurting anyone.
 
-init() finds the launcher's environment, starts this rank's endpoint,
-registers with the coordinator and builds the world group. The collective
+init() finds the launcher's environment and joins the job (the engine's
+`world.join`: this rank's endpoint, the coordinator, the world group). The collective
 connection to the ring neighbour is opened eagerly, in the background and best
 effort: init() does not wait for the handshake, and a peer that already
 finished is no error here (only an operation that needs it fails).
@@ -20,11 +20,9 @@ import contextlib
 import os
 import sys
 import threading
-import time
 
 from .._errors import CommError, MismatchError
 from .._wire import ProtocolError, decode
-from .._engine import Engine, Group
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -78,7 +76,9 @@ def init(strict=False, timeout=None, *, rank=None, size=None, coordinator=None, 
             if strict:
                 raise CommError("commlib.init(strict=True): no launcher environment found "
                                 "(run under commrun, srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
-            _world = Group(None, Engine(None), 0, [0], 0, timeout)
+            from .._engine import world
+
+            _world = world.alone(timeout)
             return _world
         store = _torch_store(env) if env.source == "torchrun" else None
         if store is not None:  # torch's TCPStore holds MASTER_PORT: meet through it instead
@@ -114,37 +114,10 @@ def join(env, timeout, coordinator=None):
 
 def _join(env, timeout, coordinator=None):
     global _world, _client
-    from .. import _rendezvous
-    from .._transport import Endpoint, Transport
+    from .._engine import world
 
-    _rendezvous.warn_if_derived(env.secret)
-    if coordinator is None and env.host_coordinator:
-        coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
-                                              port=env.coordinator[1])
-        coordinator.start()
-    ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout, spans_hosts=env.local_size < env.size)
-    try:
-        client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
-        ep.set_table(client.register(ep.info(), timeout))
-    except BaseException:
-        ep.close()
-        if coordinator is not None:
-            coordinator.close()
-        raise
-    ep.notices.send = client.send
-    ep.coordinator_sock = client.sock
-    if env.source != "commrun":  # rank 0 hosts the coordinator: losing it is losing rank 0
-        ep.notices.coordinator_rank = 0
-    client.start_listener(ep.notices.on_notice)
-    _client = client
-    transport = Transport(ep)
-    _world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
-    if env.size > 1:  # every large collective needs the ring neighbour: start connecting now
-        transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
-    _world._coordinator = coordinator
-    if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):
-        print(ep.routes_text(), file=sys.stderr, flush=True)
-    _install_excepthook(client, env.rank)
+    _world, _client = world.join(env, timeout, coordinator)
+    _install_excepthook(_client, env.rank)
     atexit.register(_finalize_at_exit)
     return _world
 
@@ -162,29 +135,11 @@ def finalize():
             _finalized = True
     if world is None or world.transport is None:
         return
-    ep = world.transport.ep
-    engine = world.engine
-    deadline = time.monotonic() + world.timeout
-    mismatch = None
-    if not _aborting and ep.failure is None:
-        engine.drain(deadline)
-        mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}}
-        got = ep.notices.exchange_digests(mine, world.size(), deadline)
-        mismatch = _compare(world.world[world.rank()], mine, got)
-    engine.close("commlib.finalize() was called before it completed")
-    ep._closed = True
-    coordinator = getattr(world, "_coordinator", None)
-    if client is not None:
-        with contextlib.suppress(OSError):
-            client.close()
-    ep.close()
-    if coordinator is not None:
-        # This rank hosts the job's coordinator (srun/torchrun): ranks still
-        # working need it, so wait for them to leave (bounded by the timeout).
-        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout):
-            print(f"commlib: rank {world._rank}: closing the coordinator while ranks "
-                  f"{coordinator.connected()} are still connected", file=sys.stderr)
-        coordinator.close()
+    from .._engine import world as joined
+
+    got = None if _aborting else joined.digests(world)
+    mismatch = _compare(world.world[world.rank()], *got) if got is not None else None
+    joined.close(world, client)
     if mismatch is not None:
         raise mismatch
 

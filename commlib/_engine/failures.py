@@ -8,9 +8,6 @@ point-to-point frame of its group, or the transport's sticky failure fails
 everything posted or queued; the first two become the job's failure through
 the transport (`PointToPoint.error`), so every rank hears of it.
 """
-import os
-import select
-
 from .._errors import CommError, PeerLost
 from .matching import ANY_SOURCE
 
@@ -20,7 +17,6 @@ class Failures:
 
     def _conn_lost(self, conn, why):
         """EOF or an error on an incoming connection: the sender left (or died)."""
-        conn.eof = True
         gone = self.p2p.gone(conn.src)
         if conn.msg is not None:
             self._protocol_error(conn, f"connection closed in the middle of a message "
@@ -75,10 +71,10 @@ class Failures:
     def _drained(self, gid, w):
         """Everything world rank w sent us on group gid has been read (or it never connected)."""
         conn = self._in.get((gid, w)) or self._adopt((gid, w))
-        return conn is None or conn.eof or (conn.idle and not _readable(conn.fd))
+        return conn is None or conn.eof or (conn.idle and not conn.pending())
 
-    def _out_lost(self, out, exc):
-        gone = self.p2p.gone(out.dst) or (os.strerror(exc.errno).lower() if exc.errno else str(exc))
+    def _out_lost(self, out):
+        gone = self.p2p.gone(out.dst) or out.why
         while out.queue:
             s = out.queue.popleft()
             self.n_sending -= 1
@@ -90,7 +86,7 @@ class Failures:
         cls = PeerLost if lost else CommError
         exc = self.p2p.error(cls(f"rank {self.me}: point-to-point channel from rank {conn.src}: {text}",
                                  rank=conn.src))
-        conn.eof = True
+        conn.stop()
         self._fail_all(exc)
 
     def _fail_all(self, failure):
@@ -113,12 +109,5 @@ class Failures:
             if conn.msg is not None and conn.msg.taker is not None:
                 conn.msg.taker.req._finish(error=exc_of(conn.msg.taker.req.what))
             conn.msg = None
-            conn.eof = True
+            conn.stop()
         self._partial.clear()
-
-
-def _readable(fd):
-    """Bytes (or EOF) are waiting on fd."""
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    return bool(p.poll(0))

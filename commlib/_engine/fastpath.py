@@ -1,23 +1,26 @@
-"""The blocking fast paths: a send or receive made by the calling thread, between socket and buffer.
+"""The blocking path's continuations: what the engine does when a step does not finish.
 
-When nothing is outstanding (`Engine.idle()`), a blocking send, or a
-blocking receive from a named source, runs as steps of the transport's C
-loop straight between the socket and the user's buffer, with no queue and no
-progress thread: the latency path. Every FAST_PATH_SLICE_S without progress
-it checks whether other work was posted meanwhile (or, for a send, whether
-it is stuck mid-frame, the receiver perhaps sending to us) and, if so, hands
-what remains to the engine: a send's rest is queued first in line, and a
-frame that is not this receive's goes to the engine with its header already
-read. `_io.P2PFast` (`Engine.one_call`) takes the first step in one Cython
-call and continues here (`_fast_send_queue`, `_fast_recv_rest`).
+Every blocking send, and every blocking receive of a known size from a named
+source, is `_io.P2PFast` (`Engine.one_call`): when nothing is outstanding it
+runs steps of the transport's C loop straight between the connection and the
+user's buffer, with no queue and no progress thread (the latency path), from
+the API in one call or from `Engine.send`/`recv`. Every FAST_PATH_SLICE_S
+without progress a step stops; then, if other work was posted meanwhile (or,
+for a send, it is stuck mid-frame, the receiver perhaps sending to us), what
+remains goes to the engine here: a send's rest is queued first in line
+(`_fast_send_queue`), and a receive goes on stepping (`_fast_recv_rest`)
+until its frame is in or a frame that is not this receive's comes first,
+which goes to the engine with its header already read. A blocking receive
+of any size (commlib.MPI's recv() of an object) reads the header first, as
+steps of the same loop (`_recv_fast_sized`).
 """
 import time
 
 import numpy as np
 
-from .._dtypes import DT_BYTES, dtype_of
+from .._dtypes import DT_BYTES
 from .._errors import PeerLost
-from .._wire import FLAG_ACK, HEADER_NBYTES, KIND_P2P, ProtocolError, decode, message_header
+from .._wire import FLAG_ACK, HEADER_NBYTES, KIND_P2P, ProtocolError, decode
 from .matching import ANY_TAG, Message, matches
 
 FALLBACK = object()  # a fast path's answer: the engine must serve this one
@@ -26,63 +29,21 @@ _NO_FRAME = bytes(HEADER_NBYTES)  # a header no frame carries (its magic is zero
 
 
 class FastPaths:
-    """The blocking fast paths of `p2p.Engine`, and the continuations of `_io.P2PFast`."""
-
-    def _send_fast(self, ctx, key, sock, part, nbytes, tag, dtype, count, flags, deadline, what, dst_w):
-        """Blocking steps of the C loop while nothing else is outstanding; True when sent, else the
-        Request that now carries the rest.
-
-        A step that makes no progress for FAST_PATH_SLICE_S (the receiver is not
-        reading: it may itself be sending to us) hands what remains to the
-        engine, which reads while it writes, so two ranks sending each other
-        large messages first never deadlock.
-        """
-        hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
-                             flags=flags)
-        addr = self.transport_address(part)
-        sent = 0
-        while True:
-            with self.lock:
-                out = self._out.get(key)
-                if sent == 0 and (not self.idle() or (out is not None and out.queue)):
-                    break  # other work is waiting: the engine sends this one in turn
-                got = self.p2p.send_step(sock, hdr, addr, nbytes, deadline, what, dst_w, sent > 0)
-                if got is None:
-                    return True
-                sent = got
-                if sent > 0:  # stalled mid-frame: the engine finishes it, queued before anything else
-                    return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what,
-                                            ctx.timeout, sent=sent, seq=0)
-        return self._queue_send(ctx, key, sock, [part], nbytes, tag, dtype, count, flags, what, ctx.timeout)
+    """The blocking receives of `p2p.Engine` and the continuations of `_io.P2PFast`."""
 
     def _recv_fast(self, ctx, src, tag, into, finish, what, check):
-        src_w = ctx.world[src]
-        key = (ctx.gid, src_w)
+        """A blocking receive of a known size from src, through the one blocking path (`_io.P2PFast`)."""
         if tag == ANY_TAG:  # expect the tag this source used last; any other frame hands over to the engine
             tag = self._last_tag.get((ctx.gid, src), 0)
         dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
-        hkey = (ctx.gid, src, tag, dtype, nbytes)
-        cached = self._expect.get(hkey)
-        if cached is None:
-            if len(self._expect) > 1024:  # bounded: programs with ever-new tags or sizes
-                self._expect.clear()
-            count = _count(dtype, nbytes)
-            cached = self._expect[hkey] = (message_header(group=ctx.gid, source=src, tag=tag, dtype=dtype,
-                                                          count=count, nbytes=nbytes), count)
-        expect, count = cached
-        deadline = time.monotonic() + ctx.timeout
-        conn = self._claim(ctx, key, src, tag)
-        if conn is None:
+        count = self.one_call(ctx).recv_bytes(into, self.transport_address(into), nbytes, src, tag, dtype, what)
+        if count is NotImplemented:
             return FALLBACK
-        try:
-            return self._read_exact(ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what,
-                                    deadline)
-        finally:
-            conn.busy = False
+        return finish(Message(src, tag, nbytes, dtype, count), into)
 
     def _claim(self, ctx, key, src, tag):
-        """The connection from src, marked busy for a blocking fast path (the engine keeps off the socket
-        until the caller clears it: a frame may be half read); None when the engine must serve the
+        """The connection from src, marked busy for a blocking fast path (the engine keeps off it until
+        the caller clears it: a frame may be half read); None when the engine must serve the
         receive (no connection yet, another fast path on it, or messages already waiting)."""
         with self.lock:
             conn = self._in.get(key)
@@ -93,23 +54,13 @@ class FastPaths:
             conn.busy = True
             return conn
 
-    def _read_exact(self, ctx, conn, src, src_w, tag, expect, into, nbytes, dtype, count, finish, what, deadline):
-        got = self._step_frame(conn, expect, self.transport_address(into), nbytes, deadline, what, src_w)
-        if got is FALLBACK:
-            return got
-        if got is None:
-            self._last_tag[ctx.gid, src] = tag
-            return finish(Message(src, tag, nbytes, dtype, count), into)
-        self._hand_over(conn, got)  # another frame came first: the engine takes it from here
-        return FALLBACK
-
     def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_NO_STEP):
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
         Returns None once it arrived; the header of another frame that came instead (no payload
         byte read); or FALLBACK when other work appeared before any byte of the frame (the engine
-        then serves this receive with the rest). `first`: what a first step already taken (a fresh
-        one, by the one-call path) returned.
+        then serves this receive with the rest). `first`: what a first step already taken (by
+        `_io.P2PFast`) returned.
         """
         notices = self.p2p.notices
         resume = False
@@ -121,7 +72,7 @@ class FastPaths:
                         return FALLBACK
                     notices.current = (what, src_w, None)
                     try:
-                        got = self.p2p.recv_step(conn.sock, expect, addr, nbytes, deadline, what, src_w, resume)
+                        got = self.p2p.recv_step(conn, expect, addr, nbytes, deadline, what, src_w, resume)
                     finally:
                         notices.current = None
                 if got is None or isinstance(got, bytes):
@@ -134,15 +85,15 @@ class FastPaths:
                 resume = got > 0 or resume
                 got = _NO_STEP
 
-    # `_io.P2PFast` runs a blocking send or receive as one step in one call; a step that does not
-    # finish goes on here, exactly as the Python fast path above would.
-    def _fast_send_queue(self, ctx, dst, a, nbytes, tag, dtype, count, sent):
-        """The rest of a one-call send stuck `sent` bytes into its frame (lock held): queued first in
+    # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
+    def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):
+        """The rest of a blocking send stuck `sent` bytes into its frame (lock held): queued first in
         line, the engine writes it; the caller waits on the Request returned."""
         dst_w = ctx.world[dst]
-        sock = self.p2p.out_sock(ctx.gid, dst_w, time.monotonic() + ctx.timeout, "send")
-        return self._queue_send(ctx, (ctx.gid, dst_w), sock, [a.reshape(-1).view(np.uint8)], nbytes, tag, dtype,
-                                count, 0, f"send(tag={tag})", ctx.timeout, sent=sent, seq=0)
+        conn = self.p2p.outgoing(ctx.gid, dst_w, time.monotonic() + ctx.timeout, what)
+        part = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
+        return self._queue_send(ctx, (ctx.gid, dst_w), conn, [part], nbytes, tag, dtype, count, flags, what,
+                                ctx.timeout, sent=sent, seq=0)
 
     def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc):
         """A one-call receive whose first step stopped with status rc, on `conn` (claimed busy): the
@@ -164,8 +115,7 @@ class FastPaths:
     def _hand_over(self, conn, header):
         """A header a fast path read but does not take: the engine goes on with that frame."""
         with self.lock:
-            conn.hbuf[:] = header
-            conn.hpos = HEADER_NBYTES
+            conn.header = header
             conn.busy = False
             self._header_done(conn)
             self._mark(conn)
@@ -213,14 +163,10 @@ class FastPaths:
         addr, resume = self.transport_address(payload), False
         while h.nbytes:
             with self.lock:
-                got = self.p2p.recv_step(conn.sock, None, addr, h.nbytes, deadline, what, src_w, resume)
+                got = self.p2p.recv_step(conn, None, addr, h.nbytes, deadline, what, src_w, resume)
             if got is None:
                 break
             resume = True
         return finish(msg, payload)
 
 
-def _count(dtype, nbytes):
-    if dtype == DT_BYTES:
-        return nbytes
-    return nbytes // dtype_of(dtype).itemsize

@@ -12,7 +12,8 @@ one part per job:
 - sending.py    the send queues, sends to this rank itself, issend acknowledgements;
 - receiving.py  posting and probing receives, and completing one with its message;
 - fastpath.py   blocking send/recv on the calling thread, and `_io.P2PFast`'s continuations;
-- progress.py   the progress thread, waiting, and reading and writing the connections;
+- progress.py   the progress thread, waiting, and servicing the connections (reads and writes
+                are the transport's: `commlib._transport.p2p`);
 - failures.py   which requests a lost connection or a departed rank fails, and with what.
 
 Messages from a sender on one connection are read in order and matched in
@@ -20,8 +21,6 @@ order (non-overtaking). issend messages carry FLAG_SYNC and a per-connection
 sequence number; the receiver acknowledges the match with a FLAG_ACK frame
 on its own connection back.
 """
-import contextlib
-import os
 import threading
 import time
 import weakref
@@ -44,12 +43,13 @@ EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer 
 class _Context:
     """A group as the engine sees it: its matcher and rank translation."""
 
-    __slots__ = ("gid", "matcher", "world", "rank", "to_group", "timeout")
+    __slots__ = ("gid", "matcher", "world", "rank", "to_group", "timeout", "blocking")
 
     def __init__(self, gid, world, rank, timeout):
         self.gid, self.world, self.rank, self.timeout = gid, world, rank, timeout
         self.matcher = Matcher()
         self.to_group = {w: g for g, w in enumerate(world)}
+        self.blocking = None  # its blocking send/recv (`_io.P2PFast`), once it has a transport
 
 
 class Engine(Sends, Receives, FastPaths, Progress, Failures):
@@ -63,22 +63,20 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self._work = threading.Condition(self.lock)
         self.contexts = {}
         self.groups = weakref.WeakValueDictionary()  # gid -> Group, for the finalize() digest comparison
-        self._in = {}  # (gid, src world) -> _In
-        self._out = {}  # (gid, dst world) -> _Out
+        self._in = {}  # (gid, src world) -> the transport's Incoming connection, once adopted
+        self._out = {}  # (gid, dst world) -> the transport's Outgoing connection (its queue of _Send frames)
+        self._seq = {}  # (gid, dst world) -> sends so far on that connection (numbers issends)
         self._acks = {}  # (gid, dst world, seq) -> _Send waiting for its acknowledgement
         self.n_posted = 0  # posted receives and probes
         self.n_sending = 0  # sends queued or partly written
         self._partial = set()  # incoming connections in the middle of a frame
-        self._expect = {}  # (gid, src, tag, dtype, nbytes) -> (header a plain send of that carries, count)
         self._last_tag = {}  # (gid, src) -> tag of the last message received: an ANY_TAG fast path expects it
         self._thread = None
         self._driver = None  # the caller thread driving progress from wait(), if any
-        self._polling = False  # the progress thread is in poll(2)
+        self._polling = False  # the progress thread is waiting on the poller
         self.spin_s = spin_seconds() if transport is not None else 0.0
         self._closed = False
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self.poller = self.p2p.poller() if self.p2p is not None else None
 
     def context(self, gid, world, rank, timeout):
         with self.lock:
@@ -92,9 +90,12 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
             return ctx
 
     def one_call(self, ctx):
-        """The one-call blocking send/recv of group context ctx (`_io.P2PFast`): the latency path in
-        one Cython call, continuing in `_fast_send_queue` / `_fast_recv_rest` when a step does not finish."""
-        return self.p2p.fast_path(self, ctx, EAGER_BYTES, dtype_code, BFLOAT16, message_header)
+        """The blocking send/recv of group context ctx (`_io.P2PFast`): the only blocking path, one
+        Cython call from the API or from send()/recv() here, continuing in `_fast_send_queue` /
+        `_fast_recv_rest` when a step does not finish."""
+        if ctx.blocking is None:
+            ctx.blocking = self.p2p.fast_path(self, ctx, EAGER_BYTES, dtype_code, BFLOAT16, message_header)
+        return ctx.blocking
 
     def idle(self):
         """Nothing outstanding: the caller may use a blocking fast path."""
@@ -128,12 +129,11 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
                     self.n_posted -= 1
                     p.req._finish(error=CommError(f"{p.req.what}: {reason}", op=p.req.what))
             self._work.notify_all()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"\0")
+        if self.poller is not None:
+            self.poller.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(1.0)
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self.poller is not None:
+            self.poller.close()
 
     transport_address = staticmethod(_address)

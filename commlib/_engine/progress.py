@@ -1,18 +1,17 @@
-"""Progress: reading and writing every point-to-point connection without blocking.
+"""Progress: servicing every point-to-point connection without blocking.
 
 Progress is made by one progress thread, which runs only while there is work
 outstanding (a posted receive or probe, a queued or unacknowledged send, a
 message half read) and nobody is waiting, so the caller can compute while
 messages move and any number of requests complete in any order of wait; and
-by a caller waiting on a request, which polls and services the connections
-itself (no hand-off to the thread, which parks meanwhile). Either one polls
-every connection with work, then, under the engine lock and never blocking,
-adopts new connections, reads headers and payloads (matching each header as
-it completes) and writes queued frames.
+by a caller waiting on a request, which waits on the transport's poller and
+services the connections itself (no hand-off to the thread, which parks
+meanwhile). Either one waits on every connection with work, then, under the
+engine lock and never blocking, adopts new connections, has them read
+headers and payloads (matching each header as it completes, and naming
+where its payload goes) and write queued frames. The bytes move in the
+transport (`commlib._transport.p2p`); this module decides what they mean.
 """
-import contextlib
-import os
-import select
 import threading
 import time
 
@@ -20,30 +19,11 @@ import numpy as np
 
 from .._dtypes import DT_BYTES
 from .._errors import CommError, CommTimeout
-from .._wire import FLAG_ACK, HEADER_NBYTES, KIND_P2P, ProtocolError, decode
+from .._transport.p2p import AGAIN, ARRIVED, HEADER, LOST, PAYLOAD, SENT
+from .._wire import FLAG_ACK, KIND_P2P, ProtocolError, decode
 from .matching import Message
 
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
-
-
-class _In:
-    """Read state of one incoming point-to-point connection."""
-
-    __slots__ = ("sock", "fd", "gid", "src", "hbuf", "hpos", "msg", "view", "pos", "eof", "busy")
-
-    def __init__(self, sock, gid, src):
-        self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
-        self.hbuf = bytearray(HEADER_NBYTES)
-        self.hpos = 0
-        self.msg = None  # the Message whose payload is being read
-        self.view = None  # where it lands
-        self.pos = 0
-        self.eof = False
-        self.busy = False  # a blocking fast path is reading this socket itself: the engine keeps off it
-
-    @property
-    def idle(self):
-        return self.hpos == 0 and self.msg is None
 
 
 class Progress:
@@ -57,9 +37,8 @@ class Progress:
             self._thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
             self._thread.start()
         self._work.notify_all()
-        if self._polling or self._driver is not None:  # a poll with a stale set: interrupt it
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.write(self._wake_w, b"\0")
+        if self._polling or self._driver is not None:  # a wait on a stale set: interrupt it
+            self.poller.wake()
 
     def _run(self):
         while True:
@@ -119,11 +98,11 @@ class Progress:
                 with self.lock:
                     self._driver = None
                     if not self.idle():
-                        self._kick()  # the progress thread takes over, with a fresh poll set
+                        self._kick()  # the progress thread takes over, with a fresh set to wait on
 
     def _drive(self, watch, until):
         """The waiting caller makes progress itself (no hand-off to the progress thread):
-        spin on non-blocking polls for spin_s, then sleep in poll until something is ready."""
+        spin on zero-timeout waits for spin_s, then sleep in the poller until something is ready."""
         spin_until = time.monotonic() + self.spin_s
         while not any(r.test() for r in watch):
             now = time.monotonic()
@@ -144,53 +123,36 @@ class Progress:
         return self.p2p.error(exc)
 
     def _poll_once(self, timeout_ms):
-        """Poll every connection with work once (no lock held while waiting), then service them.
+        """Wait on every connection with work once (no lock held while waiting), then service them.
 
         The progress thread and a waiting caller may both be here: servicing
         happens under the lock and never blocks, so the one that finds nothing
-        to read simply polls again. Returns whether anything was ready.
+        to read simply waits again. Returns whether anything was ready.
         """
         with self.lock:
             if self._closed:
                 return False
-            fds = self._poll_set()
-        poller = select.poll()
-        for fd, ev in fds.items():
-            poller.register(fd, ev)
-        poller.register(self._wake_r, select.POLLIN)
-        poller.register(self.p2p.arrival_r, select.POLLIN)
-        poller.register(self.p2p.wake_r, select.POLLIN)
-        try:
-            events = poller.poll(timeout_ms)
-        except InterruptedError:
+            watched = self.poller.watch(self._in.values(), self._out.values())
+        ready = self.poller.wait(watched, timeout_ms)
+        if ready is None:
             return False
         with self.lock:
             if self._closed:
                 return False
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.read(self._wake_r, 4096)
-            self._service(events)
-        return bool(events)
+            self.poller.clear_wake()
+            self._service(ready)
+        return bool(ready)
 
-    def _poll_set(self):
-        fds = {c.fd: select.POLLIN for c in self._in.values() if not c.eof and not c.busy}
-        for out in self._out.values():
-            if out.queue:
-                fds[out.fd] = fds.get(out.fd, 0) | select.POLLOUT
-        return fds
-
-    def _service(self, events):
+    def _service(self, ready):
         failure = self.transport.ep.failure
         if failure is not None:
             self._fail_all(failure)
             return
-        ready = {fd for fd, _ in events}
-        if self.p2p.arrival_r in ready:  # a connection arrived (the pipe stays readable until read here)
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.read(self.p2p.arrival_r, 4096)
+        if ARRIVED in ready:
+            self.poller.clear_arrivals()
             self._adopt_all()
         for conn in list(self._in.values()):
-            if conn.fd in ready or not conn.idle:
+            if conn in ready or not conn.idle:
                 self._read(conn)
         for out in list(self._out.values()):
             if out.queue:
@@ -205,19 +167,19 @@ class Progress:
     def _adopt_all(self):
         # A connection of a group this rank has not created yet (a peer left split() first and
         # sent at once) stays unread in the transport until context() registers the group.
-        for key, sock in self.p2p.in_socks().items():
+        for key, conn in self.p2p.incoming().items():
             if key[0] not in self.contexts:
                 continue
-            conn = self._in.get(key)
-            if conn is None or conn.sock is not sock:  # new, or the transport replaced a dead attempt
-                self._partial.discard(conn)
-                self._in[key] = _In(sock, *key)
+            old = self._in.get(key)
+            if old is not conn:  # new, or the transport replaced a dead attempt
+                self._partial.discard(old)
+                self._in[key] = conn
 
     def _adopt(self, key):
-        sock = self.p2p.in_socks().get(key)
-        if sock is None or key[0] not in self.contexts:
+        conn = self.p2p.incoming().get(key)
+        if conn is None or key[0] not in self.contexts:
             return None
-        conn = self._in[key] = _In(sock, *key)
+        self._in[key] = conn
         return conn
 
     def _read(self, conn):
@@ -229,38 +191,25 @@ class Progress:
             self._mark(conn)
 
     def _read_some(self, conn):
-        sock = conn.sock
         for _ in range(_READS_PER_SERVICE):
             if conn.eof:
                 return
-            try:
-                if conn.msg is None:
-                    n = sock.recv_into(memoryview(conn.hbuf)[conn.hpos:])
-                else:
-                    n = sock.recv_into(conn.view[conn.pos:]) if conn.pos < len(conn.view) else -1
-            except BlockingIOError:
+            got = conn.read()
+            if got == AGAIN:
                 return
-            except OSError as exc:
-                self._conn_lost(conn, str(exc))
+            if got == LOST:
+                self._conn_lost(conn, conn.why)
                 return
-            if n == 0:
-                self._conn_lost(conn, None)
-                return
-            if conn.msg is None:
-                conn.hpos += n
-                if conn.hpos == HEADER_NBYTES:
-                    self._header_done(conn)
-            else:
-                if n > 0:
-                    conn.pos += n
-                if conn.pos >= len(conn.view):
-                    self._payload_done(conn)
+            if got == HEADER:
+                self._header_done(conn)
+            elif got == PAYLOAD:
+                self._payload_done(conn)
 
     def _header_done(self, conn):
-        conn.hpos = 0
+        """conn read a whole header: match it and say where its payload goes."""
         ctx = self.contexts.get(conn.gid)
         try:
-            h = decode(bytes(conn.hbuf))
+            h = decode(conn.header)
         except ProtocolError as exc:
             self._protocol_error(conn, str(exc))
             return
@@ -283,20 +232,22 @@ class Progress:
             self._matched(ctx, msg)
             finish, check, raw = taker.extra
             if taker.into is not None and msg.nbytes <= taker.into.nbytes and (raw or _fits(msg, check)):
-                conn.view = memoryview(taker.into)[:msg.nbytes]
+                view = memoryview(taker.into)[:msg.nbytes]
             else:
                 msg.data = np.empty(msg.nbytes, dtype=np.uint8)
-                conn.view = memoryview(msg.data)
+                view = memoryview(msg.data)
         else:
             msg.data = np.empty(msg.nbytes, dtype=np.uint8)
-            conn.view = memoryview(msg.data)
-        conn.msg, conn.pos = msg, 0
+            view = memoryview(msg.data)
+        conn.msg = msg
         if msg.nbytes == 0:
             self._payload_done(conn)
+        else:
+            conn.receive_into(view)
 
     def _payload_done(self, conn):
         msg = conn.msg
-        conn.msg, conn.view, conn.pos = None, None, 0
+        conn.msg = None
         msg.complete = True
         if msg.taker is not None:
             ctx = self.contexts[conn.gid]
@@ -308,17 +259,11 @@ class Progress:
     def _write(self, out):
         while out.queue:
             s = out.queue[0]
-            try:
-                n = out.sock.sendmsg(s.iov())
-            except BlockingIOError:
+            got = out.write()
+            if got != SENT:
+                if got == LOST:
+                    self._out_lost(out)
                 return
-            except OSError as exc:
-                self._out_lost(out, exc)
-                return
-            s.pos += n
-            if s.pos < s.total:
-                continue
-            out.queue.popleft()
             if s.req is None:  # an acknowledgement
                 self.n_sending -= 1
             elif s.sync:

@@ -1,52 +1,36 @@
 """The send side of the point-to-point engine: one FIFO of frames per connection.
 
-A send becomes a `_Send` (its header and the user's buffers, written back to
-back with sendmsg) queued on the `_Out` of its (group, destination)
-connection, written at once as far as the socket takes it, then by whoever
-makes progress (progress.py). An issend's frame carries FLAG_SYNC and the
-connection's next sequence number and waits in `Engine._acks` after its last
-byte until the receiver's FLAG_ACK frame comes back; this rank sends that
+A send becomes a `_Send` (a transport Frame: its header and the user's
+buffers, written back to back) queued on the transport's Outgoing connection
+of its (group, destination), written at once as far as the connection takes
+it, then by whoever makes progress (progress.py). An issend's frame carries
+FLAG_SYNC and the connection's next sequence number and waits in
+`Engine._acks` after its last byte until the receiver's FLAG_ACK frame comes
+back; this rank sends that
 acknowledgement when a receive takes an issend (`_matched`). A send to this
-rank itself never touches a socket: it arrives in the matcher as a complete
-message.
+rank itself never touches the transport: it arrives in the matcher as a
+complete message.
 """
-import collections
 import time
 
 import numpy as np
 
 from .._errors import CommError
+from .._transport.p2p import Frame
 from .._wire import FLAG_SYNC, ack_header, message_header
 from .matching import Message
 from .requests import Request
 
 
-class _Send:
-    __slots__ = ("parts", "total", "pos", "req", "seq", "tag", "sync")
+class _Send(Frame):
+    """A queued frame and what its completion does: finish req (None: an acknowledgement), or wait for
+    the receiver's acknowledgement of issend number seq."""
+
+    __slots__ = ("req", "seq", "tag", "sync")
 
     def __init__(self, parts, req, seq, tag, sync):
-        self.parts, self.req, self.seq, self.tag, self.sync = parts, req, seq, tag, sync
-        self.total = sum(p.nbytes for p in parts)
-        self.pos = 0
-
-    def iov(self):
-        out, skip = [], self.pos
-        for p in self.parts:
-            if skip >= p.nbytes:
-                skip -= p.nbytes
-                continue
-            out.append(p[skip:] if skip else p)
-            skip = 0
-        return out
-
-
-class _Out:
-    __slots__ = ("sock", "fd", "queue", "seq", "dst", "gid")
-
-    def __init__(self, sock, gid, dst):
-        self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
-        self.queue = collections.deque()
-        self.seq = 0
+        Frame.__init__(self, parts)
+        self.req, self.seq, self.tag, self.sync = req, seq, tag, sync
 
 
 def _u8(a):
@@ -69,29 +53,29 @@ class Sends:
         self.transport.raise_if_failed()
         dst_w = ctx.world[dst]
         deadline = time.monotonic() + timeout
-        sock = self.p2p.out_sock(ctx.gid, dst_w, deadline, what)
+        conn = self.p2p.outgoing(ctx.gid, dst_w, deadline, what)
         if sync:
             flags |= FLAG_SYNC
         key = (ctx.gid, dst_w)
         if block and not sync and len(parts) == 1:
-            done = self._send_fast(ctx, key, sock, parts[0], nbytes, tag, dtype, count, flags, deadline, what, dst_w)
-            if done is True:
+            part = parts[0]
+            done = self.one_call(ctx).send_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype,
+                                                 count, flags, what)
+            if done is None:
                 return None
-            req = done
-        else:
-            req = self._queue_send(ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout)
+        req = self._queue_send(ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
         if block:
             req.wait()
             return None
         return req
 
-    def _queue_send(self, ctx, key, sock, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
+    def _queue_send(self, ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
         req = Request(what, timeout=timeout, waiter=self.wait)
         with self.lock:
-            out = self._out_conn(key, sock)
+            out = self._out_conn(key, conn)
             if seq is None:
-                out.seq += 1
-                seq = out.seq if flags & FLAG_SYNC else 0
+                n = self._seq[key] = self._seq.get(key, 0) + 1
+                seq = n if flags & FLAG_SYNC else 0
             hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
                                  flags=flags, seq=seq)
             s = _Send([memoryview(hdr)] + [_u8(p) for p in parts], req, seq, tag, bool(flags & FLAG_SYNC))
@@ -99,15 +83,15 @@ class Sends:
             self._enqueue(out, s)
         return req
 
-    def _out_conn(self, key, sock):
-        """The send queue of connection key = (gid, dst world rank), created on first use."""
+    def _out_conn(self, key, conn):
+        """The Outgoing connection of key = (gid, dst world rank) whose queue this engine writes."""
         out = self._out.get(key)
         if out is None:
-            out = self._out[key] = _Out(sock, *key)
+            out = self._out[key] = conn
         return out
 
     def _enqueue(self, out, s):
-        """Queue a frame behind the connection's others, writing at once what the socket takes."""
+        """Queue a frame behind the connection's others, writing at once what the connection takes."""
         out.queue.append(s)
         self.n_sending += 1
         if len(out.queue) == 1:
@@ -152,7 +136,7 @@ class Sends:
             msg.local_sender._finish(None)
             return
         src_w = ctx.world[msg.source]
-        sock = self.p2p.out_sock(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
+        conn = self.p2p.outgoing(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
         ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
                     None, msg.seq, msg.tag, False)
-        self._enqueue(self._out_conn((ctx.gid, src_w), sock), ack)
+        self._enqueue(self._out_conn((ctx.gid, src_w), conn), ack)

@@ -1,26 +1,32 @@
 """The transport layer: connections between ranks, and the seam the layers above use.
 
-Everything above this package (the engine, the algorithms, the API) moves
-bytes through two small objects and never touches a descriptor, the step
-loop (`_io`) or a status code:
+Above this package nothing touches a descriptor, the step loop (`_io`) or a
+status code. Per group and per peer a transport provides:
 
-- `CollectiveChannel.run(op, plan, slots, bounds)`: a whole collective, a
-  plan of full-duplex steps (`commlib._plan`: send to one peer while
-  receiving from another, reducing or relaying bytes as they arrive), run by
-  the one executor with the GIL released once. It owns the step loop, the
-  descriptor lookup, connecting on first use, the resume after a slow step
-  (asking the peer whether it is in another collective), the translation of
-  status codes into errors and the spreading of a failure to the other
-  ranks; `fast_path` builds the one-call path over the same step loop.
-- `PointToPoint`: what the matching engine needs: the sockets of the
-  point-to-point channel (to read and write without blocking), and two
-  blocking one-step fast paths (send a frame; receive an expected frame
-  straight into its destination) used when nothing else is pending.
+- collectives, `CollectiveChannel` (one per group): `run(op, plan, slots,
+  bounds)` runs a whole plan of full-duplex rows (`commlib._plan`) with the
+  GIL released once; per peer it needs one way to send bytes and one to
+  receive them (here a socket each way, opened on the first row that needs
+  it, looked up per row by `peer_fds`); `stopped` resumes after a slow step
+  or raises; `fast_path` is the one-call path over the same step loop.
+- point-to-point, `PointToPoint` (p2p.py, one per process): per (group,
+  peer) an `Outgoing` (a FIFO of Frames; `write()` without blocking: SENT,
+  AGAIN, LOST) and an `Incoming` (`read()` without blocking: MORE, HEADER,
+  PAYLOAD, AGAIN, LOST; `receive_into(view)` after a header; `idle`,
+  `busy`, `stop()`, `pending()`); a `Poller` (`watch`, `wait`, `wake`) over
+  the connections with work, new arrivals and the process's failure; the
+  blocking send/recv (`fast_path`: `_io.P2PFast`) and its `recv_step`.
+- failure, per process: `ep.failure` (sticky), `raise_if_failed()`,
+  `error(exc)` spreads one to every rank; `gone(peer)`/`finishing(peer)`.
 
-`Transport` builds both over an `Endpoint` (sockets.py: listeners,
-authenticated connections, the process's sticky failure and wake pipe) and
-its `Notices` (notices.py: what the coordinator says about other ranks).
-A second transport (shared memory, RDMA) provides these same two objects.
+The engine only matches, orders and schedules: it says which frame goes
+next and where a payload lands; the bytes move here. A second transport
+(shared memory) is one new module providing Incoming/Outgoing (and a
+row step) for its peers, plus a per-peer choice in `PointToPoint.outgoing`
+/ `incoming` and `CollectiveChannel`'s peer lookup; the Poller then also
+waits on its doorbells. `Transport` builds both channels over an `Endpoint`
+(sockets.py: listeners, authenticated connections, the sticky failure and
+wake pipe) and its `Notices` (notices.py: what the coordinator says).
 """
 import contextlib
 import os
@@ -34,11 +40,11 @@ from .._wire import HEADER_NBYTES, decode
 from . import _io
 from .diagnose import peer_mismatch, status_error
 from .interfaces import routed_address
+from .p2p import PointToPoint
 from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
 
 __all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "spin_seconds", "spin_policy", "env_number",
            "host_identity", "routed_address"]
-
 
 
 class Transport:
@@ -201,91 +207,6 @@ class CollectiveChannel:
     def _raise(self, exc):
         self.ep.spread(exc)
         raise exc
-
-
-class PointToPoint:
-    """The point-to-point channel's sockets and its two blocking fast paths."""
-
-    def __init__(self, ep, spin):
-        self.ep = ep
-        self.rank = ep.rank
-        self.wake_r, self.arrival_r = ep.wake_r, ep.arrival_r
-        self.state = np.zeros(4, dtype=np.int64)
-        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1],
-                                   spin[2])
-
-    def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
-        """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
-        stepper; `engine` owns the lock, the queues and the continuations it calls back."""
-        return _io.P2PFast(engine, ctx, self, self.ep.fds, limit, dtype_code, bf16, header)
-
-    def out_sock(self, gid, dst, deadline, what):
-        """The socket to world rank dst (connecting on first use)."""
-        sock = self.ep.out_sock(gid, CH_P2P, dst)
-        if sock is None:
-            self.ep.outgoing(gid, CH_P2P, dst, deadline, what)
-            sock = self.ep.out_sock(gid, CH_P2P, dst)
-        return sock
-
-    def in_socks(self):
-        """{(gid, src world rank): socket} of the point-to-point connections that have arrived."""
-        return self.ep.incoming_socks(CH_P2P)
-
-    def gone(self, peer):
-        """Why world rank `peer` will send nothing more (left, died, finishing), or None."""
-        return self.ep.notices.gone(peer)
-
-    def finishing(self, peer):
-        """True once `peer` is in finalize() with every send flushed."""
-        return self.ep.notices.finishing(peer)
-
-    @property
-    def notices(self):
-        return self.ep.notices
-
-    def send_step(self, sock, hdr, ptr, nbytes, deadline, what, peer, resume):
-        """Blocking send of hdr + nbytes at ptr; returns None when done, or the bytes sent so far
-        when FAST_PATH_SLICE_S passed without progress (the caller may hand the rest to the engine)."""
-        rc = self.stepper.raw(sock.fileno(), hdr, ptr, nbytes, -1, 0, 0, deadline, resume)
-        if rc == 0:
-            return None
-        if rc == _io.SLOW:
-            return int(self.state[0])
-        self._raise(rc, what, peer, None, nbytes)
-
-    def recv_step(self, sock, expect, ptr, nbytes, deadline, what, peer, resume):
-        """Blocking receive of the frame `expect` (a header) + nbytes into ptr.
-
-        Returns None when it arrived; the 56 header bytes of a different frame
-        that arrived instead (no payload byte read); or the number of bytes
-        received so far (an int) when FAST_PATH_SLICE_S passed without progress.
-        """
-        rc = self.stepper.raw(-1, b"", 0, 0, sock.fileno(), ptr, nbytes, deadline, resume, expect)
-        return self.recv_status(rc, what, peer, nbytes)
-
-    def recv_status(self, rc, what, peer, nbytes):
-        """What a receive step's status rc means, as recv_step returns it (or the error it raises)."""
-        if rc == 0:
-            return None
-        if rc == _io.MISMATCH:
-            return bytes(self.stepper.rhdr)
-        if rc == _io.SLOW:
-            return int(self.state[1])
-        self._raise(rc, what, None, peer, nbytes)
-
-    def _raise(self, rc, what, send_peer, recv_peer, nbytes):
-        exc = status_error(self.ep, rc, self.state, what, send_peer, nbytes, recv_peer, nbytes)
-        self.ep.spread(exc)
-        raise exc
-
-    def error(self, exc):
-        """Record exc as the process's failure and tell the other ranks."""
-        exc = self.ep.fail(exc)
-        self.ep.spread(exc)
-        return exc
-
-
-FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
 
 
 def env_number(name, default, kind=int):

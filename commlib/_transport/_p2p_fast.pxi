@@ -1,31 +1,33 @@
 # Included at the end of _io.pyx, after _fast.pxi (it uses its dtype table helpers and _now()).
-"""The one-call blocking send and receive: the point-to-point latency path in one call.
+"""The blocking point-to-point path: a send or receive made by the calling thread in one call.
 
-`P2PFast.send(x, dst, tag)` and `.recv(shape, dtype, src, tag)` take the
-common case of `commlib.send`/`recv` — a C-contiguous native NumPy array (a
-shape and dtype for recv) of at most the eager limit, a named peer other than
-this rank, a plain tag — and do what the engine's Python fast path does
-(`_engine/p2p.py`: `_send_fast`, `_recv_fast`) in one call: the cached header,
-the engine lock, the checks that nothing else is outstanding (then the
-calling thread may own the socket), and one step of the C loop with the GIL
-released. The frames are the ones the Python path moves, so either side may
-be on either path.
+Every blocking send, and every blocking receive of a known size from a named
+source, runs here when nothing else is outstanding (`Engine.idle()`): the
+header from the one header cache, the engine lock, the checks that nothing
+else is queued (then the calling thread may own the connection), and steps
+of the C loop with the GIL released, straight between the connection and
+the user's buffer. Two entry points share that core: `send(x, dst, tag)` /
+`recv(shape, dtype, src, tag)` take the API's common case (a C-contiguous
+native NumPy array, a named peer, a plain tag) before any Python runs, and
+`send_bytes` / `recv_bytes` take the engine's blocking calls (any buffer,
+dtype code and size, from `commlib._engine`).
 
 Anything it does not take returns NotImplemented before any byte moves, and
-the API's Python path runs (and raises whatever error the arguments
-deserve). A step that does not finish in one go is not handled here: a send
-stuck mid-frame queues its rest through the engine (`_fast_send_queue`), a
-receive hands its claimed connection and the step's status to the engine's
-loop (`_fast_recv_rest`), and a failed step raises through the transport's
-`_raise`, exactly as the Python path would.
+the engine queues or posts it (and raises whatever error the arguments
+deserve). A send whose step stalls before its first byte (the receiver is
+not reading) steps again while nothing else is outstanding. A step that
+stops mid-frame is not handled here: a send's rest is queued first in line
+through the engine (`_fast_send_queue`), a receive hands its claimed
+connection and the step's status to the engine's loop (`_fast_recv_rest`),
+and a failed step raises through the transport's `_raise`.
 """
 from numpy import dtype as np_dtype
 
 
 cdef class P2PFast:
-    """One group's one-call send/recv. Built by the API once the group has a transport."""
+    """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
-    cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices
+    cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt
     cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty
     cdef list world
     cdef int n, rank
@@ -39,7 +41,7 @@ cdef class P2PFast:
         import numpy as np
         self.engine, self.lock, self.idle = engine, engine.lock, engine.idle
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
-        self.send_queue, self.recv_rest = engine._fast_send_queue, engine._fast_recv_rest
+        self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
         self.ctx, self.matcher = ctx, ctx.matcher
         self.world = list(ctx.world)
         self.n, self.rank, self.gid, self.timeout = len(ctx.world), ctx.rank, ctx.gid, ctx.timeout
@@ -58,11 +60,101 @@ cdef class P2PFast:
             w = self.whats[key] = f"{kind}(tag={tag})"
         return w
 
+    cdef object _header(self, long source, long tag, int code, Py_ssize_t count, Py_ssize_t nbytes, int flags):
+        """The header of a plain message (source = this rank for a send, the sender for a receive):
+        the one cache of them, keyed by what it holds."""
+        if flags:
+            return self.header(group=self.gid, source=source, tag=tag, dtype=code, count=count, nbytes=nbytes,
+                               flags=flags)
+        key = (source, tag, code, count, nbytes)
+        hdr = self.hdrs.get(key)
+        if hdr is None:
+            if len(self.hdrs) > 1024:  # bounded: programs with ever-new tags or sizes
+                self.hdrs.clear()
+            hdr = self.hdrs[key] = self.header(group=self.gid, source=source, tag=tag, dtype=code, count=count,
+                                               nbytes=nbytes)
+        return hdr
+
+    cdef object _send(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, object buf,
+                      Py_ssize_t ptr, Py_ssize_t nbytes, object what):
+        """Steps sending the frame; None when sent, NotImplemented when other work is queued first."""
+        cdef int rc
+        dst_w = self.world[d]
+        hdr = self._header(self.rank, t, code, count, nbytes, flags)
+        deadline = _now() + self.timeout
+        while True:
+            with self.lock:
+                if not self.idle():
+                    return NotImplemented
+                out = self.conns_out.get((self.gid, dst_w))
+                if out is not None and out.queue:
+                    return NotImplemented
+                rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
+                if rc == ST_OK:
+                    return None
+                if rc != ST_SLOW:
+                    self.p2p_raise(rc, what, dst_w, None, nbytes)
+                sent = int(self.p2p_state[0])
+                if sent > 0:  # stuck mid-frame (the receiver is not reading): the engine writes the rest, first in line
+                    req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, sent)
+                    break
+            # nothing written yet: step again (out of the lock, so others may post meanwhile)
+        req.wait()
+        return None
+
+    cdef object _recv(self, long s, long t, int code, Py_ssize_t count, Py_ssize_t nbytes, object out,
+                      Py_ssize_t ptr, object what):
+        """A step receiving the frame into out; out when received, NotImplemented when the engine must serve it."""
+        cdef int rc = ST_OK
+        src_w = self.world[s]
+        expect = self._header(s, t, code, count, nbytes, 0)
+        deadline = _now() + self.timeout
+        with self.lock:
+            key = (self.gid, src_w)
+            conn = self.conns_in.get(key)
+            if conn is None:
+                conn = self.adopt(key)
+            if conn is None or conn.busy or self.matcher.unexpected or not self.idle():
+                return NotImplemented
+            conn.busy = True  # the engine keeps off this connection until the receive is done
+            self.notices.current = (what, src_w, None)
+            try:
+                rc = self.raw(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, False, expect)
+            finally:
+                self.notices.current = None
+            if rc == ST_OK:
+                conn.busy = False
+                self.last_tag[(self.gid, s)] = t
+                return out
+        # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
+        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc)
+
+    def send_bytes(self, conn, buf, Py_ssize_t ptr, Py_ssize_t nbytes, long dst, long tag, int code,
+                   Py_ssize_t count, int flags, what):
+        """Blocking send of the nbytes at ptr (those of buf, a uint8 buffer) to group rank dst over
+        Outgoing conn; None when sent, NotImplemented: queue it."""
+        return self._send(conn.fd, dst, tag, code, count, flags, buf, ptr, nbytes, what)
+
+    def recv_bytes(self, into, Py_ssize_t ptr, Py_ssize_t nbytes, long src, long tag, int code, what):
+        """Blocking receive from group rank src of the plain frame of nbytes (tag, dtype code) into
+        `into` (a writable uint8 buffer at ptr): its element count once received, NotImplemented: post it."""
+        cdef Py_ssize_t count, itemsize
+        if code == 255:  # DT_BYTES
+            count = nbytes
+        else:
+            itemsize = itemsize_of(code)
+            if itemsize <= 0:
+                return NotImplemented
+            count = nbytes // itemsize
+        if self._recv(src, tag, code, count, nbytes, into, ptr, what) is NotImplemented:
+            return NotImplemented
+        return count
+
     def send(self, x, dst, tag):
         """Blocking send of x to group rank dst; None when sent, NotImplemented: take the Python path."""
         cdef cnp.ndarray a
         cdef long d, t
-        cdef Py_ssize_t nbytes, count
+        cdef Py_ssize_t nbytes
         cdef int code
         if type(x) is not cnp.ndarray or type(dst) is not int or type(tag) is not int:
             return NotImplemented
@@ -77,36 +169,11 @@ cdef class P2PFast:
         code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
-        count = cnp.PyArray_SIZE(a)
-        dst_w = self.world[d]
-        fd = self.fds.get((self.gid, 1, dst_w, 1))  # CH_P2P, outgoing: opened by a first Python-path send
+        fd = self.fds.get((self.gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
         if fd is None or self.ep.failure is not None:
             return NotImplemented
-        hkey = (d, t, code, count)
-        hdr = self.hdrs.get(hkey)
-        if hdr is None:
-            if len(self.hdrs) > 1024:  # bounded: programs with ever-new tags or sizes
-                self.hdrs.clear()
-            hdr = self.hdrs[hkey] = self.header(group=self.gid, source=self.rank, tag=t, dtype=code, count=count,
-                                                nbytes=nbytes)
-        with self.lock:
-            if not self.idle():
-                return NotImplemented
-            out = self.conns_out.get((self.gid, dst_w))
-            if out is not None and out.queue:
-                return NotImplemented
-            rc = self.raw(fd, hdr, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes, -1, 0, 0, _now() + self.timeout, False)
-            if rc == ST_OK:
-                return None
-            if rc != ST_SLOW:
-                self.p2p_raise(rc, self._what("send", t), dst_w, None, nbytes)
-            sent = int(self.p2p_state[0])
-            if sent == 0:  # nothing written: the Python path starts it over
-                return NotImplemented
-            # stuck mid-frame (the receiver is not reading): the engine writes the rest, first in line
-            req = self.send_queue(self.ctx, d, a, nbytes, t, code, count, sent)
-        req.wait()
-        return None
+        return self._send(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
+                          self._what("send", t))
 
     def recv(self, shape, dtype, src, tag):
         """Blocking receive of a (shape, dtype) array from group rank src with this tag; the array, or
@@ -150,34 +217,7 @@ cdef class P2PFast:
         nbytes = count * itemsize
         if nbytes > self.limit:
             return NotImplemented
-        src_w = self.world[s]
-        hkey = (s, t, code, nbytes)
-        expect = self.hdrs.get(hkey)
-        if expect is None:
-            if len(self.hdrs) > 1024:
-                self.hdrs.clear()
-            expect = self.hdrs[hkey] = self.header(group=self.gid, source=s, tag=t, dtype=code, count=count,
-                                                   nbytes=nbytes)
         if self.ep.failure is not None:
             return NotImplemented
         out = self.empty(shape, descr)
-        what = self._what("recv", t)
-        deadline = _now() + self.timeout
-        with self.lock:
-            conn = self.conns_in.get((self.gid, src_w))
-            if conn is None or conn.busy or self.matcher.unexpected or not self.idle():
-                return NotImplemented
-            conn.busy = True  # the engine keeps off this socket until the receive is done
-            self.notices.current = (what, src_w, None)
-            try:
-                rc = self.raw(-1, b"", 0, 0, conn.fd, <Py_ssize_t>cnp.PyArray_DATA(out), nbytes, deadline, False,
-                              expect)
-            finally:
-                self.notices.current = None
-            if rc == ST_OK:
-                conn.busy = False
-                self.last_tag[(self.gid, s)] = t
-                return out
-        # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
-        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc)
-
+        return self._recv(s, t, code, count, nbytes, out, <Py_ssize_t>cnp.PyArray_DATA(out), self._what("recv", t))

@@ -1,0 +1,103 @@
+"""The world: joining the job over the transport, and leaving it.
+
+The only place above the transport that builds one: `join()` starts this
+rank's endpoint (and the job's coordinator when this rank hosts it),
+registers with the coordinator, and returns the world Group on a Transport
+and its Engine; `digests()` and `close()` are the two halves of leaving.
+The API (`_api/lifecycle.py`) decides when to call them; the policy of
+finalize (flush, compare, then close) is written there.
+"""
+import contextlib
+import os
+import sys
+import time
+
+from .. import _rendezvous
+from .._transport import Endpoint, Transport
+from .group import Group
+from .p2p import Engine
+
+
+def alone(timeout):
+    """The world of a process outside any launcher: a group of size 1 with no transport."""
+    return Group(None, Engine(None), 0, [0], 0, timeout)
+
+
+def join(env, timeout, coordinator=None):
+    """Join the job `env` describes (a `_rendezvous.JobEnv`).
+
+    Args:
+        env: this rank, the job's size, the coordinator's address, the secret.
+        timeout: the world group's deadline for every blocking call, in seconds.
+        coordinator: a `_rendezvous.Coordinator` this rank already started, when it hosts it.
+
+    Returns:
+        (world Group, coordinator Client): the client stays connected for the job's life and
+        carries the notices ("rank k died") the transport turns into PeerLost.
+
+    Raises:
+        CommError (CommTimeout, AuthError) when the coordinator cannot be reached or refuses this
+        rank; nothing is left open then.
+    """
+    _rendezvous.warn_if_derived(env.secret)
+    if coordinator is None and env.host_coordinator:
+        coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
+                                              port=env.coordinator[1])
+        coordinator.start()
+    ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout, spans_hosts=env.local_size < env.size)
+    try:
+        client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout)
+        ep.set_table(client.register(ep.info(), timeout))
+    except BaseException:
+        ep.close()
+        if coordinator is not None:
+            coordinator.close()
+        raise
+    ep.notices.send = client.send
+    ep.coordinator_sock = client.sock
+    if env.source != "commrun":  # rank 0 hosts the coordinator: losing it is losing rank 0
+        ep.notices.coordinator_rank = 0
+    client.start_listener(ep.notices.on_notice)
+    transport = Transport(ep)
+    world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
+    if env.size > 1:  # every large collective needs the ring neighbour: start connecting now
+        transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
+    world._coordinator = coordinator
+    if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):
+        print(ep.routes_text(), file=sys.stderr, flush=True)
+    return world, client
+
+
+def digests(world):
+    """Flush this rank's queued sends, then exchange every group's collective digest with every
+    rank through the coordinator (waiting, bounded by the world's timeout, until all have finished).
+
+    Returns:
+        (ours, {world rank: theirs}), or None when the job already failed (nothing to compare).
+    """
+    ep, engine = world.transport.ep, world.engine
+    if ep.failure is not None:
+        return None
+    deadline = time.monotonic() + world.timeout
+    engine.drain(deadline)
+    mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}}
+    return mine, ep.notices.exchange_digests(mine, world.size(), deadline)
+
+
+def close(world, client):
+    """Close the world: fail what is still posted, say goodbye, close every connection; a rank that
+    hosts the coordinator keeps it until the others have left (bounded by the world's timeout)."""
+    ep = world.transport.ep
+    world.engine.close("commlib.finalize() was called before it completed")
+    ep._closed = True
+    coordinator = getattr(world, "_coordinator", None)
+    if client is not None:
+        with contextlib.suppress(OSError):
+            client.close()
+    ep.close()
+    if coordinator is not None:
+        # Ranks still working need the coordinator: wait for them to leave.
+        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout):
+            print(f"commlib: rank {world._rank}: closing the coordinator while ranks "
+                  f"{coordinator.connected()} are still connected", file=sys.stderr)
+        coordinator.close()

@@ -1,0 +1,316 @@
+"""The point-to-point channel over sockets: per-peer connections that never block, and a poller.
+
+What: the byte side of the matching engine (`commlib._engine`). Each
+connection carries frames in one direction (sockets.py): a 56-byte header
+(`commlib._wire`) then its payload. The engine decides what a frame means
+and where its payload goes; this module only moves the bytes:
+
+- `Incoming` reads one frame at a time without blocking: `read()` does at
+  most one read and says what happened (nothing to read, some bytes, a
+  header arrived, the payload is done, the connection is lost). After a
+  header the engine names the payload's destination (`receive_into`).
+- `Outgoing` writes its FIFO of `Frame`s (each a list of buffers, written
+  back to back with one sendmsg) as far as the socket takes them.
+- `Poller` waits until a connection can be read or written, a connection
+  arrives, the process fails, or someone calls `wake()`.
+- `PointToPoint` hands out these objects per (group, peer), builds the
+  blocking send/recv (`_io.P2PFast`) and runs the receive step its
+  continuations take (an expected frame straight into its destination).
+
+Goals: no read or write ever blocks (a waiting caller and the progress
+thread share the connections under the engine's lock), and a payload is read
+straight into the buffer the engine names, never copied here.
+"""
+import collections
+import contextlib
+import os
+import select
+
+import numpy as np
+
+from .._wire import HEADER_NBYTES
+from . import _io
+from .diagnose import status_error
+from .sockets import CH_P2P
+
+FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
+
+# What one Incoming.read() or Outgoing.write() did.
+AGAIN = 0  # the socket has nothing to read / no room: wait for the poller
+MORE = 1  # some bytes moved, the header or payload is not complete yet
+HEADER = 2  # a whole header arrived: it is in `.header`; the engine calls receive_into() (or not, for 0 bytes)
+PAYLOAD = 3  # the payload filled its destination
+SENT = 4  # the frame at the head of the queue is written to its last byte (and taken off the queue)
+LOST = 5  # EOF or an error: the connection is done (`.why`: the OS's words, None for a clean EOF)
+
+ARRIVED = "arrived"  # in Poller.wait()'s answer: a new incoming connection was registered
+READY = "ready"  # ... something else (room to write, a wake-up, a failure) was
+
+
+class Frame:
+    """One outgoing frame: buffers written back to back, `pos` bytes of `total` written so far."""
+
+    __slots__ = ("parts", "total", "pos")
+
+    def __init__(self, parts):
+        self.parts = parts
+        self.total = sum(p.nbytes for p in parts)
+        self.pos = 0
+
+    def iov(self):
+        out, skip = [], self.pos
+        for p in self.parts:
+            if skip >= p.nbytes:
+                skip -= p.nbytes
+                continue
+            out.append(p[skip:] if skip else p)
+            skip = 0
+        return out
+
+
+class Incoming:
+    """One incoming point-to-point connection (group gid, from world rank src) and its read state.
+
+    `msg` belongs to the reader's owner (the engine's record of the frame whose payload is being
+    read); `busy` is set while a blocking reader reads the socket itself, so the poller leaves it out.
+    """
+
+    __slots__ = ("sock", "fd", "gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
+                 "busy", "why")
+
+    def __init__(self, sock, gid, src):
+        self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
+        self._hbuf = bytearray(HEADER_NBYTES)
+        self._hview = memoryview(self._hbuf)
+        self._hpos = 0
+        self.header = None  # the last whole header read (bytes)
+        self._view = None  # where the current payload lands
+        self._pos = 0
+        self.msg = None
+        self.eof = False
+        self.busy = False
+        self.why = None
+
+    @property
+    def idle(self):
+        """Between frames: no header byte and no payload outstanding."""
+        return self._hpos == 0 and self._view is None
+
+    def read(self):
+        """One read without blocking: AGAIN, MORE, HEADER, PAYLOAD or LOST (see the constants)."""
+        try:
+            if self._view is None:
+                n = self.sock.recv_into(self._hview[self._hpos:])
+            else:
+                n = self.sock.recv_into(self._view[self._pos:])
+        except BlockingIOError:
+            return AGAIN
+        except OSError as exc:
+            self.eof, self.why = True, str(exc)
+            return LOST
+        if n == 0:
+            self.eof, self.why = True, None
+            return LOST
+        if self._view is None:
+            self._hpos += n
+            if self._hpos < HEADER_NBYTES:
+                return MORE
+            self._hpos = 0
+            self.header = bytes(self._hbuf)
+            return HEADER
+        self._pos += n
+        if self._pos < len(self._view):
+            return MORE
+        self._view, self._pos = None, 0
+        return PAYLOAD
+
+    def receive_into(self, view):
+        """The payload of the header just read goes into `view` (a writable uint8 memoryview, not empty)."""
+        self._view, self._pos = view, 0
+
+    def stop(self):
+        """Read nothing more from this connection (it broke the protocol, or the process failed)."""
+        self.eof = True
+        self._view, self._pos, self._hpos = None, 0, 0
+
+    def pending(self):
+        """Bytes (or EOF) are waiting to be read."""
+        p = select.poll()
+        p.register(self.fd, select.POLLIN)
+        return bool(p.poll(0))
+
+
+class Outgoing:
+    """One outgoing point-to-point connection (group gid, to world rank dst) and its FIFO of Frames."""
+
+    __slots__ = ("sock", "fd", "gid", "dst", "queue", "why")
+
+    def __init__(self, sock, gid, dst):
+        self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
+        self.queue = collections.deque()
+        self.why = None
+
+    def write(self):
+        """Write the frame at the head of the queue as far as the socket takes it without blocking:
+        SENT (it is off the queue), AGAIN (the socket is full) or LOST (`.why` says why)."""
+        s = self.queue[0]
+        while True:
+            try:
+                n = self.sock.sendmsg(s.iov())
+            except BlockingIOError:
+                return AGAIN
+            except OSError as exc:
+                self.why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+                return LOST
+            s.pos += n
+            if s.pos >= s.total:
+                self.queue.popleft()
+                return SENT
+
+
+class Poller:
+    """Waits on the connections with work, plus new arrivals, the process's failure and its own wake-up."""
+
+    def __init__(self, ep):
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._arrival_r, self._fail_r = ep.arrival_r, ep.wake_r
+
+    def watch(self, conns_in, conns_out):
+        """What the next wait() watches: incoming connections not done nor busy, outgoing ones with
+        frames queued (read now, under the owner's lock; the wait happens without it)."""
+        events, readers = {}, {}
+        for c in conns_in:
+            if not c.eof and not c.busy:
+                events[c.fd] = select.POLLIN
+                readers[c.fd] = c
+        for out in conns_out:
+            if out.queue:
+                events[out.fd] = events.get(out.fd, 0) | select.POLLOUT
+        return events, readers
+
+    def wait(self, watched, timeout_ms):
+        """Wait up to timeout_ms: the set of incoming connections ready to read, plus ARRIVED when
+        a connection came in and READY for anything else; None when a signal interrupted the wait."""
+        events, readers = watched
+        poller = select.poll()
+        for fd, ev in events.items():
+            poller.register(fd, ev)
+        for fd in (self._wake_r, self._arrival_r, self._fail_r):
+            poller.register(fd, select.POLLIN)
+        try:
+            got = poller.poll(timeout_ms)
+        except InterruptedError:
+            return None
+        ready = set()
+        for fd, _ in got:
+            c = readers.get(fd)
+            ready.add(c if c is not None else ARRIVED if fd == self._arrival_r else READY)
+        return ready
+
+    def wake(self):
+        """Interrupt a wait() (now or the next one)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"\0")
+
+    def clear_wake(self):
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(self._wake_r, 4096)
+
+    def clear_arrivals(self):
+        # The arrival pipe stays readable until read here: new connections are collected after this.
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.read(self._arrival_r, 4096)
+
+    def close(self):
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class PointToPoint:
+    """The point-to-point channel: its connections per (group, peer), a poller, the blocking path."""
+
+    def __init__(self, ep, spin):
+        self.ep = ep
+        self.rank = ep.rank
+        self.state = np.zeros(4, dtype=np.int64)
+        self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1],
+                                   spin[2])
+        self._in = {}  # (gid, src world rank) -> Incoming
+        self._out = {}  # (gid, dst world rank) -> Outgoing
+
+    def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
+        """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
+        stepper; `engine` owns the lock, the queues and the continuations it calls back."""
+        return _io.P2PFast(engine, ctx, self, self.ep.fds, limit, dtype_code, bf16, header)
+
+    def poller(self):
+        return Poller(self.ep)
+
+    def outgoing(self, gid, dst, deadline, what):
+        """The Outgoing connection to world rank dst (connecting on first use)."""
+        conn = self._out.get((gid, dst))
+        if conn is None:
+            sock = self.ep.out_sock(gid, CH_P2P, dst)
+            if sock is None:
+                self.ep.outgoing(gid, CH_P2P, dst, deadline, what)
+                sock = self.ep.out_sock(gid, CH_P2P, dst)
+            conn = self._out.setdefault((gid, dst), Outgoing(sock, gid, dst))
+        return conn
+
+    def incoming(self):
+        """{(gid, src world rank): Incoming} of the connections that have arrived; a connection that
+        replaced a dead attempt (the sender's retry) gets a fresh Incoming."""
+        conns = {}
+        for key, sock in self.ep.incoming_socks(CH_P2P).items():
+            c = self._in.get(key)
+            if c is None or c.sock is not sock:
+                c = self._in[key] = Incoming(sock, *key)
+            conns[key] = c
+        return conns
+
+    def gone(self, peer):
+        """Why world rank `peer` will send nothing more (left, died, finishing), or None."""
+        return self.ep.notices.gone(peer)
+
+    def finishing(self, peer):
+        """True once `peer` is in finalize() with every send flushed."""
+        return self.ep.notices.finishing(peer)
+
+    @property
+    def notices(self):
+        return self.ep.notices
+
+    def recv_step(self, conn, expect, ptr, nbytes, deadline, what, peer, resume):
+        """Blocking receive of the frame `expect` (a header) + nbytes into ptr from Incoming `conn`
+        (which the caller marked busy).
+
+        Returns None when it arrived; the 56 header bytes of a different frame
+        that arrived instead (no payload byte read); or the number of bytes
+        received so far (an int) when FAST_PATH_SLICE_S passed without progress.
+        """
+        rc = self.stepper.raw(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, resume, expect)
+        return self.recv_status(rc, what, peer, nbytes)
+
+    def recv_status(self, rc, what, peer, nbytes):
+        """What a receive step's status rc means, as recv_step returns it (or the error it raises)."""
+        if rc == 0:
+            return None
+        if rc == _io.MISMATCH:
+            return bytes(self.stepper.rhdr)
+        if rc == _io.SLOW:
+            return int(self.state[1])
+        self._raise(rc, what, None, peer, nbytes)
+
+    def _raise(self, rc, what, send_peer, recv_peer, nbytes):
+        exc = status_error(self.ep, rc, self.state, what, send_peer, nbytes, recv_peer, nbytes)
+        self.ep.spread(exc)
+        raise exc
+
+    def error(self, exc):
+        """Record exc as the process's failure and tell the other ranks."""
+        exc = self.ep.fail(exc)
+        self.ep.spread(exc)
+        return exc
