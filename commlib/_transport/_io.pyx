@@ -417,20 +417,28 @@ cdef class Stepper:
         self.ring_ptr, self.ring_len = ring_ptr, ring_len
         self.spin_s, self.check_s = spin_s, check_s
 
-    cdef int _go(self, Step* s, double deadline) except? -1:
-        """Fill in the group's constants and run the step with the GIL released."""
-        cdef int rc
+    cdef inline void _bind(self, Step* s, double deadline) noexcept nogil:
+        """The group's constants of a step: the one place they are set (raw steps and plan rows)."""
         s.ring_len = self.ring_len
         s.chunk = self.chunk
         s.wake_fd = self.wake_fd
         s.deadline = deadline
         s.spin_s = self.spin_s
         s.yield_spin = self.yield_spin
-        s.learned = NULL
-        if self.adaptive:
-            s.learned = &self.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]
         s.check_s = self.check_s
         s.state = &self._state[0]
+        s.learned = NULL
+
+    cdef inline void _learn_peer(self, Step* s) noexcept nogil:
+        """Adaptive spin: the step's spin budget follows its peer's average wait."""
+        if self.adaptive:
+            s.learned = &self.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]
+
+    cdef int _go(self, Step* s, double deadline) except? -1:
+        """Fill in the group's constants and run the step with the GIL released."""
+        cdef int rc
+        self._bind(s, deadline)
+        self._learn_peer(s)
         with nogil:
             rc = _run(s)
         return rc

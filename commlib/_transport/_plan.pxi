@@ -98,23 +98,15 @@ cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssiz
     cdef const char* src
     cdef Py_ssize_t n
     cdef double t0 = _clock(timing) if timing else 0.0
+    st._bind(&s, deadline)
     s.send_hdr = hdr
     s.expect_hdr = hdr
     s.recv_hdr = <char*>st.rhdr_ptr
-    s.ring_len = st.ring_len
-    s.chunk = st.chunk
-    s.wake_fd = st.wake_fd
-    s.deadline = deadline
-    s.spin_s = st.spin_s
-    s.yield_spin = st.yield_spin
-    s.check_s = st.check_s
-    s.state = state
     s.dtype = dtype
     s.op = op if op >= 0 else 0
     s.item = itemsize_of(dtype) if op >= 0 else 1
     if s.item <= 0:
         s.item = 1
-    s.learned = NULL
     while k < nrows:
         row = &rows[k]
         if row.kind == K_COPY:
@@ -132,8 +124,7 @@ cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssiz
             state[0] = state[1] = state[2] = state[3] = 0
         resume = False
         _fill(&s, row, slots, bounds, sfd[k], rfd[k], <char*>st.ring_ptr)
-        if st.adaptive:  # the per-peer average wait the spin budget is learned from
-            s.learned = &st.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]
+        st._learn_peer(&s)
         rc = _run(&s)
         if rc != ST_OK:
             break
