@@ -660,10 +660,12 @@ class Comm:
         return _match(s, r, per, what, send_side=True), root, out
 
     def Gather(self, sendbuf, recvbuf, root=0):
-        self._run(_coll._gather, *self._gather_args(sendbuf, recvbuf, root, "Gather"))
+        x, root, out = self._gather_args(sendbuf, recvbuf, root, "Gather")
+        _coll.gather(x, root, out=out, group=_group(self))
 
     def Igather(self, sendbuf, recvbuf, root=0):
-        return self._start("Igather", _coll._gather, *self._gather_args(sendbuf, recvbuf, root, "Igather"))
+        x, root, out = self._gather_args(sendbuf, recvbuf, root, "Igather")
+        return Request._wrap(_coll.igather(x, root, out=out, group=_group(self)), done_empty)
 
     def _scatter_args(self, sendbuf, recvbuf, root, what):
         g = _group(self)
@@ -678,10 +680,12 @@ class Comm:
         return src, root, _match(r, s, per, what, send_side=True)
 
     def Scatter(self, sendbuf, recvbuf, root=0):
-        self._run(_coll._scatter, *self._scatter_args(sendbuf, recvbuf, root, "Scatter"))
+        x, root, out = self._scatter_args(sendbuf, recvbuf, root, "Scatter")
+        _coll.scatter(x, root, out=out, group=_group(self))
 
     def Iscatter(self, sendbuf, recvbuf, root=0):
-        return self._start("Iscatter", _coll._scatter, *self._scatter_args(sendbuf, recvbuf, root, "Iscatter"))
+        x, root, out = self._scatter_args(sendbuf, recvbuf, root, "Iscatter")
+        return Request._wrap(_coll.iscatter(x, root, out=out, group=_group(self)), done_empty)
 
     def _allgather_args(self, sendbuf, recvbuf, what):
         g = _group(self)

@@ -165,6 +165,8 @@ def _reduce_scatter(g, x, op="sum", out=None):
         out = np.empty((a.shape[0] // n,) + a.shape[1:], a.dtype)
     else:
         _check_out(out, a, a.size // n)
+        if np.may_share_memory(out, a):
+            raise ValueError(f"rank {r}: reduce_scatter: out overlaps x")
     if n == 1:
         _identity(out.reshape(a.shape), a, opc)
         return out
@@ -290,6 +292,8 @@ def _scatter(g, x, root=0, out=None):
             _check_out(out, a, a.size // n)
     else:
         a, meta = None, None
+        if out is not None:
+            _check_out(out, out, out.size if isinstance(out, np.ndarray) else -1)
     if out is not None:
         code = dtype_code(out.dtype)
         if n == 1:
@@ -326,9 +330,12 @@ def _run_broadcast(o, g, addr, nbytes, root):
 
 
 def _check_out(out, a, count):
-    """An `out` the internal callers pass must be exactly right: they checked the user's arguments."""
-    if type(out) is not np.ndarray or out.dtype != a.dtype or out.size != count or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {a.dtype} array of {count} elements")
+    """`out` must be a writable C-contiguous ndarray of a's dtype and `count` elements."""
+    if (type(out) is not np.ndarray or out.dtype != a.dtype or out.size != count or not out.flags.c_contiguous
+            or not out.flags.writeable):
+        raise ValueError(f"out must be a writable C-contiguous {a.dtype} array of {count} elements, got "
+                         f"{type(out).__name__}" + (f" of {out.dtype}, {out.size} elements" if
+                                                    isinstance(out, np.ndarray) else ""))
 
 
 def _broadcast_meta(meta, root, g):
@@ -548,20 +555,24 @@ def iall_gather(x, *, out=None, group=None):
     return g.stream.submit("iall_gather", _all_gather_user, g, x, out)
 
 
-def reduce_scatter(x, op="sum", *, group=None):
-    """Reduce x over ranks; rank r gets block r of the result along axis 0."""
+def reduce_scatter(x, op="sum", *, out=None, group=None):
+    """Reduce x over ranks; rank r gets block r of the result along axis 0.
+
+    out: a C-contiguous array of x's dtype and x.size / size elements, not overlapping x, to
+    write the block into (returned); ValueError otherwise.
+    """
     g = _g(group)
     f = g.fast
-    if f is not None:
+    if f is not None and out is None:
         res = f.reduce_scatter(x, op)
         if res is not NotImplemented:
             return res
-    return _python_path(g, _reduce_scatter, x, op)
+    return _python_path(g, _reduce_scatter, x, op, out)
 
 
-def ireduce_scatter(x, op="sum", *, group=None):
+def ireduce_scatter(x, op="sum", *, out=None, group=None):
     g = _g(group)
-    return g.stream.submit("ireduce_scatter", _reduce_scatter, g, x, op)
+    return g.stream.submit("ireduce_scatter", _reduce_scatter, g, x, op, out)
 
 
 def broadcast(x, root=0, *, group=None):
@@ -580,42 +591,55 @@ def ibroadcast(x, root=0, *, group=None):
     return g.stream.submit("ibroadcast", _broadcast, g, x, root)
 
 
-def reduce(x, op="sum", root=0, *, group=None):
-    """Reduction of x over ranks on root; None elsewhere."""
+def reduce(x, op="sum", root=0, *, out=None, group=None):
+    """Reduction of x over ranks on root; None elsewhere.
+
+    out (root only; ignored elsewhere): a C-contiguous array of x's dtype and size to reduce into
+    (it may be x itself), returned on root; ValueError otherwise.
+    """
     g = _g(group)
     f = g.fast
-    if f is not None:
+    if f is not None and out is None:
         res = f.reduce(x, op, root)
         if res is not NotImplemented:
             return res
-    return _python_path(g, _reduce, x, op, root)
+    return _python_path(g, _reduce, x, op, root, out)
 
 
-def ireduce(x, op="sum", root=0, *, group=None):
+def ireduce(x, op="sum", root=0, *, out=None, group=None):
     g = _g(group)
-    return g.stream.submit("ireduce", _reduce, g, x, op, root)
+    return g.stream.submit("ireduce", _reduce, g, x, op, root, out)
 
 
-def gather(x, root=0, *, group=None):
-    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere."""
+def gather(x, root=0, *, out=None, group=None):
+    """Ranks' x concatenated along axis 0 on root (0-d x: shape (size,)); None elsewhere.
+
+    out (root only; ignored elsewhere): a C-contiguous array of x's dtype and size * x.size
+    elements to gather into (x may already be root's block of it), returned on root.
+    """
     g = _g(group)
-    return g.stream.run(_gather, g, x, root)
+    return g.stream.run(_gather, g, x, root, out)
 
 
-def igather(x, root=0, *, group=None):
+def igather(x, root=0, *, out=None, group=None):
     g = _g(group)
-    return g.stream.submit("igather", _gather, g, x, root)
+    return g.stream.submit("igather", _gather, g, x, root, out)
 
 
-def scatter(x, root=0, *, group=None):
-    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored."""
+def scatter(x, root=0, *, out=None, group=None):
+    """Block r (along axis 0) of root's x on rank r; non-roots' x is ignored.
+
+    out: an array to receive the block into, on every rank (then no rank needs to learn the
+    block's dtype and shape from the root first): C-contiguous, of root's dtype and x.size / size
+    elements (on root it may be root's block of x); returned.
+    """
     g = _g(group)
-    return g.stream.run(_scatter, g, x, root)
+    return g.stream.run(_scatter, g, x, root, out)
 
 
-def iscatter(x, root=0, *, group=None):
+def iscatter(x, root=0, *, out=None, group=None):
     g = _g(group)
-    return g.stream.submit("iscatter", _scatter, g, x, root)
+    return g.stream.submit("iscatter", _scatter, g, x, root, out)
 
 
 def all_to_all(x, split_axis=0, concat_axis=0, *, group=None):

@@ -10,6 +10,7 @@ place through numpy views of their memory; a copy is made only where the
 layout requires one (a non-contiguous output, a list of separate tensors).
 """
 import collections
+import functools
 
 import numpy as np
 import torch
@@ -205,7 +206,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         root = self._g.check_rank(opts.rootRank, "root")
         name, scale = reduce_op(opts.reduceOp)
         array(t)
-        return self._go(opts, "reduce", tensors, self._reduce, t, root, name, scale)
+        return self._now(opts, "reduce", tensors, self._reduce, t, root, name, scale)
 
     def _reduce(self, t, root, name, scale):
         g = self._g
@@ -213,10 +214,10 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             premultiply(t, scale)
         x = array(t)
         if g.rank() != root:
-            _c._reduce(g, x, name, root)
+            _c.reduce(x, name, root, group=g)
             return
         out, back = contiguous_target(t, "reduce's tensor")
-        _c._reduce(g, x, name, root, out=out.reshape(-1))
+        _c.reduce(x, name, root, out=out.reshape(-1), group=g)
         if back is not None:
             t.copy_(back)
         if scale == "avg":
@@ -228,7 +229,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         ins = _one(input_lists, "reduce_scatter")
         self._check_list(ins, out, "reduce_scatter's input list")
         name, scale = reduce_op(opts.reduceOp)
-        return self._go(opts, "reduce_scatter", outputs, self._reduce_scatter_list, out, list(ins), name, scale)
+        return self._now(opts, "reduce_scatter", outputs, self._reduce_scatter_list, out, list(ins), name, scale)
 
     def _reduce_scatter_list(self, out, ins, name, scale):
         flat = _flat_view(ins)
@@ -250,9 +251,10 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             y = y.reshape(-1)                                                  # the output
             x = x.reshape(-1)
             if not _overlap(x, y):
-                return self._go(opts, "reduce_scatter_tensor", [output], _c._reduce_scatter, self._g, x, name, y)
+                return self._now(opts, "reduce_scatter_tensor", [output],
+                                 functools.partial(_c.reduce_scatter, x, name, out=y, group=self._g))
         name, scale = reduce_op(op)
-        return self._go(opts, "reduce_scatter_tensor", [output], self._reduce_scatter, output, input, name, scale)
+        return self._now(opts, "reduce_scatter_tensor", [output], self._reduce_scatter, output, input, name, scale)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -265,7 +267,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             if i.numel() != self._n * o.numel() or i.dtype != o.dtype:
                 raise ValueError(f"commlib backend: reduce_scatter_tensor_coalesced: an input of {i.numel()} "
                                  f"{i.dtype} for an output of {o.numel()} {o.dtype}")
-        return self._go(opts, "reduce_scatter_tensor_coalesced", list(outputs), self._reduce_scatter_many,
+        return self._now(opts, "reduce_scatter_tensor_coalesced", list(outputs), self._reduce_scatter_many,
                         list(outputs), list(inputs), name, scale)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -283,7 +285,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if _overlap(x, y):
             back = torch.empty(out.shape, dtype=out.dtype)
             y = array(back).reshape(-1)
-        _c._reduce_scatter(self._g, x, name, out=y)
+        _c.reduce_scatter(x, name, out=y, group=self._g)
         if back is not None:
             out.copy_(back)
         if scale == "avg":
@@ -374,7 +376,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         root = self._g.check_rank(opts.rootRank, "root")
         t = _one(inputs, "gather")
         outs = self._root_list(output_lists, t, root, "gather", "output")
-        return self._go(opts, "gather", output_lists, self._gather, outs, t, root)
+        return self._now(opts, "gather", output_lists, self._gather, outs, t, root)
 
     def _root_list(self, lists, like, root, what, kind):
         """The root's list of one tensor per rank, checked against `like`; None on the other ranks."""
@@ -390,11 +392,11 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     def _gather(self, outs, t, root):
         if outs is None:
-            _c._gather(self._g, array(t), root)
+            _c.gather(array(t), root, group=self._g)
             return
         flat = _flat_view(outs)
         buf = flat if flat is not None else torch.empty(t.numel() * self._n, dtype=t.dtype)
-        _c._gather(self._g, array(t), root, out=array(buf))
+        _c.gather(array(t), root, out=array(buf), group=self._g)
         if flat is None:
             _split_into(buf, outs)
 
@@ -404,7 +406,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         out = _one(outputs, "scatter")
         ins = self._root_list(input_lists, out, root, "scatter", "input")
         array(out)
-        return self._go(opts, "scatter", outputs, self._scatter, out, ins, root)
+        return self._now(opts, "scatter", outputs, self._scatter, out, ins, root)
 
     def _scatter(self, out, ins, root):
         x = None
@@ -415,7 +417,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if x is not None and _overlap(x, y):
             back = torch.empty(out.shape, dtype=out.dtype)
             y = array(back)
-        _c._scatter(self._g, x, root, out=y.reshape(-1))
+        _c.scatter(x, root, out=y.reshape(-1), group=self._g)
         if back is not None:
             out.copy_(back)
 

@@ -28,3 +28,11 @@ def test_reduce_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
     recursive halving at power-of-two n, doubling up to 16 KiB at other n, the ring above)."""
     assert_ranks_ok(run(n, "collectives.py", "rs", env={"COMMLIB_ALGO_REDUCE_SCATTER": algo}), n,
                     f"reduce_scatter with COMMLIB_ALGO_REDUCE_SCATTER={algo}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", NS)
+def test_out_arguments(n, assert_ranks_ok, run):
+    """reduce, reduce_scatter, gather and scatter write into a caller's out= and return it; a wrong one is a
+    ValueError on every rank, and the group goes on."""
+    assert_ranks_ok(run(n, "out_args.py"), n, "out= arguments")
