@@ -17,8 +17,9 @@ Plan: a region is (slot, lo, hi): units lo..hi-1 of a buffer. Slots name the
 buffers of a call (X the input, RES the result, SCRATCH, and T0/T1, two
 blocks of scratch); the caller gives their addresses. Units are `parts`
 near-equal pieces of the payload (`bounds()`: the ring's blocks; one unit
-is the whole buffer), or any boundaries the caller passes (the variable-size
-blocks of an object all-gather). A LOCAL region holds just its units at the
+is the whole buffer: `even()`, computed by the executor), or any boundaries
+the caller passes (`bounds()`, `explicit_bounds()`: the variable-size blocks
+of an object all-gather). A LOCAL region holds just its units at the
 start of its slot (a one-block buffer), so its address does not move with lo.
 A plan's sizes come from the bounds given at run time, so one plan serves
 every message size of its algorithm.
@@ -123,6 +124,12 @@ def _region(region, local_flag):
 def slots(x=0, res=0, scratch=0, t0=0, t1=0):
     """The slot addresses of one call, in slot order (0: a slot the plan does not use)."""
     return [x, res, scratch, t0, t1]
+
+
+def even(count, item):
+    """The units of a plan as near-equal blocks of `count` elements of `item` bytes (the plan says how many),
+    computed by the executor itself: what every collective but the object all-gather passes."""
+    return (count, item)
 
 
 def bounds(count, item, parts):

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _kernels
 from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
-from .._plan import RES, bounds, slots
+from .._plan import RES, even, slots
 from .._wire import COLL as _WIRE_COLL
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
 from .._engine.p2p import EAGER_BYTES
@@ -94,7 +94,7 @@ def _all_reduce(g, x, op="sum", out=None):
         o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
         plan = _ALL_REDUCE[choose("all_reduce", a.nbytes, g._size)](g._size, g._rank)
         scratch = g.scratch(a.nbytes) if plan.name == "doubling" else 0
-        o.run(plan, slots(_addr(a), _addr(res), scratch), bounds(a.size, a.itemsize, plan.parts))
+        o.run(plan, slots(_addr(a), _addr(res), scratch), even(a.size, a.itemsize))
     if res is not target:
         target[...] = res
     return out if out is not None else res
@@ -122,7 +122,7 @@ def _all_gather(g, x, out=None, coll="all_gather"):
         log = choose("all_gather", n * a.nbytes, n) == "bruck"
         plan = (logstep.all_gather if log else ring.all_gather)(n, g._rank)
         o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
-              bounds(n * a.size, a.itemsize, n))
+              even(n * a.size, a.itemsize))
     return out
 
 
@@ -175,16 +175,16 @@ def _reduce_scatter(g, x, op="sum", out=None):
     algo = choose("reduce_scatter", a.nbytes, n)
     if algo == "halving" and n & (n - 1) == 0:  # log2 n steps on a copy of x in scratch, then block r
         o.run(logstep.reduce_scatter(n, r), slots(_addr(a), _addr(out), g.scratch(a.nbytes)),
-              bounds(a.size, a.itemsize, n))
+              even(a.size, a.itemsize))
     elif algo != "ring":  # doubling (also a forced "halving" where n is not a power of two): an all-reduce
         full = np.empty(a.shape, a.dtype)
         o.run(doubling.all_reduce(n, r), slots(_addr(a), _addr(full), g.scratch(a.nbytes)),
-              bounds(a.size, a.itemsize, 1))
+              even(a.size, a.itemsize))
         out.reshape(-1)[...] = full.reshape(-1)[r * count:(r + 1) * count]
     else:  # the ring: blocks in transit in two one-block temporaries, this rank's block into out
         tmp = np.empty(2 * count if n > 2 else 0, a.dtype)
         o.run(ring.reduce_scatter(n, r), slots(_addr(a), _addr(out), 0, _addr(tmp), _addr(tmp) + count * a.itemsize),
-              bounds(a.size, a.itemsize, n))
+              even(a.size, a.itemsize))
     return out
 
 
@@ -238,7 +238,7 @@ def _reduce(g, x, op="sum", root=0, out=None):
             acc = out.reshape(a.shape)
         else:
             acc = np.empty(a.shape, a.dtype)
-    o.run(plan, slots(_addr(a), _addr(acc) if acc is not None else 0), bounds(a.size, a.itemsize, 1))
+    o.run(plan, slots(_addr(a), _addr(acc) if acc is not None else 0), even(a.size, a.itemsize))
     if not is_root:
         return None
     if out is None:
@@ -269,7 +269,7 @@ def _gather(g, x, root=0, out=None):
         return out
     o = g.op("gather", code, 0, a.size, root, dims=a.shape)
     o.run(tree.gather_linear(n, g._rank, root), slots(_addr(a), _addr(out) if out is not None else 0),
-          bounds(n * a.size, a.itemsize, n))
+          even(n * a.size, a.itemsize))
     return out
 
 
@@ -319,14 +319,14 @@ def _scatter(g, x, root=0, out=None):
 def _run_scatter(o, g, a, out, root):
     n = g._size
     o.run(tree.scatter_linear(n, g._rank, root), slots(_addr(a) if a is not None else 0, _addr(out)),
-          bounds(n * out.nbytes, 1, n))
+          even(n * out.nbytes, 1))
 
 
 def _run_broadcast(o, g, addr, nbytes, root):
     """The broadcast schedule choose() picks, on nbytes at addr (in place)."""
     chain = choose("broadcast", nbytes, g._size) == "chain"
     plan = (tree.broadcast_chain if chain else tree.broadcast_tree)(g._size, g._rank, root)
-    o.run(plan, slots(res=addr), bounds(nbytes, 1, 1))
+    o.run(plan, slots(res=addr), even(nbytes, 1))
 
 
 def _check_out(out, a, count):
@@ -373,8 +373,7 @@ def _all_to_all(g, x, split_axis=0, concat_axis=0):
         recv[...] = send
     else:
         o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
-        o.run(pairwise.all_to_all(n, g._rank), slots(_addr(send), _addr(recv)), bounds(n * send[0].size,
-                                                                                       a.itemsize, n))
+        o.run(pairwise.all_to_all(n, g._rank), slots(_addr(send), _addr(recv)), even(n * send[0].size, a.itemsize))
     if concat_axis == 0:
         return recv.reshape((n * block[0],) + block[1:])
     return np.concatenate(recv, axis=concat_axis)
@@ -413,14 +412,14 @@ def _ppermute(g, x, perm):
              shape=zlib.crc32(repr(sorted(pairs)).encode()), dims=a.shape)
     plan = pairwise.ppermute(me, dst, src)
     if len(plan):
-        o.run(plan, slots(_addr(a), _addr(out)), bounds(a.size, a.itemsize, 1))
+        o.run(plan, slots(_addr(a), _addr(out)), even(a.size, a.itemsize))
     return out
 
 
 def _barrier(g):
     """Return when every rank of the group has entered."""
     if g._size > 1:
-        g.op("barrier", 0, 0, 0).run(doubling.barrier(g._size, g._rank), slots(), bounds(0, 1, 1))
+        g.op("barrier", 0, 0, 0).run(doubling.barrier(g._size, g._rank), slots(), even(0, 1))
 
 
 

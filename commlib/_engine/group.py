@@ -90,7 +90,7 @@ class Op:
 
     def run(self, plan, slots, bounds):
         """Run a plan (`commlib._plan`) of this collective: slots are the addresses of its buffers
-        (X, RES, SCRATCH, T0, T1; 0 where unused), bounds the byte boundaries of its units."""
+        (X, RES, SCRATCH, T0, T1; 0 where unused), bounds its units (`_plan.even` or `_plan.bounds`)."""
         self._channel.run(self, plan, slots, bounds)
 
 
@@ -173,7 +173,7 @@ class Group:
             if self._size > 1:
                 op = self.op("split", 0, 0, 2 * self._size)
                 op.run(ring.all_gather(self._size, self._rank), _plan.slots(res=table.ctypes.data),
-                       _plan.bounds(self._size, 16, self._size))
+                       _plan.even(self._size, 16))
 
         self.stream.run(gather)
         self.splits += 1

@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from .. import _plan
 from .._errors import CommError, PeerLost
 from .._wire import HEADER_NBYTES, decode
 from . import _io
@@ -110,6 +111,7 @@ class CollectiveChannel:
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
                                    spin[0], check_s, spin[1], spin[2])
         self.fds = ep.fds
+        self._plan_fds = {}  # plan -> (send fds, receive fds) of its rows
         self.out_keys = [(gid, CH_COLL, w, 1) for w in world]
         self.in_keys = [(gid, CH_COLL, w, 0) for w in world]
 
@@ -117,15 +119,19 @@ class CollectiveChannel:
         """Run `plan` (commlib._plan) for collective `op` with the GIL released once.
 
         slots: the addresses of the plan's slots (a list of _plan.NSLOTS ints, 0 where unused);
-        bounds: the units' byte boundaries (int64, plan.parts + 1). `op` describes the collective
+        bounds: the units' byte boundaries (int64, plan.parts + 1), or `_plan.even(count, item)`. `op` describes the collective
         (`hdr`, `deadline`, `dims`, `dtype`, `redop`; str(op) names it in errors, formatted only on
         failure). The header is sent and expected on every step; a different one is a MismatchError.
         A peer not connected yet is connected when its first row comes (not before: a connection
         from a peer arrives only once that peer gets there).
         """
         rows, hdr, world = plan.rows, op.hdr, self.world
-        sfd = np.empty(len(rows), np.int32)
-        rfd = np.empty(len(rows), np.int32)
+        fds = self._plan_fds.get(plan)
+        if fds is None:  # descriptor arrays per plan, refilled on every call (a peer may reconnect)
+            if len(self._plan_fds) >= 256:
+                self._plan_fds.clear()
+            fds = self._plan_fds[plan] = (np.empty(len(rows), np.int32), np.empty(len(rows), np.int32))
+        sfd, rfd = fds
         _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
         notices = self.ep.notices
         notices.current = (op, None, hdr)
@@ -143,6 +149,8 @@ class CollectiveChannel:
                     _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
                     resume = False
                     continue
+                if type(bounds) is tuple:  # even units: their boundaries, for the error's words
+                    bounds = _plan.bounds(bounds[0], bounds[1], plan.parts)
                 send_len = int(bounds[s_hi] - bounds[s_lo]) if s_slot >= 0 else 0
                 recv_len = int(bounds[r_hi] - bounds[r_lo]) if r_slot >= 0 else 0
                 self.stopped(rc, op, hdr, op.dims, dst, send_len, src, recv_len, self.state, self.stepper.rhdr)

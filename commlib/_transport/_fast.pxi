@@ -36,7 +36,6 @@ cdef extern from "<zlib.h>" nogil:
 
 cdef enum:
     MAX_STEPS = 128   # rows of a plan this path runs (from the stack)
-    MAX_PARTS = 256   # units of a plan this path runs
     MAX_DIMS = 32
 
 cdef struct WireCodes:

@@ -14,6 +14,7 @@ one-call path (`_fast.pxi`) and the channel's Python driver
 bytes where `resolve()` says, which is `_region` too.
 """
 cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from posix.time cimport CLOCK_THREAD_CPUTIME_ID
 
 import commlib._plan as _planmod
@@ -36,6 +37,9 @@ cdef struct Row:  # one int32 row of a Plan, field for field as commlib._plan.FI
     int recv_hi
     int init_slot
     int flags
+
+cdef enum:
+    MAX_PARTS = 256   # units whose boundaries fit on the stack (the one-call path runs no more)
 
 cdef int K_COPY = _planmod.COPY
 cdef int NSLOTS_ = _planmod.NSLOTS
@@ -196,32 +200,57 @@ cdef int _check_plan(const Row* rows, int nrows, int size, int nparts, int nboun
     return 0
 
 
-def execute(Stepper st not None, plan_rows, int nparts, slots, bounds, int[::1] sfd, int[::1] rfd, bytes hdr, int dtype, int op,
-            double deadline, int at, bint resume):
+def execute(Stepper st not None, plan_rows, int nparts, slots, bounds, int[::1] sfd, int[::1] rfd, bytes hdr,
+            int dtype, int op, double deadline, int at, bint resume):
     """Run a plan's rows from row `at` (the Python path's driver, `CollectiveChannel.run`).
 
     slots: the slots' addresses (PLAN_SLOTS ints, 0 for unused); bounds: int64 unit boundaries in
-    bytes (nparts + 1); sfd/rfd: each row's descriptors (`peer_fds`). Returns (status, row it stopped on).
+    bytes (nparts + 1), or (count, item) for nparts near-equal blocks (`_plan.even`), computed here;
+    sfd/rfd: each row's descriptors (`peer_fds`). Returns (status, row it stopped on).
     """
-    cdef int nrows, k
+    cdef int nrows, k, rc
     cdef const Row* rows = _rows(plan_rows, &nrows)
     cdef Py_ssize_t addr[8]
-    cdef const long long[::1] b = bounds
-    cdef int rc
+    cdef Py_ssize_t stack[MAX_PARTS + 1]
+    cdef Py_ssize_t* even = NULL
+    cdef const long long[::1] b
     cdef const Py_ssize_t* bp
+    cdef const char* h
+    cdef const int* sp
+    cdef const int* rp
     if len(slots) != NSLOTS_ or sfd.shape[0] < nrows or rfd.shape[0] < nrows or PyBytes_GET_SIZE(hdr) != 56:
         raise ValueError("bad plan arguments")
     if sizeof(long long) != sizeof(Py_ssize_t):
         raise ValueError("unsupported platform")
-    _check_plan(rows, nrows, 1 << 30, nparts, b.shape[0])
+    if nparts < 1:
+        raise ValueError(f"a plan of {nparts} units")
+    if type(bounds) is tuple:
+        count, item = bounds
+        if count < 0 or item < 1:
+            raise ValueError(f"bad units: {count} elements of {item} bytes")
+        _check_plan(rows, nrows, 1 << 30, nparts, nparts + 1)
+        if nparts <= MAX_PARTS:
+            bp = stack
+        else:
+            even = <Py_ssize_t*>PyMem_Malloc((nparts + 1) * sizeof(Py_ssize_t))
+            if even == NULL:
+                raise MemoryError()
+            bp = even
+        _bounds_even(<Py_ssize_t*>bp, count, item, nparts)
+    else:
+        b = bounds
+        _check_plan(rows, nrows, 1 << 30, nparts, b.shape[0])
+        bp = <const Py_ssize_t*>&b[0]
     for k in range(NSLOTS_):
         addr[k] = slots[k]
-    bp = <const Py_ssize_t*>&b[0]
-    cdef const char* h = PyBytes_AS_STRING(hdr)
-    cdef const int* sp = &sfd[0] if sfd.shape[0] else NULL
-    cdef const int* rp = &rfd[0] if rfd.shape[0] else NULL
-    with nogil:
-        rc = _execute(st, rows, nrows, &at, addr, bp, sp, rp, h, dtype, op, deadline, resume, NULL, 0)
+    h = PyBytes_AS_STRING(hdr)
+    sp = &sfd[0] if sfd.shape[0] else NULL
+    rp = &rfd[0] if rfd.shape[0] else NULL
+    try:
+        with nogil:
+            rc = _execute(st, rows, nrows, &at, addr, bp, sp, rp, h, dtype, op, deadline, resume, NULL, 0)
+    finally:
+        PyMem_Free(even)
     return rc, at
 
 
