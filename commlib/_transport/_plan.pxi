@@ -185,16 +185,17 @@ cdef const Row* _rows(object rows, int* nrows) except NULL:
 cdef Row _no_row
 
 
-cdef int _check_plan(const Row* rows, int nrows, int size, int nparts, int nbounds) except -1:
-    """Every peer a rank of the group, every region inside the bounds given (run before a Python-path plan)."""
+cdef int _check_plan(const Row* rows, int nrows, int nparts, int nbounds) except -1:
+    """Every slot known and every region inside the units given (run before a Python-path plan; a peer
+    outside the group fails its descriptor look-up)."""
     cdef int k
     cdef const Row* r
     if nbounds != nparts + 1:
         raise ValueError(f"the plan has {nparts} units but {nbounds} bounds were given")
     for k in range(nrows):
         r = &rows[k]
-        if r.dst >= size or r.src >= size or r.send_slot >= NSLOTS_ or r.recv_slot >= NSLOTS_ or r.init_slot >= NSLOTS_:
-            raise ValueError(f"plan row {k} names a peer or slot out of range")
+        if r.send_slot >= NSLOTS_ or r.recv_slot >= NSLOTS_ or r.init_slot >= NSLOTS_:
+            raise ValueError(f"plan row {k} names a slot out of range")
         if not (0 <= r.send_lo <= r.send_hi <= nparts and 0 <= r.recv_lo <= r.recv_hi <= nparts):
             raise ValueError(f"plan row {k} names units out of range")
     return 0
@@ -228,7 +229,7 @@ def execute(Stepper st not None, plan_rows, int nparts, slots, bounds, int[::1] 
         count, item = bounds
         if count < 0 or item < 1:
             raise ValueError(f"bad units: {count} elements of {item} bytes")
-        _check_plan(rows, nrows, 1 << 30, nparts, nparts + 1)
+        _check_plan(rows, nrows, nparts, nparts + 1)
         if nparts <= MAX_PARTS:
             bp = stack
         else:
@@ -239,7 +240,7 @@ def execute(Stepper st not None, plan_rows, int nparts, slots, bounds, int[::1] 
         _bounds_even(<Py_ssize_t*>bp, count, item, nparts)
     else:
         b = bounds
-        _check_plan(rows, nrows, 1 << 30, nparts, b.shape[0])
+        _check_plan(rows, nrows, nparts, b.shape[0])
         bp = <const Py_ssize_t*>&b[0]
     for k in range(NSLOTS_):
         addr[k] = slots[k]
