@@ -73,7 +73,7 @@ import pickle
 import numpy as np
 
 from .._algorithms import ring
-from .._plan import single, slots
+from .._plan import even, single, slots
 from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
 from .._errors import CommError, MismatchError
@@ -108,7 +108,7 @@ def _addr(a):
 
 def _move(op, dst, src, u8):
     """Send u8 to group rank dst or receive it from src: a one-step plan of collective `op`."""
-    op.run(single(dst, src), slots(_addr(u8), _addr(u8)), np.array([0, u8.nbytes], dtype=np.int64))
+    op.run(single(dst, src), slots(_addr(u8), _addr(u8)), even(u8.nbytes, 1))
 
 
 def _empty(nbytes):
