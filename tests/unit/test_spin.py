@@ -59,6 +59,23 @@ def test_occasional_late_waits_among_prompt_ones_keep_a_spin():
     assert _io.spin_budget(settle([3e-6] * 4, avg), CAP) == CAP
 
 
+def test_a_yielding_spin_calls_a_peer_prompt_for_longer():
+    # ranks share cores: a prompt answer includes the partner's turn on our core
+    yfast = _io.SPIN_FAST_YIELD
+    assert yfast > FAST
+    cap = 50e-6
+    assert _io.spin_budget(2 * FAST, cap, True) == cap  # no spin for a busy spinner, the full one here
+    assert _io.spin_budget(2 * FAST, cap) == 0.0
+    assert _io.spin_budget(2 * yfast, cap, True) == 0.0
+    avg = 0.0
+    for _ in range(20):
+        avg = _io.learn_wait(avg, 60e-6, cap, True)
+    assert _io.spin_budget(avg, cap, True) == cap
+    for _ in range(20):  # a peer that is really late still loses the spin
+        avg = _io.learn_wait(avg, 5e-3, cap, True)
+    assert _io.spin_budget(avg, cap, True) == 0.0
+
+
 def test_a_zero_cap_never_spins():
     assert _io.spin_budget(0.0, 0.0) == 0.0
     assert settle([1e-3] * 5, cap=0.0) > 2 * FAST  # still learns: the clip does not hide lateness
