@@ -1,14 +1,13 @@
 """Bodies of commlib.MPI's collectives, each run on its communicator's ordered stream.
 
-Buffer collectives with predefined ops call commlib's private bodies (`_api.collectives`):
-these run inside the stream (a public function there would wait for the stream it holds) and
-take the `out=` the public ones lack; the blocking forms the public functions cover call those
-from `_comm.py` instead. Vector collectives, scans and user ops run over the point-to-point
+Buffer collectives with predefined ops call `_api.within`, the collectives for code already on a
+stream (a public function there would wait for the stream it holds); the blocking forms the
+public functions cover call those from `_comm.py` instead. Vector collectives, scans and user ops run over the point-to-point
 engine with tags below zero, which no user receive (ANY_TAG included) can match.
 """
 import numpy as np
 
-from .._api import collectives as _coll
+from .._api import within as _within
 from .._dtypes import DT_BYTES
 from .._engine import wait_all as _wait_all
 from ._p2p import dumps, loads, recv_into, recv_obj, send
@@ -43,17 +42,17 @@ def fold(values, op):
 
 def allreduce_body(g, s, out, op, dt):
     if op._kernel is not None:
-        _coll._all_reduce(g, s, op._kernel, out)
+        _within.all_reduce(g, s, op._kernel, out)
         return
-    gathered = _coll._all_gather(g, s)
+    gathered = _within.all_gather(g, s)
     fold_buffers(gathered.reshape(g.size(), s.size), op, dt, out)
 
 
 def reduce_body(g, s, out, op, dt, root):
     if op._kernel is not None:
-        _coll._reduce(g, s, op._kernel, root, out)
+        _within.reduce(g, s, op._kernel, root, out)
         return
-    gathered = _coll._gather(g, s, root)
+    gathered = _within.gather(g, s, root)
     if g.rank() == root:
         fold_buffers(gathered.reshape(g.size(), s.size), op, dt, out)
 
@@ -123,8 +122,7 @@ def alltoall_obj_body(g, objs):
 def reduce_scatter_body(g, s, out, op, dt, lo):
     n = g.size()
     if lo is None and op._kernel is not None and s.size == out.size * n:
-        res = _coll._reduce_scatter(g, s, op._kernel)
-        out[...] = res
+        out[...] = _within.reduce_scatter(g, s, op._kernel)  # out may lie inside s (IN_PLACE)
         return
     full = np.empty_like(s)
     allreduce_body(g, s, full, op, dt)
@@ -133,5 +131,5 @@ def reduce_scatter_body(g, s, out, op, dt, lo):
 
 
 def alltoall_body(g, s, out):
-    res = _coll._all_to_all(g, s)
+    res = _within.all_to_all(g, s)
     out[...] = res

@@ -38,6 +38,11 @@ def is_available():
     return True
 
 
+def current():
+    """This process's world Group if commlib is initialised (by init(), a front-end or a join), else None."""
+    return _world
+
+
 def default_timeout():
     """COMMLIB_TIMEOUT (seconds), else DEFAULT_TIMEOUT_S."""
     raw = os.environ.get("COMMLIB_TIMEOUT", "")

@@ -42,7 +42,7 @@ def create_process_group(dist_opts, backend_opts=None):
         world = _store.world(dist_opts.store, rank, size, timeout)
         members = list(range(size))
     else:
-        world = lifecycle._world
+        world = lifecycle.current()
         if world is None or world.transport is None and size > 1:
             raise CommError("commlib backend: a sub-group needs the default group on commlib as well "
                             "(dist.init_process_group('commlib')) or commlib.init() called first")
@@ -524,8 +524,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier bounded by `timeout` (default: the group's); a rank that does not come is a CommError."""
-        req = self._g.stream.submit("monitored_barrier", _c._barrier, self._g)
-        Pending(req, [], "monitored_barrier").wait(timeout)
+        Pending(_c.ibarrier(group=self._g), [], "monitored_barrier").wait(timeout)
 
     # ------------------------------------------------------ point to point
     def send(self, tensors, dst, tag=0):

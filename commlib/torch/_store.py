@@ -25,7 +25,7 @@ def timeout_seconds(timeout):
 
 def world(store, rank, size, timeout):
     """commlib's world, with this process at torch's `rank` of `size`."""
-    w = lifecycle._world
+    w = lifecycle.current()
     if w is None and "COMMLIB_RANK" in os.environ:  # under commrun: its coordinator and supervision
         w = lifecycle.init(timeout=timeout)
     if w is None:
