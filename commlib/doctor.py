@@ -160,7 +160,8 @@ def _cell(rep, peer):
     if str(peer) in rep["failed"]:
         return "FAIL"
     route = rep["routes"].get(str(peer), "?")
-    return "unix" if route.startswith("unix") else "tcp" if route.startswith("tcp") else route
+    return ("shm" if route.startswith("shared") else "unix" if route.startswith("unix") else
+            "tcp" if route.startswith("tcp") else route)
 
 
 def _print_report(out, n, table, reports, speed, nbytes):

@@ -20,11 +20,11 @@ status code. Per group and per peer a transport provides:
   `error(exc)` spreads one to every rank; `gone(peer)`/`finishing(peer)`.
 
 The engine only matches, orders and schedules: it says which frame goes
-next and where a payload lands; the bytes move here. A second transport
-(shared memory) is one new module providing Incoming/Outgoing (and a
-row step) for its peers, plus a per-peer choice in `PointToPoint.outgoing`
-/ `incoming` and `CollectiveChannel`'s peer lookup; the Poller then also
-waits on its doorbells. `Transport` builds both channels over an `Endpoint`
+next and where a payload lands; the bytes move here. Shared memory (shm.py,
+_shm.h) sits under the descriptor: a same-host connection handed a segment at
+its handshake reads and writes rings through `_io` (the step loop, P2PFast,
+Incoming/Outgoing) and sleeps on the socket as a doorbell (Poller,
+`cl_prepare_wait`); nothing above tells the two apart. `Transport` builds both channels over an `Endpoint`
 (sockets.py: listeners, authenticated connections, the sticky failure and
 wake pipe) and its `Notices` (notices.py: what the coordinator says).
 """
@@ -93,7 +93,7 @@ class Transport:
             error = None
         except (CommError, OSError) as exc:
             error = str(exc)
-        return self.ep.describe_route(dst), time.monotonic() - start, error
+        return self.ep.describe_route(dst, self.ep.out_sock(gid, CH_P2P, dst)), time.monotonic() - start, error
 
     def routes_text(self):
         """This rank's address and its route to every peer, in one line."""

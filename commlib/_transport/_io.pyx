@@ -15,6 +15,8 @@ peer died or aborted), so a rank blocked on a healthy peer still learns at
 once. Optional spinning trades CPU for latency: a fixed budget (the caller's),
 or one learned per peer from recent waits (`spin_budget`, `learn_wait`).
 """
+import os
+
 from libc.string cimport memcpy, memcmp, memmove
 from libc.errno cimport errno, EINTR
 
@@ -59,6 +61,16 @@ cdef extern from "<sys/socket.h>" nogil:
     ssize_t sendmsg(int fd, const msghdr* msg, int flags)
     enum:
         MSG_NOSIGNAL
+
+cdef extern from "_shm.h" nogil:
+    ssize_t cl_readv(int fd, const iovec* iov, int niov)
+    ssize_t cl_sendmsg(int fd, const msghdr* msg, int flags)
+    int cl_prepare_wait(int fd, int want_in, int want_out)
+    void* cl_get(int fd)
+    int cl_link_pending(int fd, void* link)
+    int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector)
+    void cl_detach(int fd)
+    size_t cl_segment_bytes(unsigned long long ring_bytes)
 
 # Status codes, returned by step() and read by _transport.py.
 cdef enum:
@@ -207,7 +219,8 @@ cdef int _run(Step* s) noexcept nogil:
     cdef int nfds, rc, timeout_ms, niov
     cdef ssize_t n
     cdef Py_ssize_t pos, avail, want, p, q, room, off
-    cdef bint progress, want_out, want_in
+    cdef bint progress, want_out, want_in, both
+    cdef int link
     cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s
     cdef double waiting_since = 0.0
     # the most this step spins: a yielding spin is for latency-bound steps only (a bandwidth-bound
@@ -271,7 +284,7 @@ cdef int _run(Step* s) noexcept nogil:
                     iov[niov].iov_len = want
                     niov += 1
             if niov > 0:
-                n = readv(s.recv_fd, iov, niov)
+                n = cl_readv(s.recv_fd, iov, niov)
                 if n > 0:
                     st[S_RECVD] += n
                     progress = True
@@ -317,7 +330,7 @@ cdef int _run(Step* s) noexcept nogil:
                 niov += 1
             if niov > 0:
                 msg.msg_iovlen = niov
-                n = sendmsg(s.send_fd, &msg, MSG_NOSIGNAL)
+                n = cl_sendmsg(s.send_fd, &msg, MSG_NOSIGNAL)
                 if n > 0:
                     st[S_SENT] += n
                     progress = True
@@ -354,18 +367,26 @@ cdef int _run(Step* s) noexcept nogil:
                 return ST_SLOW
             if last_progress + s.check_s < wait_until:
                 wait_until = last_progress + s.check_s
+        # a shared-memory link sleeps on its doorbell (POLLIN on the socket) with its waiting
+        # flags set, unless it can go on now (cl_prepare_wait: then loop again, no sleep)
         nfds = 0
+        both = want_out and want_in and s.recv_fd == s.send_fd
         if want_out:
+            link = cl_prepare_wait(s.send_fd, both, 1)
+            if link > 0:
+                continue
             fds[nfds].fd = s.send_fd
-            fds[nfds].events = POLLOUT
+            fds[nfds].events = POLLOUT if link < 0 else POLLIN
+            if both and link < 0:
+                fds[nfds].events |= POLLIN
             nfds += 1
-        if want_in:
-            if want_out and s.recv_fd == s.send_fd:
-                fds[0].events |= POLLIN
-            else:
-                fds[nfds].fd = s.recv_fd
-                fds[nfds].events = POLLIN
-                nfds += 1
+        if want_in and not both:
+            link = cl_prepare_wait(s.recv_fd, 1, 0)
+            if link > 0:
+                continue
+            fds[nfds].fd = s.recv_fd
+            fds[nfds].events = POLLIN
+            nfds += 1
         if s.wake_fd >= 0:
             fds[nfds].fd = s.wake_fd
             fds[nfds].events = POLLIN
@@ -496,6 +517,90 @@ cdef class Stepper:
         s.item = 1
         s.relay = RELAY_NONE
         return self._go(&s, deadline)
+
+
+# ------------------------------------------------------- shared-memory links (_shm.h)
+# A connected Unix socket may carry a link: its bytes then go through rings in a memfd segment
+# and the socket only rings the doorbell and reports the peer's end. The step loop above uses
+# links through cl_readv / cl_sendmsg / cl_prepare_wait; these are the same for Python callers
+# (the point-to-point connections of p2p.py and the handshake of shm.py).
+def shm_segment_bytes(unsigned long long ring_bytes):
+    """Size of the segment (header and both rings) for rings of ring_bytes each."""
+    return cl_segment_bytes(ring_bytes)
+
+
+def shm_attach(int fd, int memfd, unsigned long long ring_bytes, bint creator, bint connector):
+    """Route socket fd's bytes through the segment in memfd (OSError when it cannot be mapped or
+    is not a commlib segment of that ring size). creator: initialise it; connector: this side
+    opened the connection (the two sides take opposite rings)."""
+    cdef int rc = cl_attach(fd, memfd, ring_bytes, creator, connector)
+    if rc != 0:
+        raise OSError(rc, os.strerror(rc))
+
+
+def shm_detach(int fd):
+    """Forget fd's link (call before closing the socket; a plain socket is left alone)."""
+    cl_detach(fd)
+
+
+def shm_linked(int fd):
+    """True when fd carries a shared-memory link."""
+    return cl_get(fd) != NULL
+
+
+def shm_prepare(int fd, bint want_in, bint want_out):
+    """Before sleeping on a link: 1 when it can go on now (do not sleep), 0 when the caller should
+    poll fd for POLLIN (the doorbell); -1 for a plain socket."""
+    return cl_prepare_wait(fd, want_in, want_out)
+
+
+def shm_pending(int fd):
+    """A link has bytes, or the peer's end of stream, waiting to be read."""
+    cdef void* link = cl_get(fd)
+    return link != NULL and cl_link_pending(fd, link) != 0
+
+
+def link_recv_into(int fd, unsigned char[::1] view):
+    """recv_into for a link: bytes read; 0 at the peer's end of stream; BlockingIOError when empty."""
+    cdef iovec iov
+    cdef ssize_t n
+    if view.shape[0] == 0:
+        return 0
+    iov.iov_base = &view[0]
+    iov.iov_len = view.shape[0]
+    n = cl_readv(fd, &iov, 1)
+    if n < 0:
+        raise OSError(errno, os.strerror(errno)) if not cl_again(errno) else BlockingIOError(errno, "link empty")
+    return n
+
+
+def link_sendmsg(int fd, list parts):
+    """sendmsg for a link: bytes written from the list of buffers (at most 16); BlockingIOError when
+    the ring is full, BrokenPipeError when the peer is gone."""
+    cdef iovec iov[16]
+    cdef msghdr msg
+    cdef const unsigned char[::1] view
+    cdef int k = 0
+    cdef ssize_t n
+    keep = []
+    for part in parts[:16]:
+        view = part
+        keep.append(view)
+        if view.shape[0] == 0:
+            continue
+        iov[k].iov_base = <void*>&view[0]
+        iov[k].iov_len = view.shape[0]
+        k += 1
+    if k == 0:
+        return 0
+    msg.msg_iov = iov
+    msg.msg_iovlen = k
+    n = cl_sendmsg(fd, &msg, 0)
+    if n < 0:
+        if cl_again(errno):
+            raise BlockingIOError(errno, "link full")
+        raise OSError(errno, os.strerror(errno))
+    return n
 
 
 include "_plan.pxi"

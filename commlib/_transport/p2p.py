@@ -76,10 +76,13 @@ class Incoming:
     """
 
     __slots__ = ("sock", "fd", "gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
-                 "busy", "why")
+                 "busy", "why", "_recv_into")
 
     def __init__(self, sock, gid, src):
         self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
+        # a shared-memory link reads its ring (shm.py); a plain socket, the socket
+        fd = self.fd
+        self._recv_into = (lambda view: _io.link_recv_into(fd, view)) if _io.shm_linked(fd) else sock.recv_into
         self._hbuf = bytearray(HEADER_NBYTES)
         self._hview = memoryview(self._hbuf)
         self._hpos = 0
@@ -100,9 +103,9 @@ class Incoming:
         """One read without blocking: AGAIN, MORE, HEADER, PAYLOAD or LOST (see the constants)."""
         try:
             if self._view is None:
-                n = self.sock.recv_into(self._hview[self._hpos:])
+                n = self._recv_into(self._hview[self._hpos:])
             else:
-                n = self.sock.recv_into(self._view[self._pos:])
+                n = self._recv_into(self._view[self._pos:])
         except BlockingIOError:
             return AGAIN
         except OSError as exc:
@@ -135,6 +138,8 @@ class Incoming:
 
     def pending(self):
         """Bytes (or EOF) are waiting to be read."""
+        if _io.shm_linked(self.fd):
+            return _io.shm_pending(self.fd)
         p = select.poll()
         p.register(self.fd, select.POLLIN)
         return bool(p.poll(0))
@@ -143,12 +148,14 @@ class Incoming:
 class Outgoing:
     """One outgoing point-to-point connection (group gid, to world rank dst) and its FIFO of Frames."""
 
-    __slots__ = ("sock", "fd", "gid", "dst", "queue", "why")
+    __slots__ = ("sock", "fd", "gid", "dst", "queue", "why", "_sendmsg")
 
     def __init__(self, sock, gid, dst):
         self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
         self.queue = collections.deque()
         self.why = None
+        fd = self.fd
+        self._sendmsg = (lambda parts: _io.link_sendmsg(fd, parts)) if _io.shm_linked(fd) else sock.sendmsg
 
     def write(self):
         """Write the frame at the head of the queue as far as the socket takes it without blocking:
@@ -156,7 +163,7 @@ class Outgoing:
         s = self.queue[0]
         while True:
             try:
-                n = self.sock.sendmsg(s.iov())
+                n = self._sendmsg(s.iov())
             except BlockingIOError:
                 return AGAIN
             except OSError as exc:
@@ -195,15 +202,22 @@ class Poller:
         a connection came in and READY for anything else; None when a signal interrupted the wait."""
         events, readers = watched
         poller = select.poll()
+        ready = set()
         for fd, ev in events.items():
-            poller.register(fd, ev)
+            # a shared-memory link sleeps on its doorbell, unless it can go on now
+            link = _io.shm_prepare(fd, ev & select.POLLIN, ev & select.POLLOUT)
+            if link > 0:
+                c = readers.get(fd)
+                ready.add(c if c is not None else READY)
+                if c is not None and ev & select.POLLOUT:
+                    ready.add(READY)
+            poller.register(fd, ev if link < 0 else select.POLLIN)
         for fd in (self._wake_r, self._arrival_r, self._fail_r):
             poller.register(fd, select.POLLIN)
         try:
-            got = poller.poll(timeout_ms)
+            got = poller.poll(0 if ready else timeout_ms)
         except InterruptedError:
             return None
-        ready = set()
         for fd, _ in got:
             c = readers.get(fd)
             ready.add(c if c is not None else ARRIVED if fd == self._arrival_r else READY)

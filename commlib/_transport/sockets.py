@@ -34,6 +34,7 @@ from .. import _auth
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
+from . import shm
 
 log = logging.getLogger("commlib")
 
@@ -132,10 +133,8 @@ class Endpoint:
         self.secret = secret
         self.timeout = timeout
         self.host_id = host_identity()
-        transport = os.environ.get("COMMLIB_TRANSPORT", "auto")
-        if transport not in ("auto", "tcp"):
-            raise CommError(f"COMMLIB_TRANSPORT={transport!r}: expected 'auto' (Unix sockets within a host) or 'tcp'")
-        self.force_tcp = transport == "tcp"
+        self.shm_mode = shm.mode()  # COMMLIB_TRANSPORT
+        self.force_tcp = self.shm_mode == "tcp"
         try:  # before any descriptor exists: nothing to close on this error
             bind_host, self.address_source = listen_address(coordinator_host, spans_hosts)
         except CommError as exc:
@@ -220,6 +219,9 @@ class Endpoint:
                 raise AuthError("wrong secret or not a commlib peer")
             if channel not in (CH_COLL, CH_P2P) or self.table is not None and not 0 <= rank < len(self.table):
                 raise AuthError(f"bad channel {channel} or rank {rank}")
+            # a peer of this host may offer a shared-memory segment: mapped before the socket is
+            # registered (no reader may see its bytes first), answered after the proof
+            reply = shm.answer(sock, self.shm_mode) if sock.family == socket.AF_UNIX else b""
             key = (group, channel, rank)
             with self._cond:
                 old = self._in.get(key)
@@ -230,10 +232,10 @@ class Endpoint:
                 # Proof last, registration first: once the client holds the proof the
                 # connection is ours. A client that gave up mid-handshake and retries
                 # finds its dead first attempt here, hung up with nothing sent: replaced.
-                sock.sendall(_auth.mac(self.secret, b"commlib/data/server", cnonce, nonce))
+                sock.sendall(_auth.mac(self.secret, b"commlib/data/server", cnonce, nonce) + reply)
                 if old is not None:
                     self.fds.pop(key + (0,), None)
-                    old.close()
+                    shm.close(old)
                 sock.settimeout(None)
                 sock.setblocking(False)
                 _tune(sock, sock.family != socket.AF_UNIX)
@@ -250,7 +252,7 @@ class Endpoint:
                             addr or "unix socket", exc, self._refused)
         finally:
             if sock is not None:
-                sock.close()
+                shm.close(sock)
             self._pending.release()
 
     def incoming(self, group, channel, src, deadline, what, hdr=None, check=None, check_s=0.0):
@@ -323,9 +325,15 @@ class Endpoint:
             return "unix", peer["unix"]
         return "tcp", tuple(peer["tcp"])
 
-    def describe_route(self, dst):
+    def describe_route(self, dst, sock=None):
+        """How bytes reach world rank dst: "shared memory", "unix socket" or "tcp HOST:PORT"; with
+        `sock` (a connection to dst) what that connection really uses."""
         kind, where = self.route(dst)
-        return "unix socket" if kind == "unix" else f"tcp {_fmt(where)}"
+        if kind != "unix":
+            return f"tcp {_fmt(where)}"
+        if sock is not None:
+            return "shared memory" if shm.linked(sock) else "unix socket"
+        return "shared memory" if self.shm_mode in ("auto", "shm") else "unix socket"
 
     def set_table(self, table):
         """Take the job's table; CommError when a rank on another host advertises a loopback address."""
@@ -388,6 +396,7 @@ class Endpoint:
                 raise self.fail(CommTimeout(text + _why(last) + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
             sock = socket.socket(family, socket.SOCK_STREAM)
+            memfd = -1
             try:
                 sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
                 sock.connect(address)
@@ -398,15 +407,19 @@ class Endpoint:
                 ident = struct.pack("<iIB", self.rank, group, channel)
                 sock.sendall(_CLIENT_HELLO.pack(_DATA_MAGIC, self.rank, group, channel, cnonce,
                                                 _auth.mac(self.secret, b"commlib/data/client", nonce, cnonce, ident)))
+                if local:  # a same-host peer: offer it a shared-memory segment (shm.py)
+                    memfd, ring = shm.offer(sock, self.shm_mode)
                 proof = _auth.recv_exact(sock, _auth.DIGEST_BYTES)
                 if not _auth.verify(proof, self.secret, b"commlib/data/server", cnonce, nonce):
                     raise AuthError(f"rank {self.rank}: rank {dst} did not prove the job secret")
+                if local:
+                    shm.settle(sock, memfd, ring, _auth.recv_exact(sock, 1))
                 break
             except AuthError:
-                sock.close()
+                shm.close(sock)
                 raise
             except (ConnectionError, OSError, EOFError) as exc:  # EOFError: closed mid-handshake
-                sock.close()
+                shm.close(sock)
                 last = exc
                 if getattr(exc, "errno", None) in _UNREACHABLE:
                     unreachable_since = unreachable_since or time.monotonic()
@@ -414,12 +427,15 @@ class Endpoint:
                     unreachable_since = None
                 self._peer_gone(dst, what)  # refused or cut off by a peer known to be gone
                 time.sleep(0.01)
+            finally:
+                if memfd >= 0:
+                    os.close(memfd)
         sock.settimeout(None)
         sock.setblocking(False)
         _tune(sock, not local)
         with self._cond:
             if self._closed:  # close() ran while we connected: nobody would close this socket
-                sock.close()
+                shm.close(sock)
                 raise CommError(f"rank {self.rank}: {what}: this rank is closing", rank=dst)
             self._out[key] = sock
             self.fds[key + (1,)] = fd = sock.fileno()
@@ -464,9 +480,12 @@ class Endpoint:
             self._out.clear()
             self._in.clear()
             self.fds.clear()
-        for s in socks + [x for x in (self._tcp, self._unix) if x is not None]:
-            with contextlib.suppress(OSError):
-                s.close()
+        for s in socks:
+            shm.close(s)
+        for s in (self._tcp, self._unix):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.close()
         for fd in (self.wake_r, self._wake_w, self.arrival_r, self._arrival_w):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -43,14 +43,19 @@ def test_bad_transport_setting_is_a_clear_error(run):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["auto", "tcp"])
+@pytest.mark.parametrize("transport", ["auto", "shm", "socket", "tcp"])
 def test_transport_choice_is_real(transport, run):
-    """Same host: Unix sockets unless COMMLIB_TRANSPORT=tcp, which puts the data on TCP."""
+    """Same host: shared memory (auto, shm), Unix sockets (socket), or TCP (tcp) for the data."""
     code, out, err = run(3, "transport_kind.py", env={"COMMLIB_TRANSPORT": transport})
     assert code == 0, err
     counts = [int(m) for m in re.findall(r"tcp=(\d+)", out)]
-    assert len(counts) == 3, out
+    linked = [int(m) for m in re.findall(r"shm=(\d+)", out)]
+    assert len(counts) == 3 and len(linked) == 3, out
     if transport == "tcp":
         assert all(c >= 2 for c in counts), out  # to the right neighbour and from the left one
     else:
         assert all(c == 0 for c in counts), out
+    if transport in ("auto", "shm"):
+        assert all(k >= 2 for k in linked), out  # every same-host connection carries a link
+    else:
+        assert all(k == 0 for k in linked), out

@@ -1,0 +1,178 @@
+"""Shared-memory links in one process: a socketpair handed a segment through shm.py's own handshake.
+
+The rings must carry any byte stream exactly (wrap-around, partial reads and writes), answer as
+a socket would at the peer's end (0 from a read once the ring is empty, EPIPE from a write),
+and never lose a wake-up: a side about to sleep is rung by the other.
+"""
+import os
+import select
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from commlib._errors import CommError
+from commlib._transport import _io, shm
+
+pytestmark = pytest.mark.timeout(60)
+
+RING = 4096
+
+
+@pytest.fixture
+def link(monkeypatch):
+    """(connector socket, acceptor socket), linked through shm.offer / answer / settle."""
+    monkeypatch.setenv("COMMLIB_SHM_RING_KB", str(RING >> 10))
+    a, b = socket.socketpair()
+    result = {}
+
+    def acceptor():
+        result["reply"] = shm.answer(b, "auto")
+        b.sendall(result["reply"])
+
+    t = threading.Thread(target=acceptor)
+    t.start()
+    memfd, ring = shm.offer(a, "auto")
+    try:
+        shm.settle(a, memfd, ring, a.recv(1))
+    finally:
+        os.close(memfd)
+    t.join(5)
+    assert result["reply"] == b"\1" and ring == RING
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    shm.close(a)
+    shm.close(b)
+
+
+def _write(sock, data):
+    return _io.link_sendmsg(sock.fileno(), [data])
+
+
+def _read(sock, n):
+    buf = bytearray(n)
+    got = _io.link_recv_into(sock.fileno(), buf)
+    return bytes(buf[:got])
+
+
+def test_both_sides_are_linked_and_a_closed_one_is_forgotten(link):
+    a, b = link
+    assert shm.linked(a) and shm.linked(b)
+    fd = a.fileno()
+    shm.close(a)
+    assert not _io.shm_linked(fd)
+
+
+def test_a_byte_stream_survives_wrap_around_and_partial_moves(link):
+    a, b = link
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 256, 20 * RING + 123, dtype=np.uint8).tobytes()
+    sent = got = 0
+    out = bytearray()
+    while got < len(data):
+        if sent < len(data):
+            size = int(rng.integers(1, RING + 500))
+            try:
+                sent += _write(a, data[sent:sent + size])  # at most the room left in the ring
+            except BlockingIOError:
+                pass
+        try:
+            chunk = _read(b, int(rng.integers(1, 3 * RING)))
+        except BlockingIOError:
+            continue
+        out += chunk
+        got += len(chunk)
+    assert bytes(out) == data
+
+
+def test_several_buffers_go_back_to_back(link):
+    a, b = link
+    assert _io.link_sendmsg(a.fileno(), [b"head", memoryview(b""), np.arange(3, dtype=np.uint8), b"tail"]) == 11
+    assert _read(b, 64) == b"head\x00\x01\x02tail"
+
+
+def test_the_other_direction_has_its_own_ring(link):
+    a, b = link
+    _write(a, b"to b")
+    _write(b, b"to a")
+    assert _read(a, 16) == b"to a" and _read(b, 16) == b"to b"
+
+
+def test_a_full_ring_refuses_then_rings_the_sleeping_writer_when_read(link):
+    a, b = link
+    assert _write(a, b"x" * (2 * RING)) == RING
+    with pytest.raises(BlockingIOError):
+        _write(a, b"y")
+    assert _io.shm_prepare(a.fileno(), False, True) == 0  # no room: sleep on the doorbell
+    assert not select.select([a], [], [], 0)[0]
+    assert _read(b, 100) == b"x" * 100  # room again: the reader rings
+    assert select.select([a], [], [], 5)[0]
+    assert _io.shm_prepare(a.fileno(), False, True) == 1  # and the writer goes on
+    assert _write(a, b"y" * 200) == 100
+
+
+def test_a_sleeping_reader_is_rung_and_a_busy_one_is_not(link):
+    a, b = link
+    assert _io.shm_prepare(b.fileno(), True, False) == 0
+    _write(a, b"wake up")
+    assert select.select([b], [], [], 5)[0]
+    assert _io.shm_prepare(b.fileno(), True, False) == 1
+    assert _read(b, 64) == b"wake up"
+    _write(a, b"again")  # b is not waiting now: no doorbell byte
+    assert not select.select([b], [], [], 0.05)[0]
+    assert _io.shm_pending(b.fileno())
+
+
+def test_the_peers_end_comes_after_its_last_bytes(link):
+    a, b = link
+    _write(a, b"last words")
+    shm.close(a)
+    assert _io.shm_prepare(b.fileno(), True, False) == 1
+    assert _read(b, 4) == b"last"
+    assert _read(b, 64) == b" words"
+    assert _read(b, 64) == b""  # then end of stream, as recv() gives it
+    assert _io.shm_pending(b.fileno())
+
+
+def test_writing_to_a_peer_that_is_gone_is_a_broken_pipe(link):
+    a, b = link
+    shm.close(b)
+    assert _io.shm_prepare(a.fileno(), False, True) == 1  # the doorbell socket says the peer is gone
+    with pytest.raises(BrokenPipeError):
+        _write(a, b"anyone?")
+
+
+def test_socket_mode_declines_a_segment_and_both_sides_stay_plain(monkeypatch):
+    a, b = socket.socketpair()
+    try:
+        replies = {}
+        t = threading.Thread(target=lambda: replies.setdefault("r", shm.answer(b, "socket")))
+        t.start()
+        memfd, ring = shm.offer(a, "auto")
+        t.join(5)
+        assert replies["r"] == b"\0"
+        shm.settle(a, memfd, ring, replies["r"])
+        os.close(memfd)
+        assert not shm.linked(a) and not shm.linked(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_settings_are_checked(monkeypatch):
+    monkeypatch.setenv("COMMLIB_TRANSPORT", "pigeon")
+    with pytest.raises(CommError, match="COMMLIB_TRANSPORT='pigeon'"):
+        shm.mode()
+    for value in ("auto", "shm", "socket", "tcp"):
+        monkeypatch.setenv("COMMLIB_TRANSPORT", value)
+        assert shm.mode() == value
+    monkeypatch.setenv("COMMLIB_SHM_RING_KB", "100")
+    with pytest.raises(CommError, match="power of two"):
+        shm.ring_bytes()
+    monkeypatch.delenv("COMMLIB_SHM_RING_KB")
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "4")
+    assert shm.ring_bytes() == 256 << 10
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "64")
+    assert shm.ring_bytes() == 16 << 10
