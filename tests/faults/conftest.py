@@ -33,3 +33,9 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{name}: {v}")
 
 
+@pytest.fixture(autouse=True, params=["shm", "socket"])
+def transport(request, monkeypatch):
+    """Every test here runs over both same-host transports: shared memory (the default; "shm" makes
+    a connection without it an error instead of a quiet fallback) and Unix sockets."""
+    monkeypatch.setenv("COMMLIB_TRANSPORT", request.param)
+    return request.param

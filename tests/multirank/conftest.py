@@ -34,3 +34,11 @@ def assert_ranks_ok():
 @pytest.fixture
 def rank_lines():
     return _harness.rank_lines
+
+
+@pytest.fixture(autouse=True, params=["shm", "socket"])
+def transport(request, monkeypatch):
+    """Every test here runs over both same-host transports: shared memory (the default; "shm" makes
+    a connection without it an error instead of a quiet fallback) and Unix sockets."""
+    monkeypatch.setenv("COMMLIB_TRANSPORT", request.param)
+    return request.param
