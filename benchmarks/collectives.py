@@ -7,6 +7,9 @@ Implementations (``--impls``, comma list):
   commlib   commrun -n N -m commlib.bench (the commlib installed in benchmarks/.env)
   mpi-tcp   mpi4py + Open MPI, ob1 over the TCP btl on loopback
   mpi-shm   mpi4py + Open MPI, ob1 over the shared-memory btl (vader)
+  commlib-socket  commlib with COMMLIB_TRANSPORT=socket (Unix sockets instead of shared memory)
+  mpich     mpi4py + the MPICH wheel from the package index (benchmarks/.env-mpich), its default
+            shared memory, under the wheel's own mpiexec
   gloo      torch.distributed, backend gloo, pairs on loopback
   mlx       mlx.core.distributed, ring backend on loopback (no reduce_scatter/broadcast)
   bare      two processes exchanging the message full duplex over a Unix socketpair (C):
@@ -46,7 +49,8 @@ ENV_PY = os.path.join(ENV, "bin", "python")
 ANCHORS = os.path.join(HERE, "anchors")
 RESULTS = os.path.join(HERE, "results")
 
-ALL_IMPLS = ("commlib", "mpi-tcp", "mpi-shm", "gloo", "mlx", "bare")
+ENV_MPICH = os.path.join(HERE, ".env-mpich")  # mpi4py + the MPICH wheel (pip install mpi4py mpich)
+ALL_IMPLS = ("commlib", "commlib-socket", "mpich", "mpi-tcp", "mpi-shm", "gloo", "mlx", "bare")
 sys.path.insert(0, ANCHORS)
 import _sweep  # noqa: E402  (sizes and busbw factors shared with the anchors)
 from _sweep import OPS, MiB  # noqa: E402
@@ -166,10 +170,14 @@ def commands_for(impl: str, n: int, args, workdir: str, bare_bin: str | None):
     """(commands, envs) to run one sweep of impl at n ranks."""
     py = ENV_PY if os.path.exists(ENV_PY) else sys.executable
     sa = sweep_args(args)
-    if impl == "commlib":
+    if impl in ("commlib", "commlib-socket"):
         commrun = os.path.join(ENV, "bin", "commrun")
         launcher = [commrun] if os.path.exists(commrun) else [py, "-m", "commrun"]
-        return [launcher + ["-n", str(n), "--no-tag-output", "-m", "commlib.bench", *sa]], [rank_env()]
+        env = rank_env({"COMMLIB_TRANSPORT": "socket" if impl == "commlib-socket" else "auto"})
+        return [launcher + ["-n", str(n), "--no-tag-output", "-m", "commlib.bench", "--impl", impl, *sa]], [env]
+    if impl == "mpich":
+        mpiexec, mpy = os.path.join(ENV_MPICH, "bin", "mpiexec"), os.path.join(ENV_MPICH, "bin", "python")
+        return [[mpiexec, "-n", str(n), mpy, os.path.join(ANCHORS, "mpi_sweep.py"), "--impl", impl, *sa]], [rank_env()]
     if impl in ("mpi-tcp", "mpi-shm"):
         btl = (["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"] if impl == "mpi-tcp"
                else ["--mca", "btl", "self,vader"])
@@ -381,7 +389,8 @@ def plot(med: dict, ns, impls, ops, out) -> list[str]:
     except ImportError:
         out("plot: matplotlib is not installed; no PNG")
         return []
-    styles = {"commlib": ("black", "o", 2.2), "mpi-tcp": ("tab:blue", "s", 1.2), "mpi-shm": ("tab:cyan", "^", 1.2),
+    styles = {"commlib": ("black", "o", 2.2), "commlib-socket": ("dimgray", "o", 1.2),
+              "mpich": ("tab:purple", "P", 1.2), "mpi-tcp": ("tab:blue", "s", 1.2), "mpi-shm": ("tab:cyan", "^", 1.2),
               "gloo": ("tab:red", "v", 1.2), "mlx": ("tab:green", "D", 1.2), "bare": ("tab:gray", "x", 1.0)}
     written = []
     for n in ns:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates the benchmark-only virtualenv benchmarks/.env (gitignored) with the
 # anchors commlib is compared against: mpi4py on Debian's Open MPI, torch (CPU
-# build) for gloo, mlx[cpu] for the MLX ring, plus numpy and matplotlib.
+# build) for gloo, mlx[cpu] for the MLX ring, plus numpy and matplotlib; and
+# benchmarks/.env-mpich: mpi4py on the MPICH wheel from the package index.
 #
 #   bash benchmarks/setup_env.sh              # anchors + commlib from this repo
 #   bash benchmarks/setup_env.sh --commlib    # the same (kept for old instructions)
@@ -55,6 +56,13 @@ if [ "$want_anchors" = 1 ]; then
         MPICC="$(command -v mpicc)" "${PIP[@]}" --no-binary mpi4py --no-cache-dir mpi4py
     fi
     have mlx.core || "${PIP[@]}" "mlx[cpu]"
+    # the MPICH wheel (shared memory within a host) needs an mpi4py of its own: a second venv
+    MPICH_ENV="$HERE/.env-mpich"
+    if ! "$MPICH_ENV/bin/python" -c "from mpi4py import MPI; import sys; sys.exit('MPICH' not in MPI.Get_library_version())" 2>/dev/null; then
+        echo "== creating $MPICH_ENV (mpi4py + the MPICH wheel)"
+        "$PY" -m venv "$MPICH_ENV"
+        "$MPICH_ENV/bin/python" -m pip install --disable-pip-version-check numpy mpi4py mpich
+    fi
 fi
 
 if [ "$want_commlib" = 1 ]; then

@@ -63,12 +63,18 @@ cdef extern from "<sys/socket.h>" nogil:
         MSG_NOSIGNAL
 
 cdef extern from "_shm.h" nogil:
+    ctypedef struct cl_segment_view "cl_segment":
+        unsigned int can_pull[2]
+    ctypedef struct cl_link_view "cl_link":
+        cl_segment_view* seg
+        int side
     ssize_t cl_readv(int fd, const iovec* iov, int niov)
     ssize_t cl_sendmsg(int fd, const msghdr* msg, int flags)
     int cl_prepare_wait(int fd, int want_in, int want_out)
     void* cl_get(int fd)
     int cl_link_pending(int fd, void* link)
-    int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector)
+    int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector, int cma)
+    int cl_prime(int memfd)
     void cl_detach(int fd)
     size_t cl_segment_bytes(unsigned long long ring_bytes)
 
@@ -220,6 +226,8 @@ cdef int _run(Step* s) noexcept nogil:
     cdef ssize_t n
     cdef Py_ssize_t pos, avail, want, p, q, room, off
     cdef bint progress, want_out, want_in, both
+    cdef bint send_link = s.send_fd >= 0 and cl_get(s.send_fd) != NULL
+    cdef bint recv_link = s.recv_fd >= 0 and cl_get(s.recv_fd) != NULL
     cdef int link
     cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s
     cdef double waiting_since = 0.0
@@ -266,7 +274,7 @@ cdef int _run(Step* s) noexcept nogil:
             # otherwise a mismatched message must never reach the destination.
             if checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL:
                 want = s.recv_len - p
-                if want > s.chunk:
+                if want > s.chunk and not recv_link:  # a link gives what it has (its own pieces)
                     want = s.chunk
                 if s.reduce_dst != NULL:
                     off = p % s.ring_len
@@ -322,7 +330,7 @@ cdef int _run(Step* s) noexcept nogil:
             elif s.relay == RELAY_REDUCED:
                 avail = st[S_REDUCED]
             want = avail - p
-            if want > s.chunk:
+            if want > s.chunk and not send_link:  # a link takes what it can: ring pieces, or a region
                 want = s.chunk
             if want > 0:
                 iov[niov].iov_base = <void*>(s.send_buf + p)
@@ -529,11 +537,19 @@ def shm_segment_bytes(unsigned long long ring_bytes):
     return cl_segment_bytes(ring_bytes)
 
 
-def shm_attach(int fd, int memfd, unsigned long long ring_bytes, bint creator, bint connector):
+def shm_prime(int memfd):
+    """The connector, before offering memfd: note where this process's probe word lies."""
+    cdef int rc = cl_prime(memfd)
+    if rc != 0:
+        raise OSError(rc, os.strerror(rc))
+
+
+def shm_attach(int fd, int memfd, unsigned long long ring_bytes, bint creator, bint connector, bint cma=True):
     """Route socket fd's bytes through the segment in memfd (OSError when it cannot be mapped or
     is not a commlib segment of that ring size). creator: initialise it; connector: this side
-    opened the connection (the two sides take opposite rings)."""
-    cdef int rc = cl_attach(fd, memfd, ring_bytes, creator, connector)
+    opened the connection (the two sides take opposite rings); cma: copy large pieces straight
+    from the peer's memory where the kernel allows it."""
+    cdef int rc = cl_attach(fd, memfd, ring_bytes, creator, connector, cma)
     if rc != 0:
         raise OSError(rc, os.strerror(rc))
 
@@ -546,6 +562,15 @@ def shm_detach(int fd):
 def shm_linked(int fd):
     """True when fd carries a shared-memory link."""
     return cl_get(fd) != NULL
+
+
+def shm_single_copy(int fd):
+    """(this side reads the peer's memory, the peer reads ours) for fd's link: large pieces are
+    copied once in a direction where it is True."""
+    cdef cl_link_view* link = <cl_link_view*>cl_get(fd)
+    if link == NULL:
+        return (False, False)
+    return (link.seg.can_pull[link.side] != 0, link.seg.can_pull[1 - link.side] != 0)
 
 
 def shm_prepare(int fd, bint want_in, bint want_out):

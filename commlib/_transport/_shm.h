@@ -17,6 +17,16 @@
  * Ordering: head and tail are published with release stores and read with acquire loads; the
  * flag protocol is a Dekker pair (store flag, full fence, load counter / store counter, full
  * fence, load flag), so a wake-up is never lost.
+ *
+ * Large pieces are copied once. Where the kernel lets one rank read another's memory (Linux
+ * cross-memory attach, process_vm_readv: same user, no ptrace restriction; probed per link at
+ * its handshake), a writer with a piece of more than CL_CMA_MIN bytes does not copy it into the
+ * ring: it offers a "region" (its address, the stream position where it starts, its length)
+ * and moves head past it at once; the reader, reaching that position, copies the bytes straight
+ * from the writer's memory into its destination and moves tail as it goes. The writer reports
+ * the region's bytes as written only as the reader's tail passes them, so its buffer stays
+ * untouched until they are copied, as a socket's caller expects of a blocking send. A region
+ * holds no ring space; the writer offers one at a time and writes nothing else meanwhile.
  */
 #include <errno.h>
 #include <poll.h>
@@ -29,6 +39,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+
 #define CL_LINE 64
 #define CL_MAX_FD 65536
 #define CL_SHM_MAGIC 0x636c7368u /* "clsh" */
@@ -36,6 +47,10 @@
  * the reader copying one piece out while the writer copies the next in, instead of both sides
  * taking turns on the whole ring (pingpong of 1 MiB at n = 2: 403 us whole-ring, see RESULTS.md). */
 #define CL_PIECES 4
+#define CL_CMA_MIN (64 << 10) /* regions are larger: a send of up to 64 KiB stays eager (EAGER_BYTES) */
+#define CL_PROBE_WORD 0x636c70726f626521ull
+
+static const volatile uint64_t cl_probe_word = CL_PROBE_WORD; /* read by a peer to test CMA */
 
 typedef struct {
     volatile uint64_t head;                 /* bytes written, ever (the producer's) */
@@ -46,15 +61,21 @@ typedef struct {
     char pad2[CL_LINE - 4];
     volatile uint32_t writer_waiting;       /* the producer sleeps on the doorbell for room */
     char pad3[CL_LINE - 4];
+    volatile uint64_t cma_len;              /* a region on offer (0: none): the reader copies it */
+    volatile uint64_t cma_at;               /* from the writer's memory at cma_addr, for stream */
+    volatile uint64_t cma_addr;             /* positions [cma_at, cma_at + cma_len) */
+    char pad4[CL_LINE - 24];
 } cl_ring;
 
 typedef struct {
     uint32_t magic;
     uint32_t version;
     uint64_t ring_bytes;
-    char pad[CL_LINE - 16];
+    volatile uint64_t probe_addr[2];         /* [side]: where that side's probe word lies */
+    volatile uint32_t can_pull[2];           /* [side]: that side can read the other's memory */
+    char pad[CL_LINE - 40];
     cl_ring ring[2];                         /* [0]: connector -> acceptor, [1]: the other way */
-} cl_segment;                                /* followed by the two data areas, ring_bytes each */
+} cl_segment;                                /* sides: 0 the connector, 1 the acceptor */                                /* followed by the two data areas, ring_bytes each */
 
 typedef struct {
     cl_ring* out;
@@ -65,6 +86,11 @@ typedef struct {
     int closed;                              /* the doorbell socket reached end of stream */
     void* base;
     size_t maplen;
+    cl_segment* seg;
+    int side;
+    pid_t peer;                              /* the peer's pid as this process sees it */
+    int cma_active;                          /* (writer) a region of ours is on offer */
+    uint64_t cma_at, cma_end, cma_reported;  /* (writer) its stream range, bytes reported written */
 } cl_link;
 
 static cl_link* volatile* cl_links = NULL;   /* fd -> link (NULL: a plain socket) */
@@ -80,9 +106,30 @@ static inline cl_link* cl_get(int fd) {
     return cl_links[fd];
 }
 
+/* The connector, before offering a segment: note where its probe word lies. 0 or an errno. */
+static int cl_prime(int memfd) {
+    cl_segment* seg = (cl_segment*)mmap(NULL, sizeof(cl_segment), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (seg == MAP_FAILED)
+        return errno;
+    seg->probe_addr[0] = (uint64_t)(uintptr_t)&cl_probe_word;
+    munmap(seg, sizeof(cl_segment));
+    return 0;
+}
+
+/* Can this process read the memory of pid (the peer's probe word at addr)? */
+static int cl_probe(pid_t pid, uint64_t addr) {
+    uint64_t v = 0;
+    struct iovec local = {&v, sizeof v};
+    struct iovec remote = {(void*)(uintptr_t)addr, sizeof v};
+    if (pid <= 0 || addr == 0)
+        return 0;
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof v && v == CL_PROBE_WORD;
+}
+
 /* Map the segment behind memfd for the socket fd; creator: this side made it (and initialises it).
- * 0 on success, else an errno value. The memfd may be closed afterwards. */
-static int cl_attach(int fd, int memfd, uint64_t ring_bytes, int creator, int connector) {
+ * cma: this side may read the peer's memory if the kernel allows it. 0 on success, else an errno
+ * value. The memfd may be closed afterwards. */
+static int cl_attach(int fd, int memfd, uint64_t ring_bytes, int creator, int connector, int cma) {
     if (fd < 0 || fd >= CL_MAX_FD || ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
         return EINVAL;
     if (__atomic_load_n(&cl_links, __ATOMIC_ACQUIRE) == NULL) {
@@ -101,8 +148,7 @@ static int cl_attach(int fd, int memfd, uint64_t ring_bytes, int creator, int co
     if (base == MAP_FAILED)
         return errno;
     cl_segment* seg = (cl_segment*)base;
-    if (creator) {
-        memset(seg, 0, sizeof(cl_segment));
+    if (creator) {  /* a new memfd is zeroes but for the connector's probe address (cl_prime) */
         seg->ring_bytes = ring_bytes;
         seg->version = 1;
         __atomic_store_n(&seg->magic, CL_SHM_MAGIC, __ATOMIC_RELEASE);
@@ -124,6 +170,15 @@ static int cl_attach(int fd, int memfd, uint64_t ring_bytes, int creator, int co
     L->size = ring_bytes;
     L->base = base;
     L->maplen = len;
+    L->seg = seg;
+    L->side = connector ? 0 : 1;
+    struct ucred cred;
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0)
+        L->peer = cred.pid;
+    seg->probe_addr[L->side] = (uint64_t)(uintptr_t)&cl_probe_word;
+    if (cma && cl_probe(L->peer, seg->probe_addr[1 - L->side]))
+        __atomic_store_n(&seg->can_pull[L->side], 1, __ATOMIC_RELEASE);
     cl_links[fd] = L;
     __atomic_add_fetch(&cl_linked, 1, __ATOMIC_SEQ_CST);
     return 0;
@@ -159,19 +214,51 @@ static void cl_drain(int fd, cl_link* L) {
     }
 }
 
+static inline void cl_moved_tail(int fd, cl_ring* r, uint64_t tail) {
+    __atomic_store_n(&r->tail, tail, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (r->writer_waiting && __atomic_exchange_n(&r->writer_waiting, 0, __ATOMIC_SEQ_CST))
+        cl_ring_bell(fd);
+}
+
 static ssize_t cl_link_readv(int fd, cl_link* L, const struct iovec* iov, int niov) {
     cl_ring* r = L->in;
     uint64_t tail = r->tail;
     uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
     uint64_t avail = head - tail;
-    if (avail > L->size / CL_PIECES)    /* a piece at a time: the writer refills behind us */
-        avail = L->size / CL_PIECES;
     if (avail == 0) {           /* no system call here: a spinning reader polls this; the end of */
         if (L->closed)          /* stream is learned by cl_prepare_wait before the reader sleeps */
             return 0;
         errno = EAGAIN;
         return -1;
     }
+    /* a region: len is published last by the writer (release), so at and addr read after it match */
+    uint64_t clen = __atomic_load_n(&r->cma_len, __ATOMIC_ACQUIRE);
+    if (clen) {
+        uint64_t cat = __atomic_load_n(&r->cma_at, __ATOMIC_ACQUIRE);
+        if (tail >= cat && tail < cat + clen && head >= cat + clen) {
+            uint64_t left = cat + clen - tail;
+            struct iovec remote;
+            remote.iov_base = (void*)(uintptr_t)(__atomic_load_n(&r->cma_addr, __ATOMIC_ACQUIRE) + (tail - cat));
+            remote.iov_len = left;
+            ssize_t n = process_vm_readv(L->peer, iov, (unsigned long)niov, &remote, 1, 0);
+            if (n < 0) {
+                if (errno == ESRCH)  /* the writer is gone: its stream ends here, as a socket's would */
+                    return 0;
+                return -1;
+            }
+            if (n == 0) {
+                errno = EFAULT;
+                return -1;
+            }
+            cl_moved_tail(fd, r, tail + (uint64_t)n);
+            return n;
+        }
+        if (tail < cat && cat - tail < avail)  /* ring bytes up to the region */
+            avail = cat - tail;
+    }
+    if (avail > L->size / CL_PIECES)    /* a piece at a time: the writer refills behind us */
+        avail = L->size / CL_PIECES;
     uint64_t mask = L->size - 1, done = 0;
     for (int i = 0; i < niov && done < avail; i++) {
         uint64_t want = iov[i].iov_len;
@@ -185,11 +272,15 @@ static ssize_t cl_link_readv(int fd, cl_link* L, const struct iovec* iov, int ni
             memcpy(dst + first, L->in_data, want - first);
         done += want;
     }
-    __atomic_store_n(&r->tail, tail + done, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (r->writer_waiting && __atomic_exchange_n(&r->writer_waiting, 0, __ATOMIC_SEQ_CST))
-        cl_ring_bell(fd);
+    cl_moved_tail(fd, r, tail + done);
     return (ssize_t)done;
+}
+
+/* (writer) Bytes of our region the reader has copied and we have not reported yet. */
+static inline uint64_t cl_region_fresh(cl_link* L) {
+    uint64_t tail = __atomic_load_n(&L->out->tail, __ATOMIC_ACQUIRE);
+    uint64_t upto = tail < L->cma_end ? tail : L->cma_end;
+    return upto > L->cma_at ? upto - L->cma_at - L->cma_reported : 0;
 }
 
 static ssize_t cl_link_writev(int fd, cl_link* L, const struct iovec* iov, int niov) {
@@ -198,18 +289,49 @@ static ssize_t cl_link_writev(int fd, cl_link* L, const struct iovec* iov, int n
         errno = EPIPE;
         return -1;
     }
+    if (L->cma_active) {  /* our region: report what the reader has copied of it */
+        uint64_t fresh = cl_region_fresh(L);
+        if (fresh == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        L->cma_reported += fresh;
+        if (L->cma_at + L->cma_reported == L->cma_end) {
+            L->cma_active = 0;
+            __atomic_store_n(&r->cma_len, 0, __ATOMIC_RELEASE);
+        }
+        return (ssize_t)fresh;
+    }
     uint64_t head = r->head;
     uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
     uint64_t room = L->size - (head - tail);
     if (room > L->size / CL_PIECES)     /* a piece at a time: the reader copies out meanwhile */
         room = L->size / CL_PIECES;
-    if (room == 0) {
-        errno = EAGAIN;
-        return -1;
-    }
+    int pull = __atomic_load_n(&L->seg->can_pull[1 - L->side], __ATOMIC_ACQUIRE);
     uint64_t mask = L->size - 1, done = 0;
-    for (int i = 0; i < niov && done < room; i++) {
+    for (int i = 0; i < niov; i++) {
         uint64_t want = iov[i].iov_len;
+        if (pull && want > CL_CMA_MIN) {  /* offer it as a region, behind the bytes copied so far */
+            uint64_t at = head + done;
+            L->cma_active = 1;
+            L->cma_at = at;
+            L->cma_end = at + want;
+            L->cma_reported = 0;
+            __atomic_store_n(&r->cma_at, at, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->cma_addr, (uint64_t)(uintptr_t)iov[i].iov_base, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->cma_len, want, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->head, at + want, __ATOMIC_RELEASE);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (r->reader_waiting && __atomic_exchange_n(&r->reader_waiting, 0, __ATOMIC_SEQ_CST))
+                cl_ring_bell(fd);
+            if (done == 0) {
+                errno = EAGAIN;
+                return -1;
+            }
+            return (ssize_t)done;
+        }
+        if (done >= room)
+            break;
         if (want > room - done)
             want = room - done;
         const char* src = (const char*)iov[i].iov_base;
@@ -219,6 +341,12 @@ static ssize_t cl_link_writev(int fd, cl_link* L, const struct iovec* iov, int n
         if (want > first)
             memcpy(L->out_data, src + first, want - first);
         done += want;
+        if (want < iov[i].iov_len)
+            break;  /* this piece did not fit whole: nothing after it goes in this call */
+    }
+    if (done == 0) {
+        errno = EAGAIN;
+        return -1;
     }
     __atomic_store_n(&r->head, head + done, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -254,7 +382,8 @@ static int cl_prepare_wait(int fd, int want_in, int want_out) {
     int ready = L->closed;
     if (want_in && __atomic_load_n(&L->in->head, __ATOMIC_ACQUIRE) != L->in->tail)
         ready = 1;
-    if (want_out && L->size - (L->out->head - __atomic_load_n(&L->out->tail, __ATOMIC_ACQUIRE)) > 0)
+    if (want_out && (L->cma_active ? cl_region_fresh(L) > 0
+                     : L->size - (L->out->head - __atomic_load_n(&L->out->tail, __ATOMIC_ACQUIRE)) > 0))
         ready = 1;
     if (ready) {
         if (want_in)

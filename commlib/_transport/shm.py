@@ -13,9 +13,12 @@ share no network namespace) never get this far and stay on TCP.
                           socket with one warning when no segment can be made; shm: the same,
                           but a connection without a segment is an error; socket: Unix sockets
                           within a host; tcp: TCP everywhere.
+    COMMLIB_SHM_SINGLE_COPY  1 (default): a piece of more than 64 KiB is copied once, by the reader,
+                          straight from the writer's memory (Linux cross-memory attach), where the
+                          kernel allows it (probed per connection); 0: always through the rings.
     COMMLIB_SHM_RING_KB   each ring's size (a power of two, at least 4); default 1024, or less when
-                          many ranks share the host (256 beyond 8 local ranks, 64 beyond 16,
-                          16 beyond 32).
+                          many ranks share the host (256 beyond 8 local ranks, 128 beyond 16).
+                          Below 128 a send of 64 KiB waits for its receiver (it is eager otherwise).
 """
 import contextlib
 import logging
@@ -60,8 +63,14 @@ def ring_bytes():
     except ValueError:
         local = 1
     # 1 MiB rings halved the time of 1-16 MiB pingpong and all_reduce at n = 2 against 256 KiB
-    # (RESULTS.md); a ring is touched only once used, and a host holds one per used connection
-    return (1024 if local <= 8 else 256 if local <= 16 else 64 if local <= 32 else 16) << 10
+    # (RESULTS.md); a ring is touched only once used, and a host holds one per used connection.
+    # Never below 128 KiB: a send of up to EAGER_BYTES (64 KiB) must complete without its receiver.
+    return (1024 if local <= 8 else 256 if local <= 16 else 128) << 10
+
+
+def single_copy():
+    """COMMLIB_SHM_SINGLE_COPY (default 1): copy large pieces once, straight from the peer's memory."""
+    return os.environ.get("COMMLIB_SHM_SINGLE_COPY", "1") not in ("0", "no", "off", "false")
 
 
 def _unavailable(exc, strict):
@@ -83,6 +92,7 @@ def offer(sock, how):
             ring = ring_bytes()
             memfd = os.memfd_create("commlib-link", os.MFD_CLOEXEC)
             os.ftruncate(memfd, _io.shm_segment_bytes(ring))
+            _io.shm_prime(memfd)
         except OSError as exc:
             if memfd >= 0:
                 os.close(memfd)
@@ -111,7 +121,7 @@ def answer(sock, how):
         if not fds or how not in ("auto", "shm"):
             return b"\0"
         try:
-            _io.shm_attach(sock.fileno(), fds[0], ring, True, False)
+            _io.shm_attach(sock.fileno(), fds[0], ring, True, False, single_copy())
         except OSError as exc:
             _unavailable(exc, how == "shm")
             return b"\0"
@@ -126,7 +136,7 @@ def settle(sock, memfd, ring, reply):
     if reply == b"\1":
         if memfd < 0:
             raise EOFError("the peer mapped a shared-memory segment that was never offered")
-        _io.shm_attach(sock.fileno(), memfd, ring, False, True)
+        _io.shm_attach(sock.fileno(), memfd, ring, False, True, single_copy())
     elif reply != b"\0":
         raise EOFError("malformed shared-memory reply")
 

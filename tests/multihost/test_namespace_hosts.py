@@ -46,7 +46,7 @@ def test_three_hosts_two_ranks_each_every_collective():
         for r, (address, peers) in routes.items():
             assert address == fab.addr(r // 2), (r, address)
             for p, route in peers.items():  # the host's other rank by Unix socket, the rest by TCP
-                want = "unix socket" if p // 2 == r // 2 else f"tcp {fab.addr(p // 2)}:"
+                want = "shared memory" if p // 2 == r // 2 else f"tcp {fab.addr(p // 2)}:"
                 assert route.startswith(want), (r, p, route)
 
 
@@ -160,18 +160,18 @@ def test_slurm_style_start_across_two_hosts():
         routes = _routes(err)
         for r, (address, peers) in routes.items():
             assert address == fab.addr(r // 2), (r, address)
-            assert peers[r ^ 1] == "unix socket" and peers[(r + 2) % 4].startswith(f"tcp {fab.addr(1 - r // 2)}:")
+            assert peers[r ^ 1] == "shared memory" and peers[(r + 2) % 4].startswith(f"tcp {fab.addr(1 - r // 2)}:")
         # the doctor under the same launcher (the next job step)
         codes, out, err = _srun(fab, job_id, 1, "-m", "commlib.doctor")
         assert codes == [0] * 4, out + err
         assert "all 12 connections between 4 ranks work" in out, out + err
-        assert _doctor_rows(out)[3] == (fab.addr(1), ["tcp", "tcp", "unix", "-"]), out
+        assert _doctor_rows(out)[3] == (fab.addr(1), ["tcp", "tcp", "shm", "-"]), out
 
 
 def _doctor_rows(out):
     """{rank: (address, [cells])} from the doctor's transport table."""
     rows = {}
-    for m in re.finditer(r"^(?:\[0\] )?\s+(\d+)  \S+\s+(\d+\.\d+\.\d+\.\d+:\d+)((?:\s+(?:-|unix|tcp|FAIL))+)\s*$", out, re.M):
+    for m in re.finditer(r"^(?:\[0\] )?\s+(\d+)  \S+\s+(\d+\.\d+\.\d+\.\d+:\d+)((?:\s+(?:-|shm|unix|tcp|FAIL))+)\s*$", out, re.M):
         rows[int(m[1])] = (m[2].rsplit(":", 1)[0], m[3].split())
     return rows
 
@@ -195,7 +195,7 @@ def test_doctor_table_and_matrices_across_hosts():
         assert rc == 0, f"exit {rc}\n{out}\n{err}"
         assert "all 6 connections between 3 ranks work" in out, out
         rows = _doctor_rows(out)
-        assert rows == {0: (fab.addr(0), ["-", "unix", "tcp"]), 1: (fab.addr(0), ["unix", "-", "tcp"]),
+        assert rows == {0: (fab.addr(0), ["-", "shm", "tcp"]), 1: (fab.addr(0), ["shm", "-", "tcp"]),
                         2: (fab.addr(1), ["tcp", "tcp", "-"])}, out
         for title in ("latency (microseconds", "bandwidth (MB/s"):
             m = _matrix(out, title)

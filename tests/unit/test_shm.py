@@ -179,4 +179,49 @@ def test_settings_are_checked(monkeypatch):
     monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "4")
     assert shm.ring_bytes() == 1 << 20
     monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "64")
-    assert shm.ring_bytes() == 16 << 10
+    assert shm.ring_bytes() == 128 << 10  # never so small that a 64 KiB send stops being eager
+
+
+def test_a_large_piece_is_copied_once_straight_from_the_writers_memory(link):
+    a, b = link
+    assert _io.shm_single_copy(a.fileno()) == (True, True)  # one process: it may read itself
+    big = np.arange(1 << 16, dtype=np.float64).view(np.uint8)  # 512 KiB, the ring holds 4 KiB
+    # the header goes through the ring, the payload is offered as a region: nothing of it is
+    # reported written until the reader has copied it
+    assert _io.link_sendmsg(a.fileno(), [b"HDR!", big]) == 4
+    with pytest.raises(BlockingIOError):
+        _io.link_sendmsg(a.fileno(), [big])
+    assert _io.shm_prepare(a.fileno(), False, True) == 0  # the writer sleeps until the reader copies
+    out = bytearray(4 + big.nbytes)
+    view = memoryview(out)
+    assert _io.link_recv_into(b.fileno(), view[:2]) == 2  # partial reads: ring bytes, then the region
+    assert _io.link_recv_into(b.fileno(), view[2:100]) == 2  # a read stops where the region begins
+    got = 4 + _io.link_recv_into(b.fileno(), view[4:100])
+    assert got == 100  # the region's first 96 bytes, copied from the writer's array
+    assert select.select([a], [], [], 5)[0]  # the sleeping writer was rung
+    assert _io.link_sendmsg(a.fileno(), [big]) == 96
+    while got < len(out):
+        got += _io.link_recv_into(b.fileno(), view[got:got + 200_000])
+    assert bytes(out) == b"HDR!" + big.tobytes()
+    assert _io.link_sendmsg(a.fileno(), [big[96:]]) == big.nbytes - 96  # the rest, reported at once
+    _write(a, b"after")  # and the ring carries on behind the region
+    assert _read(b, 16) == b"after"
+
+
+def test_single_copy_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", "0")
+    monkeypatch.setenv("COMMLIB_SHM_RING_KB", "4")
+    a, b = socket.socketpair()
+    try:
+        t = threading.Thread(target=lambda: b.sendall(shm.answer(b, "auto")))
+        t.start()
+        memfd, ring = shm.offer(a, "auto")
+        shm.settle(a, memfd, ring, a.recv(1))
+        os.close(memfd)
+        t.join(5)
+        assert _io.shm_single_copy(a.fileno()) == (False, False)
+        big = np.zeros(1 << 16, np.uint8)
+        assert _io.link_sendmsg(a.fileno(), [big]) == 1024  # a ring piece, not a region
+    finally:
+        shm.close(a)
+        shm.close(b)
