@@ -75,6 +75,7 @@ cdef extern from "_shm.h" nogil:
     int cl_link_pending(int fd, void* link)
     int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector, int cma)
     int cl_prime(int memfd)
+    unsigned long long cl_cma_min
     void cl_detach(int fd)
     size_t cl_segment_bytes(unsigned long long ring_bytes)
 
@@ -535,6 +536,12 @@ cdef class Stepper:
 def shm_segment_bytes(unsigned long long ring_bytes):
     """Size of the segment (header and both rings) for rings of ring_bytes each."""
     return cl_segment_bytes(ring_bytes)
+
+
+def shm_single_copy_min(unsigned long long nbytes):
+    """Pieces larger than nbytes (at least 64 KiB) are copied once, from the writer's memory."""
+    global cl_cma_min
+    cl_cma_min = nbytes if nbytes > (64 << 10) else (64 << 10)
 
 
 def shm_prime(int memfd):

@@ -20,7 +20,7 @@
  *
  * Large pieces are copied once. Where the kernel lets one rank read another's memory (Linux
  * cross-memory attach, process_vm_readv: same user, no ptrace restriction; probed per link at
- * its handshake), a writer with a piece of more than CL_CMA_MIN bytes does not copy it into the
+ * its handshake), a writer with a piece of more than cl_cma_min bytes does not copy it into the
  * ring: it offers a "region" (its address, the stream position where it starts, its length)
  * and moves head past it at once; the reader, reaching that position, copies the bytes straight
  * from the writer's memory into its destination and moves tail as it goes. The writer reports
@@ -47,7 +47,9 @@
  * the reader copying one piece out while the writer copies the next in, instead of both sides
  * taking turns on the whole ring (pingpong of 1 MiB at n = 2: 403 us whole-ring, see RESULTS.md). */
 #define CL_PIECES 4
-#define CL_CMA_MIN (64 << 10) /* regions are larger: a send of up to 64 KiB stays eager (EAGER_BYTES) */
+/* Regions are larger than this (shm.py sets it; never below 64 KiB: a send of up to EAGER_BYTES
+ * must stay eager, completing without its receiver). */
+static uint64_t cl_cma_min = 64 << 10;
 #define CL_PROBE_WORD 0x636c70726f626521ull
 
 static const volatile uint64_t cl_probe_word = CL_PROBE_WORD; /* read by a peer to test CMA */
@@ -311,7 +313,7 @@ static ssize_t cl_link_writev(int fd, cl_link* L, const struct iovec* iov, int n
     uint64_t mask = L->size - 1, done = 0;
     for (int i = 0; i < niov; i++) {
         uint64_t want = iov[i].iov_len;
-        if (pull && want > CL_CMA_MIN) {  /* offer it as a region, behind the bytes copied so far */
+        if (pull && want > cl_cma_min) {  /* offer it as a region, behind the bytes copied so far */
             uint64_t at = head + done;
             L->cma_active = 1;
             L->cma_at = at;

@@ -13,9 +13,10 @@ share no network namespace) never get this far and stay on TCP.
                           socket with one warning when no segment can be made; shm: the same,
                           but a connection without a segment is an error; socket: Unix sockets
                           within a host; tcp: TCP everywhere.
-    COMMLIB_SHM_SINGLE_COPY  1 (default): a piece of more than 64 KiB is copied once, by the reader,
-                          straight from the writer's memory (Linux cross-memory attach), where the
-                          kernel allows it (probed per connection); 0: always through the rings.
+    COMMLIB_SHM_SINGLE_COPY  0 (default): every byte goes through the rings; 1 (or a size in
+                          bytes): a piece of more than 64 KiB (or that size) is copied once, by
+                          the reader, straight from the writer's memory (Linux cross-memory
+                          attach), where the kernel allows it (probed per connection).
     COMMLIB_SHM_RING_KB   each ring's size (a power of two, at least 4); default 1024, or less when
                           many ranks share the host (256 beyond 8 local ranks, 128 beyond 16).
                           Below 128 a send of 64 KiB waits for its receiver (it is eager otherwise).
@@ -35,6 +36,7 @@ MODES = ("auto", "shm", "socket", "tcp")
 _OFFER = struct.Struct("<4sIQ")  # magic, 1 when a segment (SCM_RIGHTS) comes with it, ring bytes
 _MAGIC = b"CLSH"
 _warned = []
+SINGLE_COPY_MIN = 64 << 10  # pieces larger than this are copied once (measured: RESULTS.md)
 
 
 def mode():
@@ -69,8 +71,20 @@ def ring_bytes():
 
 
 def single_copy():
-    """COMMLIB_SHM_SINGLE_COPY (default 1): copy large pieces once, straight from the peer's memory."""
-    return os.environ.get("COMMLIB_SHM_SINGLE_COPY", "1") not in ("0", "no", "off", "false")
+    """COMMLIB_SHM_SINGLE_COPY: unset or 0 (the default) never copies a piece straight from the
+    peer's memory; 1, or a size in bytes (at least 64 KiB), copies pieces larger than
+    SINGLE_COPY_MIN, or that size, that way. Off by default: on the 2-core machine it won only
+    from 64 MiB (0.6-0.85x) and lost up to 2x on 1-16 MiB broadcasts and ping-pongs, where the
+    rings' two copies overlap on two cores (RESULTS.md)."""
+    raw = os.environ.get("COMMLIB_SHM_SINGLE_COPY", "")
+    if raw in ("", "0", "no", "off", "false"):
+        return False
+    try:
+        nbytes = int(raw) if raw not in ("1", "yes", "on", "true") else SINGLE_COPY_MIN
+    except ValueError:
+        raise CommError(f"COMMLIB_SHM_SINGLE_COPY={raw!r}: expected 0 (off) or a size in bytes") from None
+    _io.shm_single_copy_min(nbytes)
+    return True
 
 
 def _unavailable(exc, strict):

@@ -59,3 +59,16 @@ def test_transport_choice_is_real(transport, run):
         assert all(k >= 2 for k in linked), out  # every same-host connection carries a link
     else:
         assert all(k == 0 for k in linked), out
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_single_copy_from_the_peers_memory(n, assert_ranks_ok, run, transport):
+    """COMMLIB_SHM_SINGLE_COPY=1 (off by default): every collective and point-to-point call of the
+    mixed job, large pieces copied once straight from the sender's memory, and the simplest ring."""
+    if transport != "shm":
+        pytest.skip("single copy is a shared-memory setting")
+    env = {"COMMLIB_SHM_SINGLE_COPY": "1"}
+    assert_ranks_ok(run(n, "mixed.py", env=env, timeout=120), n, "mixed job with single copy")
+    assert_ranks_ok(run(n, "simplest.py", env=env, timeout=120), n, "irecv-first ring with single copy")
+    assert_ranks_ok(run(n, "send_first.py", env=env, timeout=120), n, "16 MiB sends before receives, single copy")

@@ -24,6 +24,7 @@ RING = 4096
 def link(monkeypatch):
     """(connector socket, acceptor socket), linked through shm.offer / answer / settle."""
     monkeypatch.setenv("COMMLIB_SHM_RING_KB", str(RING >> 10))
+    monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", "1")
     a, b = socket.socketpair()
     result = {}
 
@@ -208,8 +209,12 @@ def test_a_large_piece_is_copied_once_straight_from_the_writers_memory(link):
     assert _read(b, 16) == b"after"
 
 
-def test_single_copy_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", "0")
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_single_copy_is_off_unless_asked_for(monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("COMMLIB_SHM_SINGLE_COPY", raising=False)
+    else:
+        monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", setting)
     monkeypatch.setenv("COMMLIB_SHM_RING_KB", "4")
     a, b = socket.socketpair()
     try:
