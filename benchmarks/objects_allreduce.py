@@ -6,17 +6,25 @@
 
 The first argument is the label; one starting with "commlib" imports commlib.MPI, any other mpi4py.
 """
-import sys, time
+import sys
+import time
+
 if sys.argv[1].startswith("commlib"):
     from commlib import MPI
 else:
     from mpi4py import MPI
-c = MPI.COMM_WORLD
-r = c.Get_rank()
-for _ in range(200): c.allreduce(r)
-c.Barrier()
+
+WARMUP, CALLS = 200, 2000
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+for _ in range(WARMUP):
+    comm.allreduce(rank)
+comm.Barrier()
 t0 = time.perf_counter()
-N = 2000
-for _ in range(N): c.allreduce(r)
-dt = (time.perf_counter() - t0) / N * 1e6
-if r == 0: print(sys.argv[1], f"{dt:.1f} us", flush=True)
+for _ in range(CALLS):
+    total = comm.allreduce(rank)
+dt = (time.perf_counter() - t0) / CALLS * 1e6
+assert total == sum(range(comm.Get_size())), total
+if rank == 0:
+    print(sys.argv[1], f"{dt:.1f} us", flush=True)
