@@ -76,13 +76,14 @@ class Incoming:
     """
 
     __slots__ = ("sock", "fd", "gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
-                 "busy", "why", "_recv_into")
+                 "busy", "why", "linked", "_recv_into")
 
     def __init__(self, sock, gid, src):
         self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
         # a shared-memory link reads its ring (shm.py); a plain socket, the socket
         fd = self.fd
-        self._recv_into = (lambda view: _io.link_recv_into(fd, view)) if _io.shm_linked(fd) else sock.recv_into
+        self.linked = _io.shm_linked(fd)
+        self._recv_into = (lambda view: _io.link_recv_into(fd, view)) if self.linked else sock.recv_into
         self._hbuf = bytearray(HEADER_NBYTES)
         self._hview = memoryview(self._hbuf)
         self._hpos = 0
@@ -138,7 +139,7 @@ class Incoming:
 
     def pending(self):
         """Bytes (or EOF) are waiting to be read."""
-        if _io.shm_linked(self.fd):
+        if self.linked:
             return _io.shm_pending(self.fd)
         p = select.poll()
         p.register(self.fd, select.POLLIN)
