@@ -73,6 +73,8 @@ cdef extern from "_shm.h" nogil:
     int cl_prepare_wait(int fd, int want_in, int want_out)
     void* cl_get(int fd)
     int cl_link_pending(int fd, void* link)
+    unsigned long long cl_link_peek(void* link, char** at)
+    void cl_link_consume(int fd, void* link, unsigned long long n)
     int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector, int cma)
     int cl_prime(int memfd)
     unsigned long long cl_cma_min
@@ -216,6 +218,38 @@ cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
     return 0
 
 
+cdef inline Py_ssize_t _reduce_link(Step* s, void* link) noexcept nogil:
+    """Reduce straight out of a shared-memory ring into the destination, no copy on the way.
+
+    Takes the whole elements of the payload that lie contiguous and aligned in the ring now (the
+    swap order reduces into the ring's bytes in place, which are the reader's until consumed).
+    Returns the bytes reduced and consumed; 0 when none can go this way now (an empty ring, a
+    region, an element across the ring's wrap or an unaligned stream: the caller reads them as
+    bytes into the scratch ring); -1 when the kernel refused the dtype/op.
+    """
+    cdef char* at = NULL
+    cdef Py_ssize_t q = s.state[S_REDUCED]
+    cdef Py_ssize_t n = <Py_ssize_t>cl_link_peek(link, &at)
+    cdef Py_ssize_t align = s.item if s.item < 8 else 8
+    if n > s.recv_len - q:
+        n = s.recv_len - q
+    n -= n % s.item
+    if n <= 0 or (<size_t>at) % align != 0:
+        return 0
+    if s.init_src != NULL:
+        memcpy(s.reduce_dst + q, s.init_src + q, n)
+    if s.swap:
+        if reduce_raw(at, s.reduce_dst + q, n // s.item, s.dtype, s.op) != 0:
+            return -1
+        memcpy(s.reduce_dst + q, at, n)
+    elif reduce_raw(s.reduce_dst + q, at, n // s.item, s.dtype, s.op) != 0:
+        return -1
+    cl_link_consume(s.recv_fd, link, n)
+    s.state[S_REDUCED] = q + n
+    s.state[S_RECVD] += n
+    return n
+
+
 cdef int _run(Step* s) noexcept nogil:
     cdef long long* st = s.state
     cdef Py_ssize_t send_total = s.send_hdr_len + s.send_len
@@ -264,7 +298,17 @@ cdef int _run(Step* s) noexcept nogil:
         want_out = False
         want_in = False
         # ---- receive: header into recv_hdr, payload into recv_buf (or the ring)
-        if st[S_RECVD] < recv_total:
+        # a reduction from a shared-memory link reads its payload in place, once the header checked
+        # (and nothing waits in the scratch ring: elements are reduced in stream order)
+        if (recv_link and s.reduce_dst != NULL and checked and s.relay != RELAY_RECEIVED
+                and st[S_RECVD] < recv_total and st[S_RECVD] >= s.recv_hdr_len
+                and st[S_REDUCED] == st[S_RECVD] - s.recv_hdr_len):
+            n = _reduce_link(s, cl_get(s.recv_fd))
+            if n < 0:
+                st[S_ERRNO] = 0
+                return ST_RECV_ERROR
+            progress = n > 0
+        if st[S_RECVD] < recv_total and not progress:
             pos = st[S_RECVD]
             niov = 0
             if pos < s.recv_hdr_len:
@@ -277,7 +321,8 @@ cdef int _run(Step* s) noexcept nogil:
             # The payload may share a read with an unchecked header only when it
             # lands in scratch (reduce mode: it is reduced after the check);
             # otherwise a mismatched message must never reach the destination.
-            if checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL:
+            if (checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL) and not (
+                    recv_link and s.reduce_dst != NULL and pos < s.recv_hdr_len):  # the header alone first
                 want = s.recv_len - p
                 if want > s.chunk and not recv_link:  # a link gives what it has (its own pieces)
                     want = s.chunk

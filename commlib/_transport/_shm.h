@@ -278,6 +278,38 @@ static ssize_t cl_link_readv(int fd, cl_link* L, const struct iovec* iov, int ni
     return (ssize_t)done;
 }
 
+/* (reader) The ring bytes readable now in one contiguous span: *at and their count, up to the
+ * ring's wrap, a piece, and the start of a region (only cl_readv reads a region). 0: none here now
+ * (the ring is empty, or a region is next). Until cl_link_consume moves tail past them the bytes
+ * are the reader's alone: it may reduce from them, or into them, in place. */
+static inline uint64_t cl_link_peek(cl_link* L, char** at) {
+    cl_ring* r = L->in;
+    uint64_t tail = r->tail;
+    uint64_t avail = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) - tail;
+    if (avail == 0)
+        return 0;
+    uint64_t clen = __atomic_load_n(&r->cma_len, __ATOMIC_ACQUIRE);
+    if (clen) {
+        uint64_t cat = __atomic_load_n(&r->cma_at, __ATOMIC_ACQUIRE);
+        if (tail >= cat && tail < cat + clen)
+            return 0;
+        if (tail < cat && cat - tail < avail)
+            avail = cat - tail;
+    }
+    uint64_t pos = tail & (L->size - 1);
+    if (avail > L->size - pos)
+        avail = L->size - pos;
+    if (avail > L->size / CL_PIECES)
+        avail = L->size / CL_PIECES;
+    *at = L->in_data + pos;
+    return avail;
+}
+
+/* (reader) The n bytes cl_link_peek showed are done with: the writer may reuse their room. */
+static inline void cl_link_consume(int fd, cl_link* L, uint64_t n) {
+    cl_moved_tail(fd, L->in, L->in->tail + n);
+}
+
 /* (writer) Bytes of our region the reader has copied and we have not reported yet. */
 static inline uint64_t cl_region_fresh(cl_link* L) {
     uint64_t tail = __atomic_load_n(&L->out->tail, __ATOMIC_ACQUIRE);

@@ -8,10 +8,12 @@ import os
 import select
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from commlib import _dtypes, _plan
 from commlib._errors import CommError
 from commlib._transport import _io, shm
 
@@ -230,3 +232,47 @@ def test_single_copy_is_off_unless_asked_for(monkeypatch, setting):
     finally:
         shm.close(a)
         shm.close(b)
+
+
+def _plan_rows(**step):
+    b = _plan.Builder("t", 1)
+    b.step(**step)
+    return b.plan().rows
+
+
+def _run_rows(fd_send, fd_recv, rows, x, res, dtype_code, op_code):
+    ring = np.empty(1 << 14, np.uint8)
+    stepper = _io.Stepper(np.zeros(4, np.int64), 4096, -1, ring.ctypes.data, ring.nbytes, 0.0, 0.0)
+    sfd = np.array([fd_send], np.int32)
+    rfd = np.array([fd_recv], np.int32)
+    slots = _plan.slots(x=x.ctypes.data, res=0 if res is None else res.ctypes.data)
+    return _io.execute(stepper, rows, 1, slots, _plan.even(x.size, x.itemsize), sfd, rfd, b"\7" * 56,
+                       dtype_code, op_code, time.monotonic() + 20, 0, False)
+
+
+@pytest.mark.parametrize("dtype,count,skew", [
+    ("float32", 3000, 0), ("float64", 2001, 0), ("complex128", 999, 0), ("int8", 5001, 0),
+    ("int16", 4099, 0), ("float32", 3000, 3), ("complex128", 999, 8)])
+@pytest.mark.parametrize("swap,init", [(False, False), (True, False), (False, True)])
+def test_a_reduction_reads_the_ring_in_place_and_matches_numpy(link, dtype, count, skew, swap, init):
+    """A reduce step over a link reduces from the ring itself: payloads longer than the 4 KiB ring,
+    elements across its wrap, a stream skewed off the element size (then through the scratch
+    ring), each operand order; every result equal to NumPy's."""
+    a, b = link
+    if skew:  # bytes ahead of the message shift its payload off the element alignment in the ring
+        assert _write(a, b"s" * skew) == skew and _read(b, skew) == b"s" * skew
+    rng = np.random.default_rng(count + skew)
+    sent = (rng.integers(-50, 50, count) + (1j * rng.integers(-5, 5, count) if "complex" in dtype else 0)).astype(dtype)
+    mine = (rng.integers(-50, 50, count) + (1j * rng.integers(-5, 5, count) if "complex" in dtype else 0)).astype(dtype)
+    res = np.zeros_like(mine) if init else mine.copy()
+    code, op = _dtypes.dtype_code(np.dtype(dtype)), _dtypes.op_code("sum")
+    recv_rows = _plan_rows(src=0, recv=(_plan.RES, 0, 1), reduce=True, swap=swap,
+                           init=(_plan.X, 0, 1) if init else None)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("send", _run_rows(
+        a.fileno(), -1, _plan_rows(dst=1, send=(_plan.X, 0, 1)), sent, None, code, op)))
+    t.start()
+    got = _run_rows(-1, b.fileno(), recv_rows, mine, res, code, op)
+    t.join(20)
+    assert out["send"] == (_io.OK, 1) and got == (_io.OK, 1)
+    np.testing.assert_array_equal(res, mine + sent)
