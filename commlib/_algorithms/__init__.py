@@ -34,6 +34,8 @@ ALL_REDUCE_RABENSEIFNER_BYTES_ODD = 1 << 20  # other n >= 3
 # (n=8: 1-16 KiB 1.6 vs 5.8-7.3 ms, 64-256 KiB 1.5-2.0 vs 2.4-3.2 ms; n=4: 16-256 KiB 1.15-1.2x;
 # from 1 MiB within noise). At n=3 both take 2 steps and Bruck adds a copy: ring.
 ALL_GATHER_LOG_BYTES = 256 << 10
+# (The direct all-gather, pairwise.py, is there for COMMLIB_ALGO_ALL_GATHER=pairwise only: against the ring,
+# shared memory, interleaved, median of 3, n=3 256 KiB-64 MiB 0.68-0.97x the time but n=4 1-4 MiB 1.3-1.7x.)
 
 # reduce_scatter (nbytes: the whole input), n >= 3, at or below this: recursive-doubling all-reduce,
 # then this rank's block: log2 n latency-bound steps instead of the ring's n-1 (n=4, quiet machine,
@@ -43,18 +45,27 @@ REDUCE_SCATTER_SMALL_BYTES = 16 << 10
 REDUCE_SCATTER_SMALL_BYTES_MANY = 8 << 10  # n > 8
 # power-of-two n >= 4, up to this: recursive halving (log2 n steps, the ring's bytes; logstep.py). n=4,
 # quiet machine, interleaved, median of 3, halving / ring time: 16 B 0.82, 1 KiB 0.90, 64 KiB 0.87,
-# 256 KiB 0.71, 1 MiB 0.42, 4 MiB 0.60, 16 MiB 0.85; 64 MiB 1.18 (the ring wins)
-REDUCE_SCATTER_HALVING_BYTES = 16 << 20
+# 256 KiB 0.71, 1 MiB 0.42, 4 MiB 0.60, 16 MiB 0.85; 64 MiB 1.18 (the ring wins). Above it the direct
+# (pairwise) reduce-scatter, shared memory, n=4, pairwise / halving time: 256 KiB 1.13, 1 MiB 1.11,
+# 4 MiB 0.84, 16 MiB 0.59
+REDUCE_SCATTER_HALVING_BYTES = 2 << 20
+# n >= 3 above the latency-bound sizes, up to this many ranks: the direct reduce-scatter (pairwise.py), no
+# block relayed, instead of the ring. Interleaved, median of 3, pairwise / ring time: shared memory n=3
+# 256 KiB-64 MiB 0.33-0.89, n=4 0.62-0.87, n=8 (four ranks a core) 1 MiB 0.67, 16 MiB 1.09; Unix
+# sockets n=3 1-64 MiB 0.62-0.83, n=4 0.55-0.86. Beyond it the ring: the direct schedule connects every
+# pair of ranks. (As the first half of an all-reduce it lost to the ring's pipeline: n=4 1-64 MiB
+# 1.03-1.62x.)
+REDUCE_SCATTER_PAIRWISE_RANKS = 8
 # n=2 (one step either way, the same bytes): halving up to 64 KiB runs in one call (16 B: 5.6 vs 16.1 us);
 # above, the ring, which receives straight into the result (256 KiB: 72 vs 160 us)
 REDUCE_SCATTER_HALVING_BYTES_PAIR = 64 << 10
 
 CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner"),
-    "all_gather": ("ring", "bruck"),
+    "all_gather": ("ring", "bruck", "pairwise"),
     "broadcast": ("tree", "chain"),
     "reduce": ("tree", "chain"),
-    "reduce_scatter": ("ring", "doubling", "halving"),
+    "reduce_scatter": ("ring", "doubling", "halving", "pairwise"),
 }
 
 
@@ -88,7 +99,9 @@ def choose(kind, nbytes, size):
                                                  else REDUCE_SCATTER_HALVING_BYTES):
             return "halving"
         small = REDUCE_SCATTER_SMALL_BYTES if size <= 8 else REDUCE_SCATTER_SMALL_BYTES_MANY
-        return "doubling" if size > 2 and nbytes <= small else "ring"
+        if size > 2 and nbytes <= small:
+            return "doubling"
+        return "pairwise" if 2 < size <= REDUCE_SCATTER_PAIRWISE_RANKS else "ring"
     if kind == "reduce":
         return "tree" if nbytes <= REDUCE_SMALL_BYTES or size <= 2 else "chain"
     raise ValueError(f"no algorithm choice for {kind!r}")

@@ -119,8 +119,7 @@ def _all_gather(g, x, out=None, coll="all_gather"):
         mine[...] = a.reshape(-1)
     if n > 1:
         o = g.op(coll, code, 0, a.size, 0, dims=a.shape)
-        log = choose("all_gather", n * a.nbytes, n) == "bruck"
-        plan = (logstep.all_gather if log else ring.all_gather)(n, g._rank)
+        plan = _ALL_GATHER[choose("all_gather", n * a.nbytes, n)](n, g._rank)
         o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
               even(n * a.size, a.itemsize))
     return out
@@ -176,6 +175,8 @@ def _reduce_scatter(g, x, op="sum", out=None):
     if algo == "halving" and n & (n - 1) == 0:  # log2 n steps on a copy of x in scratch, then block r
         o.run(logstep.reduce_scatter(n, r), slots(_addr(a), _addr(out), g.scratch(a.nbytes)),
               even(a.size, a.itemsize))
+    elif algo == "pairwise":  # rank r's block of every rank straight to rank r, reduced into out
+        o.run(pairwise.reduce_scatter(n, r), slots(_addr(a), _addr(out)), even(a.size, a.itemsize))
     elif algo != "ring":  # doubling (also a forced "halving" where n is not a power of two): an all-reduce
         full = np.empty(a.shape, a.dtype)
         o.run(doubling.all_reduce(n, r), slots(_addr(a), _addr(full), g.scratch(a.nbytes)),
@@ -431,6 +432,7 @@ def _barrier(g):
 # for anything it does not take (then the functions above run, and raise
 # whatever error the arguments deserve).
 _ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
+_ALL_GATHER = {"ring": ring.all_gather, "bruck": logstep.all_gather, "pairwise": pairwise.all_gather}
 
 
 def _limit(kind, size, algo):

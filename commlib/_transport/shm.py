@@ -13,10 +13,11 @@ share no network namespace) never get this far and stay on TCP.
                           socket with one warning when no segment can be made; shm: the same,
                           but a connection without a segment is an error; socket: Unix sockets
                           within a host; tcp: TCP everywhere.
-    COMMLIB_SHM_SINGLE_COPY  0 (default): every byte goes through the rings; 1 (or a size in
-                          bytes): a piece of more than 64 KiB (or that size) is copied once, by
-                          the reader, straight from the writer's memory (Linux cross-memory
-                          attach), where the kernel allows it (probed per connection).
+    COMMLIB_SHM_SINGLE_COPY  0: every byte goes through the rings; 1 (or a size in bytes): a piece
+                          of more than 64 KiB (or that size) is copied once, by the reader,
+                          straight from the writer's memory (Linux cross-memory attach), where the
+                          kernel allows it (probed per connection). Unset: pieces of more than
+                          8 MiB where this host's ranks outnumber its cores, none otherwise.
     COMMLIB_SHM_RING_KB   each ring's size (a power of two, at least 4); default 1024, or less when
                           many ranks share the host (256 beyond 8 local ranks, 128 beyond 16).
                           Below 128 a send of 64 KiB waits for its receiver (it is eager otherwise).
@@ -36,7 +37,8 @@ MODES = ("auto", "shm", "socket", "tcp")
 _OFFER = struct.Struct("<4sIQ")  # magic, 1 when a segment (SCM_RIGHTS) comes with it, ring bytes
 _MAGIC = b"CLSH"
 _warned = []
-SINGLE_COPY_MIN = 64 << 10  # pieces larger than this are copied once (measured: RESULTS.md)
+SINGLE_COPY_MIN = 64 << 10  # COMMLIB_SHM_SINGLE_COPY=1: pieces larger than this are copied once
+SINGLE_COPY_SHARED_MIN = 8 << 20  # by default, where ranks outnumber cores (measured: RESULTS.md)
 
 
 def mode():
@@ -60,10 +62,9 @@ def ring_bytes():
         if kb < 4 or kb & (kb - 1):
             raise CommError(f"COMMLIB_SHM_RING_KB={raw!r}: expected a power of two, at least 4")
         return kb << 10
-    try:
-        local = int(os.environ.get("COMMLIB_LOCAL_SIZE", "") or 1)
-    except ValueError:
-        local = 1
+    from . import env_number
+
+    local = env_number("COMMLIB_LOCAL_SIZE", 1)
     # 1 MiB rings halved the time of 1-16 MiB pingpong and all_reduce at n = 2 against 256 KiB
     # (RESULTS.md); a ring is touched only once used, and a host holds one per used connection.
     # Never below 128 KiB: a send of up to EAGER_BYTES (64 KiB) must complete without its receiver.
@@ -71,18 +72,30 @@ def ring_bytes():
 
 
 def single_copy():
-    """COMMLIB_SHM_SINGLE_COPY: unset or 0 (the default) never copies a piece straight from the
-    peer's memory; 1, or a size in bytes (at least 64 KiB), copies pieces larger than
-    SINGLE_COPY_MIN, or that size, that way. Off by default: on the 2-core machine it won only
-    from 64 MiB (0.6-0.85x) and lost up to 2x on 1-16 MiB broadcasts and ping-pongs, where the
-    rings' two copies overlap on two cores (RESULTS.md)."""
+    """Whether pieces may be copied straight from the peer's memory, setting the size above which
+    they are (COMMLIB_SHM_SINGLE_COPY: 0 never; 1 above SINGLE_COPY_MIN; a size in bytes, at least
+    64 KiB, above that size). Unset: above SINGLE_COPY_SHARED_MIN where the ranks of this host
+    outnumber its cores, never otherwise. With two ranks a core every copy takes CPU from a rank
+    that needs it, and halving the copies won (n = 4 on 2 cores, 8 MiB pieces: 16-64 MiB
+    collectives 0.51-0.87x the time, nothing slower); with a core each the rings' two copies run
+    side by side and the single copy only lost (n = 2: 4-16 MiB broadcasts and ping-pongs up to
+    1.9x, 64 MiB 0.84-0.96x) (RESULTS.md, "Single copy")."""
+    from . import env_number
+
     raw = os.environ.get("COMMLIB_SHM_SINGLE_COPY", "")
-    if raw in ("", "0", "no", "off", "false"):
+    if raw in ("0", "no", "off", "false"):
         return False
-    try:
-        nbytes = int(raw) if raw not in ("1", "yes", "on", "true") else SINGLE_COPY_MIN
-    except ValueError:
-        raise CommError(f"COMMLIB_SHM_SINGLE_COPY={raw!r}: expected 0 (off) or a size in bytes") from None
+    if raw == "":
+        if env_number("COMMLIB_LOCAL_SIZE", 1) <= len(os.sched_getaffinity(0)):
+            return False
+        nbytes = SINGLE_COPY_SHARED_MIN
+    elif raw in ("1", "yes", "on", "true"):
+        nbytes = SINGLE_COPY_MIN
+    else:
+        try:
+            nbytes = int(raw)
+        except ValueError:
+            raise CommError(f"COMMLIB_SHM_SINGLE_COPY={raw!r}: expected 0 (off), 1 (on) or a size in bytes") from None
     _io.shm_single_copy_min(nbytes)
     return True
 

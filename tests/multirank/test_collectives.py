@@ -22,10 +22,11 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
-@pytest.mark.parametrize("algo", ["ring", "doubling", "halving"])
+@pytest.mark.parametrize("algo", ["ring", "doubling", "halving", "pairwise"])
 def test_reduce_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Every op and dtype, small, odd and large sizes with the reduce_scatter algorithm forced (by default
-    recursive halving at power-of-two n, doubling up to 16 KiB at other n, the ring above)."""
+    recursive halving at power-of-two n up to 2 MiB, doubling up to 16 KiB at other n, the direct
+    schedule above, the ring beyond 8 ranks)."""
     assert_ranks_ok(run(n, "collectives.py", "rs", env={"COMMLIB_ALGO_REDUCE_SCATTER": algo}), n,
                     f"reduce_scatter with COMMLIB_ALGO_REDUCE_SCATTER={algo}")
 

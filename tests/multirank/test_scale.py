@@ -64,8 +64,9 @@ def test_transport_choice_is_real(transport, run):
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_single_copy_from_the_peers_memory(n, assert_ranks_ok, run, transport):
-    """COMMLIB_SHM_SINGLE_COPY=1 (off by default): every collective and point-to-point call of the
-    mixed job, large pieces copied once straight from the sender's memory, and the simplest ring."""
+    """COMMLIB_SHM_SINGLE_COPY=1 (by default only pieces above 8 MiB where ranks outnumber cores): every
+    collective and point-to-point call of the mixed job, pieces above 64 KiB copied once straight from
+    the sender's memory, and the simplest ring."""
     if transport != "shm":
         pytest.skip("single copy is a shared-memory setting")
     env = {"COMMLIB_SHM_SINGLE_COPY": "1"}

@@ -225,13 +225,15 @@ def test_all_to_all_and_ppermute(size):
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("count", [0, 1, 3])
-def test_ring_reduce_scatter_with_two_one_block_temporaries(size, count):
-    """The reduce-scatter as the API runs it: blocks in transit in T0/T1, the own block into RES."""
+@pytest.mark.parametrize("algo", [ring.reduce_scatter, pairwise.reduce_scatter])
+def test_reduce_scatter_into_one_block(size, count, algo):
+    """The reduce-scatter as the API runs it: the own block into RES; the ring's blocks in transit in
+    T0/T1, the pairwise one reducing every peer's slice straight into RES."""
     xs = inputs(size, count * size)
 
     def body(f):
-        plan = ring.reduce_scatter(size, f.rank)
-        assert plan.slots <= {X, RES, T0, T1}
+        plan = algo(size, f.rank)
+        assert plan.slots <= ({X, RES, T0, T1} if algo is ring.reduce_scatter else {X, RES})
         out = np.full(count, np.nan)
         f.run(plan, {X: xs[f.rank].copy(), RES: out, T0: np.empty(count), T1: np.empty(count)},
               bounds(count * size, 8, size))
@@ -244,9 +246,10 @@ def test_ring_reduce_scatter_with_two_one_block_temporaries(size, count):
 
 @pytest.mark.parametrize("size", SIZES + [16])
 @pytest.mark.parametrize("count", [0, 1, 5])
-@pytest.mark.parametrize("algo", [ring.all_gather, logstep.all_gather])
+@pytest.mark.parametrize("algo", [ring.all_gather, logstep.all_gather, pairwise.all_gather])
 def test_all_gather_every_size(size, count, algo):
-    """The ring; recursive doubling at powers of two (in place), Bruck through scratch otherwise."""
+    """The ring; recursive doubling at powers of two (in place), Bruck through scratch otherwise;
+    every block straight from its owner."""
     xs = inputs(size, count)
 
     def body(f):
@@ -343,7 +346,8 @@ def test_plans_are_cached_values(size):
     """One plan per (algorithm, size, rank[, root]): built once, read-only, naming only group ranks."""
     for r in range(size):
         for make in (doubling.all_reduce, ring.all_reduce, logstep.all_reduce, ring.all_gather,
-                     logstep.all_gather, pairwise.all_to_all, doubling.barrier, ring.reduce_scatter):
+                     logstep.all_gather, pairwise.all_to_all, doubling.barrier, ring.reduce_scatter,
+                     pairwise.all_gather, pairwise.reduce_scatter):
             plan = make(size, r)
             assert make(size, r) is plan
             assert not plan.rows.flags.writeable
@@ -404,13 +408,16 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("all_reduce", 256 << 10, 8) == "rabenseifner"
     assert _algorithms.choose("all_reduce", 128 << 10, 4) == "doubling"
     assert _algorithms.choose("all_reduce", 256 << 10, 4) == "rabenseifner"
-    # reduce_scatter: recursive halving at power-of-two n (n = 2: up to 64 KiB, else 16 MiB),
-    # doubling when small at other n >= 3, else the ring
+    # reduce_scatter: recursive halving at power-of-two n (n = 2: up to 64 KiB, else 2 MiB),
+    # doubling when small at other n >= 3, else the direct schedule up to 8 ranks, the ring beyond
     assert _algorithms.choose("reduce_scatter", 16, 4) == "halving"
-    assert _algorithms.choose("reduce_scatter", 16 << 20, 8) == "halving"
-    assert _algorithms.choose("reduce_scatter", 64 << 20, 4) == "ring"
+    assert _algorithms.choose("reduce_scatter", 2 << 20, 8) == "halving"
+    assert _algorithms.choose("reduce_scatter", 4 << 20, 4) == "pairwise"  # then every peer's slice straight in
+    assert _algorithms.choose("reduce_scatter", 64 << 20, 4) == "pairwise"
     assert _algorithms.choose("reduce_scatter", 16 << 10, 3) == "doubling"
-    assert _algorithms.choose("reduce_scatter", 32 << 10, 6) == "ring"
+    assert _algorithms.choose("reduce_scatter", 32 << 10, 6) == "pairwise"
+    assert _algorithms.choose("reduce_scatter", 32 << 10, 9) == "ring"  # no full mesh beyond 8 ranks
+    assert _algorithms.choose("reduce_scatter", 64 << 20, 16) == "ring"
     assert _algorithms.choose("reduce_scatter", 16, 2) == "halving"  # one step, the ring's bytes, one call
     assert _algorithms.choose("reduce_scatter", 128 << 10, 2) == "ring"
     assert _algorithms.choose("broadcast", 64 << 10, 4) == "tree"

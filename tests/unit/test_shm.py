@@ -211,27 +211,67 @@ def test_a_large_piece_is_copied_once_straight_from_the_writers_memory(link):
     assert _read(b, 16) == b"after"
 
 
-@pytest.mark.parametrize("setting", [None, "0"])
-def test_single_copy_is_off_unless_asked_for(monkeypatch, setting):
+def _pair_with(monkeypatch, setting, local):
     if setting is None:
         monkeypatch.delenv("COMMLIB_SHM_SINGLE_COPY", raising=False)
     else:
         monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", setting)
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", str(local))
     monkeypatch.setenv("COMMLIB_SHM_RING_KB", "4")
     a, b = socket.socketpair()
+    t = threading.Thread(target=lambda: b.sendall(shm.answer(b, "auto")))
+    t.start()
+    memfd, ring = shm.offer(a, "auto")
+    shm.settle(a, memfd, ring, a.recv(1))
+    os.close(memfd)
+    t.join(5)
+    return a, b
+
+
+CORES = len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("setting,local", [(None, 1), (None, CORES), ("0", 2 * CORES + 1)])
+def test_single_copy_is_off_with_a_core_a_rank_or_when_refused(monkeypatch, setting, local):
+    a, b = _pair_with(monkeypatch, setting, local)
     try:
-        t = threading.Thread(target=lambda: b.sendall(shm.answer(b, "auto")))
-        t.start()
-        memfd, ring = shm.offer(a, "auto")
-        shm.settle(a, memfd, ring, a.recv(1))
-        os.close(memfd)
-        t.join(5)
         assert _io.shm_single_copy(a.fileno()) == (False, False)
         big = np.zeros(1 << 16, np.uint8)
         assert _io.link_sendmsg(a.fileno(), [big]) == 1024  # a ring piece, not a region
     finally:
         shm.close(a)
         shm.close(b)
+
+
+def test_single_copy_is_on_for_large_pieces_where_ranks_outnumber_cores(monkeypatch):
+    """Unset, with more local ranks than cores: pieces above 8 MiB go as regions, smaller ones
+    through the ring."""
+    a, b = _pair_with(monkeypatch, None, CORES + 1)
+    try:
+        assert _io.shm_single_copy(a.fileno()) == (True, True)
+        assert _io.link_sendmsg(a.fileno(), [np.zeros(8 << 20, np.uint8)]) == 1024  # not above 8 MiB
+        _read(b, 1024)
+        big = np.arange((8 << 20) + 16, dtype=np.uint8)
+        with pytest.raises(BlockingIOError):
+            _io.link_sendmsg(a.fileno(), [big])  # offered as a region: reported as the reader copies
+        out = bytearray(big.nbytes)
+        assert _io.link_recv_into(b.fileno(), memoryview(out)) == big.nbytes  # one read, the whole region
+        assert bytes(out) == big.tobytes()
+        assert _io.link_sendmsg(a.fileno(), [big]) == big.nbytes
+    finally:
+        shm.close(a)
+        shm.close(b)
+        _io.shm_single_copy_min(shm.SINGLE_COPY_MIN)
+
+
+def test_single_copy_settings_are_checked(monkeypatch):
+    monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", "lots")
+    with pytest.raises(CommError, match="COMMLIB_SHM_SINGLE_COPY='lots'"):
+        shm.single_copy()
+    monkeypatch.setenv("COMMLIB_SHM_SINGLE_COPY", "")
+    monkeypatch.setenv("COMMLIB_LOCAL_SIZE", "four")
+    with pytest.raises(CommError, match="COMMLIB_LOCAL_SIZE='four'"):
+        shm.single_copy()
 
 
 def _plan_rows(**step):
