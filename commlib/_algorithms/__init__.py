@@ -22,6 +22,11 @@ ALL_REDUCE_SMALL_BYTES_MANY = 64 << 10  # n>4: doubling moves log2(n) whole buff
                                         # Rabenseifner 4.5)
 BROADCAST_SMALL_BYTES = 64 << 10  # n=4, quiet machine, interleaved, median of 3, tree / chain time: 8-64 KiB
                                   # 0.49-0.70 (the tree runs in one call), 128 KiB 1.17; 4 MiB 1.7
+# ... and up to this many ranks (above 2) the small broadcast is linear: the root writes every rank's
+# copy itself, one hop for all, instead of the tree's log2 n rounds, each waiting for a forwarding rank to
+# run. Interleaved, median of 3, linear / tree time, 8 B-64 KiB: shared memory n=4 0.36-0.63, n=8 0.78;
+# Unix sockets n=4 0.50-0.92 (at n=3 the two are one schedule)
+BROADCAST_LINEAR_RANKS = 8
 REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within noise
 # Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
 # 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
@@ -63,7 +68,7 @@ REDUCE_SCATTER_HALVING_BYTES_PAIR = 64 << 10
 CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner"),
     "all_gather": ("ring", "bruck", "pairwise"),
-    "broadcast": ("tree", "chain"),
+    "broadcast": ("tree", "chain", "linear"),
     "reduce": ("tree", "chain"),
     "reduce_scatter": ("ring", "doubling", "halving", "pairwise"),
 }
@@ -93,7 +98,11 @@ def choose(kind, nbytes, size):
     if kind == "all_gather":  # nbytes: the gathered result
         return "bruck" if size > 3 and nbytes <= ALL_GATHER_LOG_BYTES else "ring"
     if kind == "broadcast":
-        return "tree" if nbytes <= BROADCAST_SMALL_BYTES or size <= 2 else "chain"
+        if size <= 2:
+            return "tree"
+        if nbytes <= BROADCAST_SMALL_BYTES:
+            return "linear" if size <= BROADCAST_LINEAR_RANKS else "tree"
+        return "chain"
     if kind == "reduce_scatter":
         if size & (size - 1) == 0 and nbytes <= (REDUCE_SCATTER_HALVING_BYTES_PAIR if size == 2
                                                  else REDUCE_SCATTER_HALVING_BYTES):

@@ -15,6 +15,11 @@ result (relay="reduced"). The payload streams along the chain, so a large
 broadcast or reduce costs about one transfer plus size-1 chunks instead of
 log2(size) whole transfers.
 
+Linear broadcast (small payloads, up to 8 ranks): one writer, many readers:
+the root sends to every other rank in turn; each small send completes into
+the reader's ring or socket buffer at once, so every rank is one hop from
+the root and none waits for a forwarding rank to be scheduled.
+
 Gather and scatter are linear: the root exchanges one block with each rank
 in turn; every other rank makes exactly one transfer. With the group sizes
 sockets serve well (tens of ranks) this is what Open MPI's tuned component
@@ -52,6 +57,18 @@ def broadcast_tree(n, r, root):
         if v + mask < n:
             b.step(_real(v + mask, root, n), buf)
         mask >>= 1
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def broadcast_linear(n, r, root):
+    """One writer, many readers: the root sends RES to every other rank in turn, each receives once."""
+    b = Builder("linear", 1)
+    if r == root:
+        for v in range(1, n):
+            b.step(_real(v, root, n), b.whole(RES))
+    else:
+        b.step(src=root, recv=b.whole(RES))
     return b.plan()
 
 

@@ -325,8 +325,7 @@ def _run_scatter(o, g, a, out, root):
 
 def _run_broadcast(o, g, addr, nbytes, root):
     """The broadcast schedule choose() picks, on nbytes at addr (in place)."""
-    chain = choose("broadcast", nbytes, g._size) == "chain"
-    plan = (tree.broadcast_chain if chain else tree.broadcast_tree)(g._size, g._rank, root)
+    plan = _BROADCAST[choose("broadcast", nbytes, g._size)](g._size, g._rank, root)
     o.run(plan, slots(res=addr), even(nbytes, 1))
 
 
@@ -432,6 +431,7 @@ def _barrier(g):
 # for anything it does not take (then the functions above run, and raise
 # whatever error the arguments deserve).
 _ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
+_BROADCAST = {"tree": tree.broadcast_tree, "chain": tree.broadcast_chain, "linear": tree.broadcast_linear}
 _ALL_GATHER = {"ring": ring.all_gather, "bruck": logstep.all_gather, "pairwise": pairwise.all_gather}
 
 
@@ -456,12 +456,13 @@ def _arm(g):
     if n < 2:
         return
     bruck = _limit("all_gather", n, "bruck")
+    bcast = "linear" if _limit("broadcast", n, "linear") else "tree"
     plans = {"all_reduce": doubling.all_reduce(n, r), "barrier": doubling.barrier(n, r),
              "all_gather": logstep.all_gather(n, r) if bruck else ring.all_gather(n, r),
-             "broadcast": functools.partial(tree.broadcast_tree, n, r),
+             "broadcast": functools.partial(_BROADCAST[bcast], n, r),
              "reduce": functools.partial(tree.reduce_tree, n, r)}
     limits = {"all_reduce": _limit("all_reduce", n, "doubling"), "reduce": _limit("reduce", n, "tree"),
-              "broadcast": _limit("broadcast", n, "tree"),
+              "broadcast": _limit("broadcast", n, bcast),
               "all_gather": bruck or _limit("all_gather", n, "ring")}
     if n & (n - 1) == 0:  # recursive halving runs at power-of-two n only
         plans["reduce_scatter"] = logstep.reduce_scatter(n, r)

@@ -13,7 +13,7 @@ def test_collectives(n, assert_ranks_ok, run):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
-@pytest.mark.parametrize("algo", ["tree", "chain"])
+@pytest.mark.parametrize("algo", ["tree", "chain", "linear"])
 def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
     """Every root, every dtype, large and odd sizes with the broadcast algorithm forced."""
     assert_ranks_ok(run(n, "collectives.py", "bcast", env={"COMMLIB_ALGO_BROADCAST": algo}), n,

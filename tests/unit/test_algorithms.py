@@ -148,7 +148,7 @@ def test_barrier_schedule_pairs_up(size):
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("root", [0, 1, 6])
-@pytest.mark.parametrize("algo", [tree.broadcast_tree, tree.broadcast_chain])
+@pytest.mark.parametrize("algo", [tree.broadcast_tree, tree.broadcast_chain, tree.broadcast_linear])
 def test_broadcast_every_root(size, root, algo):
     root %= size
     xs = inputs(size, 9)
@@ -352,7 +352,7 @@ def test_plans_are_cached_values(size):
             assert make(size, r) is plan
             assert not plan.rows.flags.writeable
             assert plan.peers <= set(range(size)) - {r}
-        for make in (tree.broadcast_tree, tree.broadcast_chain, tree.reduce_tree, tree.reduce_chain,
+        for make in (tree.broadcast_tree, tree.broadcast_chain, tree.broadcast_linear, tree.reduce_tree, tree.reduce_chain,
                      tree.gather_linear, tree.scatter_linear):
             assert make(size, r, 0) is make(size, r, 0)
             assert make(size, r, 0).peers <= set(range(size)) - {r}
@@ -420,5 +420,8 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("reduce_scatter", 64 << 20, 16) == "ring"
     assert _algorithms.choose("reduce_scatter", 16, 2) == "halving"  # one step, the ring's bytes, one call
     assert _algorithms.choose("reduce_scatter", 128 << 10, 2) == "ring"
-    assert _algorithms.choose("broadcast", 64 << 10, 4) == "tree"
+    assert _algorithms.choose("broadcast", 64 << 10, 4) == "linear"  # the root writes every copy
+    assert _algorithms.choose("broadcast", 8, 8) == "linear"
+    assert _algorithms.choose("broadcast", 8, 9) == "tree"  # log2 n rounds beyond 8 ranks
+    assert _algorithms.choose("broadcast", 64 << 20, 2) == "tree"  # one send either way
     assert _algorithms.choose("broadcast", 128 << 10, 4) == "chain"
