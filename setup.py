@@ -9,7 +9,10 @@ from setuptools import Extension, setup
 CFLAGS = ["-O3", "-fno-strict-aliasing"]
 
 extensions = [
-    Extension("commlib._kernels", ["commlib/_kernels.pyx"], extra_compile_args=CFLAGS),
+    # (also a NumPy view of memory a front-end already holds: array_at, through NumPy's C API)
+    Extension("commlib._kernels", ["commlib/_kernels.pyx"], extra_compile_args=CFLAGS,
+              include_dirs=[numpy.get_include()],
+              define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
     # the header encoder, also called from C by _io through _wire.pxd
     Extension("commlib._wire", ["commlib/_wire.pyx"], extra_compile_args=CFLAGS),
     # _io's one-call path (_fast.pxi) reads arrays through NumPy's C API and

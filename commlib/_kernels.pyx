@@ -7,8 +7,15 @@ The loops are C in _kernels_impl.h (compiled for the baseline ISA and for
 AVX2+FMA+F16C and AVX-512, chosen at import from CPUID).
 
 Outer tier (Python): reduce_into, pack, unpack -- check arguments with the
-GIL held, then make one nogil call.
+GIL held, then make one nogil call; array_at -- a NumPy view of memory another
+library owns (the torch front-end's tensors), made without DLPack's capsule.
 """
+cimport numpy as cnp
+from cpython.ref cimport Py_INCREF
+
+cdef extern from "numpy/arrayobject.h":
+    object PyArray_NewFromDescr(type subtype, void* descr, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
+                                void* data, int flags, object obj)
 from cpython.buffer cimport (
     PyObject_GetBuffer, PyBuffer_Release, PyBuffer_IsContiguous,
     PyBUF_STRIDES, PyBUF_WRITABLE, PyBUF_ND,
@@ -17,6 +24,8 @@ from cpython.buffer cimport (
 import numpy as np
 
 from commlib import _dtypes
+
+cnp.import_array()
 
 
 cdef extern from "_kernels_impl.h":
@@ -275,3 +284,31 @@ def address(obj):
     cdef Py_ssize_t addr = <Py_ssize_t>view.buf
     PyBuffer_Release(&view)
     return addr
+
+
+def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None):
+    """A C-contiguous, writable NumPy array of `shape` and `dtype` over the memory at `address`,
+    keeping `base` (the object that owns that memory) alive as its base.
+
+    The caller vouches for the memory: it belongs to `base`, is C-contiguous and holds the
+    whole array. For a front-end whose objects already know their address, shape and dtype:
+    a torch tensor's view this way costs about a third of `np.from_dlpack`'s.
+    """
+    cdef int nd = len(shape), i
+    cdef cnp.npy_intp dims[32]
+    cdef cnp.npy_intp size = 1
+    if nd > 32:
+        raise ValueError(f"array_at: {nd} dimensions (at most 32)")
+    for i in range(nd):
+        dims[i] = shape[i]
+        if dims[i] < 0:
+            raise ValueError(f"array_at: negative dimension in {tuple(shape)}")
+        size *= dims[i]
+    if address == 0 and size:
+        raise ValueError("array_at: a null address")
+    Py_INCREF(dtype)  # PyArray_NewFromDescr steals a reference to the descriptor
+    arr = PyArray_NewFromDescr(np.ndarray, <void*>dtype, nd, dims, NULL, <void*>address,
+                               cnp.NPY_ARRAY_CARRAY, None)
+    Py_INCREF(base)  # PyArray_SetBaseObject steals a reference to the base
+    cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, base)
+    return arr
