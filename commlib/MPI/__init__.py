@@ -18,6 +18,7 @@ from .. import __version__ as _version
 from .._api import finalize as _finalize
 from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _processor_name, world_comms
 from ._groups import Group
+from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topology import Compute_dims
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
@@ -210,8 +211,7 @@ ERRORS_RETURN = ERRORS_ARE_FATAL = ERRORS_ABORT = ERRHANDLER_NULL = Errhandler()
 Comm.Set_errhandler = lambda self, errhandler: None
 Comm.Get_errhandler = lambda self: ERRORS_RETURN
 Comm.Call_errhandler = lambda self, errorcode: None
-for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Mprobe",
-              "Improbe", "mprobe", "improbe", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
+for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
               "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Alltoallw", "Neighbor_allgather",
               "Neighbor_alltoall", "Barrier_init", "Bcast_init", "Allreduce_init", "Psend_init", "Precv_init"):
     setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
@@ -265,11 +265,7 @@ class Intercomm(Comm):
     __slots__ = ()
 
 
-class Message(_OutOfScope):
-    _what = "MPI.Message (matched probe)"
-
-
-WIN_NULL = FILE_NULL = SESSION_NULL = MESSAGE_NULL = MESSAGE_NO_PROC = None
+WIN_NULL = FILE_NULL = SESSION_NULL = None
 BUFFER_AUTOMATIC = None
 UNWEIGHTED = WEIGHTS_EMPTY = None
 COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4

@@ -32,6 +32,7 @@ from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoa
                            scatterv_body)
 from ._datatypes import BY_CHAR
 from ._groups import Group
+from ._message import mprobe, no_proc
 from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
@@ -434,6 +435,21 @@ class Comm:
             return False
         fill(status, msg)
         return True
+
+    def Mprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            return no_proc(status)
+        return mprobe(g, _source(g, source, "Mprobe"), _rtag(g, tag, "Mprobe"), True, status)
+
+    def Improbe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = _group(self)
+        if source == PROC_NULL:
+            return no_proc(status)
+        return mprobe(g, _source(g, source, "Improbe"), _rtag(g, tag, "Improbe"), False, status)
+
+    mprobe = Mprobe  # an object message is a byte message: the same probe
+    improbe = Improbe
 
     def Send_init(self, buf, dest, tag=0):
         return Prequest._make(lambda: self.Isend(buf, dest, tag))

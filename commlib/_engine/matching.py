@@ -6,7 +6,9 @@ A message is matched against the posted receives in the order they were
 posted; a receive is matched against the unexpected messages in the order
 they arrived. Messages from one sender arrive in the order sent (one
 connection per sender), so two messages of one (sender, tag) can never
-overtake each other. Probes look without taking.
+overtake each other. Probes look without taking; a matched probe (MPI's
+Mprobe) takes without receiving: the message leaves matching for good and only
+a receive of that very message (`Receives.mrecv`) gets it.
 
 The progress engine (`p2p.py`) feeds `arrive()` and `post()`; the unit tests
 drive them directly.
@@ -43,13 +45,15 @@ class Message:
 class Posted:
     """A receive (or probe) waiting for a message of (source, tag)."""
 
-    __slots__ = ("source", "tag", "probe", "into", "req", "extra")
+    __slots__ = ("source", "tag", "probe", "claim", "into", "req", "extra")
 
-    def __init__(self, source, tag, *, probe=False, into=None, req=None, extra=None):
+    def __init__(self, source, tag, *, probe=False, claim=False, into=None, req=None, extra=None):
         self.source, self.tag, self.probe, self.into, self.req, self.extra = source, tag, probe, into, req, extra
+        self.claim = claim  # a matched probe: the message it finds leaves matching
 
     def __repr__(self):
-        return f"Posted({'probe' if self.probe else 'recv'} source={self.source}, tag={self.tag})"
+        kind = "matched probe" if self.claim else "probe" if self.probe else "recv"
+        return f"Posted({kind} source={self.source}, tag={self.tag})"
 
 
 class Matcher:
@@ -63,19 +67,23 @@ class Matcher:
         """A message's header arrived. Returns (receive that takes it or None, probes it satisfies).
 
         Without a taker the message joins the unexpected queue (its payload may
-        still be arriving); satisfied probes leave the posted queue.
+        still be arriving) unless a matched probe took it; satisfied probes leave
+        the posted queue.
         """
-        probes, taker = [], None
+        probes, taker, claimed = [], None, False
         for p in list(self.posted):
             if not matches(p.source, p.tag, msg.source, msg.tag):
                 continue
             self.posted.remove(p)
             if p.probe:
                 probes.append(p)
+                if p.claim:
+                    claimed = True
+                    break
                 continue
             taker = p
             break
-        if taker is None:
+        if taker is None and not claimed:
             self.unexpected.append(msg)
         return taker, probes
 
@@ -84,7 +92,7 @@ class Matcher:
         the unexpected queue; a probe leaves it there), or None when it was queued to wait."""
         for msg in self.unexpected:
             if matches(posted.source, posted.tag, msg.source, msg.tag):
-                if not posted.probe:
+                if not posted.probe or posted.claim:
                     self.unexpected.remove(msg)
                 return msg
         self.posted.append(posted)
@@ -96,6 +104,13 @@ class Matcher:
             if matches(source, tag, msg.source, msg.tag):
                 return msg
         return None
+
+    def claim(self, source, tag):
+        """The oldest unexpected message matching (source, tag), taken out of matching; or None."""
+        msg = self.find(source, tag)
+        if msg is not None:
+            self.unexpected.remove(msg)
+        return msg
 
     def cancel(self, posted):
         """Withdraw a receive that has not matched; False when it already has."""

@@ -78,6 +78,40 @@ class Receives:
             self._kick()
         return req.wait()
 
+    def mprobe(self, ctx, src, tag, block):
+        """A matched probe: the oldest matching message (a Message), taken out of matching so that
+        no receive but `mrecv` of it can get it; None when there is none yet and not block."""
+        with self.lock:
+            if self.transport is not None:
+                self._service_all_reads()
+            posted = Posted(src, tag, probe=True, claim=True)
+            msg = ctx.matcher.post(posted) if block else ctx.matcher.claim(src, tag)
+            if msg is not None or not block:
+                return msg
+            if self.transport is None:
+                ctx.matcher.cancel(posted)
+                raise CommError("mprobe on a group of size 1 with no message sent to self: it would wait forever")
+            posted.req = Request("mprobe", timeout=ctx.timeout, waiter=self.wait)
+            self.n_posted += 1
+            self._kick()
+        return posted.req.wait()
+
+    def mrecv(self, ctx, msg, into, finish, *, what="mrecv", block=False, check=None, raw=False):
+        """Receive the message a matched probe took, as recv() would have received it (the same
+        into / finish / check / raw); its payload may still be arriving."""
+        req = Request(what, timeout=ctx.timeout, waiter=self.wait)
+        posted = Posted(msg.source, msg.tag, into=into, req=req, extra=(finish, check, raw))
+        with self.lock:
+            self._matched(ctx, msg)
+            if msg.complete:
+                payload, msg.data = msg.data, None
+                self._deliver(ctx, posted, msg, payload)
+            else:
+                msg.taker = posted
+            if not req.test():
+                self._kick()
+        return req.wait() if block else req
+
     def _deliver(self, ctx, posted, msg, payload):
         """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
         finish, check, raw = posted.extra

@@ -166,3 +166,27 @@ def test_cancel_and_wait_any_on_self(solo):
     assert never.cancel() and never.wait() is None and never.cancelled
     with pytest.raises(cl.CommError, match="never complete"):
         cl.irecv((1,), np.int8, 0, tag=78, group=solo).wait()
+
+
+def test_a_matched_probe_takes_a_waiting_message_out_of_matching():
+    m = Matcher()
+    a, b = msg(2, 7, 1), msg(2, 7, 2)
+    m.arrive(a)
+    m.arrive(b)
+    assert m.claim(2, 7) is a  # the oldest; a plain probe now sees the next
+    assert m.find(2, 7) is b
+    assert m.post(Posted(2, 7, probe=True, claim=True)) is b
+    assert m.claim(2, 7) is None and not m.unexpected
+
+
+def test_a_posted_matched_probe_keeps_the_message_it_satisfies_out_of_the_queue():
+    m = Matcher()
+    plain, claim, recv = Posted(1, 3, probe=True), Posted(ANY_SOURCE, 3, probe=True, claim=True), Posted(1, 3)
+    for p in (plain, claim, recv):
+        assert m.post(p) is None
+    first = msg(1, 3)
+    taker, probes = m.arrive(first)
+    assert taker is None and probes == [plain, claim]  # both probes see it; the receive does not get it
+    assert not m.unexpected and list(m.posted) == [recv]
+    second = msg(1, 3)
+    assert m.arrive(second) == (recv, [])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from commlib import MPI
+from commlib._errors import CommError
 from commlib.MPI._bufspec import parse_recv, parse_send, parse_vector
 
 
@@ -224,9 +225,20 @@ def test_truncation_to_self_is_the_receivers_error():
 def test_out_of_scope_features_raise_not_implemented():
     for call in (lambda: MPI.INT.Create_vector(2, 1, 2), lambda: MPI.INT.Create_indexed_block(1, [0]),
                  lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python"),
-                 lambda: MPI.COMM_WORLD.Mprobe(), lambda: MPI.Get_address(bytearray(1))):
+                 lambda: MPI.COMM_WORLD.Alltoallw(None, None), lambda: MPI.Get_address(bytearray(1))):
         with pytest.raises(NotImplementedError):
             call()
+
+
+def test_a_matched_probe_on_one_rank_takes_a_message_to_self_or_refuses_to_wait_forever():
+    comm = MPI.COMM_WORLD
+    comm.send("x", 0, 3)
+    msg = comm.mprobe(0, 3)
+    assert comm.Iprobe(0, 3) is False  # claimed: no longer visible
+    assert msg.recv() == "x" and msg == MPI.MESSAGE_NULL
+    assert comm.Improbe(0, 3) is None
+    with pytest.raises(CommError, match="would wait forever"):
+        comm.Mprobe(0, 3)
 
 
 def test_cartesian_neighbours_on_one_rank():
