@@ -2,6 +2,7 @@
 import os
 import shutil
 import socket
+import sys
 
 import click
 
@@ -105,6 +106,8 @@ def _check_program(program, module, direct):
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
                    "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
+@click.option("--mpi4py", "mpi4py", is_flag=True,
+              help="Make 'import mpi4py' load commlib's stand-in (its MPI is commlib.MPI), shadowing any real one.")
 @click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop the job after this long, dumping every Python rank's stacks (exit 124).")
@@ -114,7 +117,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
-         fork, tag_output, timeout, grace, program):
+         fork, mpi4py, tag_output, timeout, grace, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -157,6 +160,11 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     extra = {}
     if ifname:
         extra["COMMLIB_IFNAME"] = ifname
+    if mpi4py:
+        standin = spawn.mpi4py_standin()
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p)
+        if fork:
+            sys.path.insert(1, standin)  # after the entry a forked rank sets to its program's directory
     if verbose:
         extra["COMMLIB_VERBOSE"] = "1"
         supervise.say(f"coordinator on {coordinator_host}" + (f", ranks on COMMLIB_IFNAME={ifname}" if ifname else ""))

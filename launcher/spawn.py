@@ -105,6 +105,17 @@ def remote_argv(rsh, host, argv, env, cwd):
     return words + ["sh", "-c", command]
 
 
+def mpi4py_standin():
+    """The directory whose `mpi4py` package is commlib's stand-in (commrun --mpi4py puts it first on
+    PYTHONPATH), found without importing commlib."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("commlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("--mpi4py: commlib is not importable from this Python")
+    return os.path.join(list(spec.submodule_search_locations)[0], "MPI", "_mpi4py")
+
+
 def forwarded_env(environ=os.environ):
     """The local variables remote ranks also get: PYTHONPATH and the user's COMMLIB_* settings."""
     return {k: v for k, v in environ.items() if k == "PYTHONPATH" or (k.startswith("COMMLIB_") and k != "COMMLIB_RSH")}
