@@ -9,7 +9,7 @@ at once with a `PROC_NULL` status. Receiving from `MESSAGE_NULL` is an `MPI.Exce
 """
 from .._dtypes import DT_BYTES
 from ._bufspec import parse_recv
-from ._constants import ERR_REQUEST, MPIException
+from ._constants import ANY_SOURCE, ANY_TAG, ERR_REQUEST, MPIException
 from ._p2p import _UNBOUNDED, _unpickle, done_buf, done_obj, done_proc_null, fill, proc_null, truncating
 from ._requests import Request
 
@@ -56,19 +56,19 @@ class Message:
 
     # ------------------------------------------------------------ probes (mpi4py's class methods)
     @classmethod
-    def Probe(cls, comm, source=-1, tag=-1, status=None):
+    def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return comm.Mprobe(source, tag, status)
 
     @classmethod
-    def Iprobe(cls, comm, source=-1, tag=-1, status=None):
+    def Iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return comm.Improbe(source, tag, status)
 
     @classmethod
-    def probe(cls, comm, source=-1, tag=-1, status=None):
+    def probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return comm.mprobe(source, tag, status)
 
     @classmethod
-    def iprobe(cls, comm, source=-1, tag=-1, status=None):
+    def iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return comm.improbe(source, tag, status)
 
     # ------------------------------------------------------------ receives

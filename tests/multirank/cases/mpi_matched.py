@@ -79,9 +79,9 @@ def claimed():
     c.equal(buf, payload(left, 31, 3), "claimed: Recv gets the message after the claimed one")
     first.Recv(buf)
     c.equal(buf, payload(left, 30, 3), "claimed: the claimed message, received later")
-    third = comm.mprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    third = MPI.Message.probe(comm)  # the defaults: any source, any tag
     third.Recv(buf)
-    c.equal(buf, payload(left, 32, 3), "claimed: mprobe of any source and tag gets the last one")
+    c.equal(buf, payload(left, 32, 3), "claimed: a probe of any source and tag gets the last one")
     MPI.Request.Waitall(reqs)
 
 
@@ -136,6 +136,7 @@ def forms():
         c.equal(err.Get_error_class(), MPI.ERR_TRUNCATE, "forms: ... ERR_TRUNCATE")
     r.Wait()
     c.ok(comm.Iprobe(left, 43) is False, "forms: the truncated message is gone")
+    c.ok(comm.improbe() is None and MPI.Message.Iprobe(comm) is None, "forms: nothing left for the defaults")
 
 
 for fn in (sized, threads, claimed, forms):
