@@ -28,13 +28,17 @@ import functools
 from .._plan import LOCAL, RES, X, Builder
 
 
+def _pairs(n, r):
+    """(rank sent to, rank received from) of each step k = 1 .. n-1: the pairs match up exactly."""
+    return [((r + k) % n, (r - k) % n) for k in range(1, n)]
+
+
 @functools.lru_cache(maxsize=1024)
 def all_to_all(n, r):
     """Unit j of X goes to rank j; rank j's block lands in unit j of RES."""
     b = Builder("pairwise", n)
     b.copy((RES, r, r + 1), (X, r, r + 1))
-    for k in range(1, n):
-        dst, src = (r + k) % n, (r - k) % n
+    for dst, src in _pairs(n, r):
         b.step(dst, (X, dst, dst + 1), src, (RES, src, src + 1))
     return b.plan()
 
@@ -43,8 +47,7 @@ def all_to_all(n, r):
 def all_gather(n, r):
     """RES's block r to every rank, every rank's block into RES."""
     b = Builder("pairwise", n)
-    for k in range(1, n):
-        dst, src = (r + k) % n, (r - k) % n
+    for dst, src in _pairs(n, r):
         b.step(dst, (RES, r, r + 1), src, (RES, src, src + 1))
     return b.plan()
 
@@ -56,9 +59,8 @@ def reduce_scatter(n, r):
     mine = (RES, r, r + 1, LOCAL)
     if n == 1:
         b.copy(mine, (X, r, r + 1))
-    for k in range(1, n):
-        dst, src = (r + k) % n, (r - k) % n
-        b.step(dst, (X, dst, dst + 1), src, mine, reduce=True, init=(X, r, r + 1) if k == 1 else None)
+    for k, (dst, src) in enumerate(_pairs(n, r)):
+        b.step(dst, (X, dst, dst + 1), src, mine, reduce=True, init=(X, r, r + 1) if k == 0 else None)
     return b.plan()
 
 
