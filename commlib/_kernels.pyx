@@ -312,3 +312,96 @@ def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None)
     Py_INCREF(base)  # PyArray_SetBaseObject steals a reference to the base
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, base)
     return arr
+
+
+# ---------------------------------------------------------------- DLPack (a buffer from __dlpack__)
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
+
+cdef extern from *:
+    """
+    typedef struct { int device_type; int device_id; } cl_DLDevice;
+    typedef struct { unsigned char code; unsigned char bits; unsigned short lanes; } cl_DLDataType;
+    typedef struct {
+        void* data; cl_DLDevice device; int ndim; cl_DLDataType dtype;
+        long long* shape; long long* strides; unsigned long long byte_offset;
+    } cl_DLTensor;
+    typedef struct cl_DLManagedTensor {
+        cl_DLTensor dl_tensor; void* manager_ctx; void (*deleter)(struct cl_DLManagedTensor*);
+    } cl_DLManagedTensor;
+    static void cl_dl_delete(cl_DLManagedTensor* m) { if (m->deleter) m->deleter(m); }
+    """
+    ctypedef struct cl_DLDevice:
+        int device_type
+    ctypedef struct cl_DLDataType:
+        unsigned char code
+        unsigned char bits
+        unsigned short lanes
+    ctypedef struct cl_DLTensor:
+        void* data
+        cl_DLDevice device
+        int ndim
+        cl_DLDataType dtype
+        long long* shape
+        long long* strides
+        unsigned long long byte_offset
+    ctypedef struct cl_DLManagedTensor:
+        cl_DLTensor dl_tensor
+    void cl_dl_delete(cl_DLManagedTensor* m)
+
+
+cdef class _DLPackOwner:
+    """Keeps a consumed DLPack capsule (and so its managed tensor) alive while a view of its memory
+    lives; calls the producer's deleter once, before letting the capsule go."""
+    cdef object capsule
+    cdef cl_DLManagedTensor* managed
+
+    def __dealloc__(self):
+        if self.managed != NULL:
+            cl_dl_delete(self.managed)
+            self.managed = NULL
+        self.capsule = None
+
+
+_DL_NUMPY = {(0, 8): "i1", (0, 16): "i2", (0, 32): "i4", (0, 64): "i8", (1, 8): "u1", (1, 16): "u2",
+             (1, 32): "u4", (1, 64): "u8", (2, 16): "f2", (2, 32): "f4", (2, 64): "f8", (5, 64): "c8",
+             (5, 128): "c16", (6, 8): "?"}
+
+
+def dlpack_view(obj):
+    """A NumPy view of a CPU DLPack array's memory (`obj.__dlpack__()`), made without NumPy's own
+    consumer: the capsule stays alive, held by the view, until the view is freed, and then the
+    producer's deleter runs (some producers free the managed tensor with the capsule)."""
+    capsule = obj.__dlpack__()
+    if not PyCapsule_IsValid(capsule, b"dltensor"):
+        raise BufferError("__dlpack__ did not return an unused 'dltensor' capsule")
+    cdef cl_DLManagedTensor* m = <cl_DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")
+    cdef cl_DLTensor* t = &m.dl_tensor
+    cdef _DLPackOwner owner = _DLPackOwner.__new__(_DLPackOwner)
+    owner.capsule = capsule
+    owner.managed = m
+    PyCapsule_SetName(capsule, b"used_dltensor")  # consumed: the capsule's destructor must not delete it
+    if t.device.device_type not in (1, 3):  # kDLCPU, kDLCUDAHost (host memory)
+        raise BufferError(f"a DLPack array on device type {t.device.device_type}: only CPU memory can be sent")
+    name = _DL_NUMPY.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
+    if name is None:
+        raise BufferError(f"a DLPack array of type code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes "
+                          f"has no NumPy dtype")
+    cdef cnp.dtype dt = np.dtype(name)
+    cdef int nd = t.ndim, i
+    cdef cnp.npy_intp dims[32]
+    cdef cnp.npy_intp strides[32]
+    if nd < 0 or nd > 32:
+        raise BufferError(f"a DLPack array of {nd} dimensions")
+    for i in range(nd):
+        dims[i] = t.shape[i]
+        strides[i] = (t.strides[i] if t.strides != NULL else 0) * dt.itemsize
+    if t.strides == NULL and nd:  # compact row-major
+        strides[nd - 1] = dt.itemsize
+        for i in range(nd - 2, -1, -1):
+            strides[i] = strides[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
+    Py_INCREF(dt)
+    arr = PyArray_NewFromDescr(np.ndarray, <void*>dt, nd, dims, strides,
+                               <void*>(<char*>t.data + t.byte_offset), cnp.NPY_ARRAY_WRITEABLE, None)
+    Py_INCREF(owner)
+    cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, owner)
+    return arr

@@ -10,12 +10,14 @@ Vector collectives take [buf, counts], [buf, (counts, displs)], [buf, (counts, d
 [buf, counts, displs, datatype]; counts is a sequence or one int, displs None (packed), one int
 (a stride) or a sequence.
 
-The result is always a view of the caller's memory: a receive writes in place. A non-contiguous
+A DLPack array (an object with `__dlpack__` and no buffer protocol: a torch tensor, a CPU JAX array)
+is viewed through its capsule (`_kernels.dlpack_view`). The result is always a view of the caller's memory: a receive writes in place. A non-contiguous
 buffer is a BufferError (a receive into a silent copy would be lost), and so is a read-only
 buffer given to a receive.
 """
 import numpy as np
 
+from .._kernels import dlpack_view
 from ._constants import IN_PLACE
 from ._datatypes import BY_CHAR, NAMED, Datatype, as_datatype, of_dtype, of_format
 
@@ -60,8 +62,10 @@ def _flat(obj, writable):
     try:
         m = memoryview(obj)
     except TypeError:
-        raise TypeError(f"message: expected a buffer (NumPy array, bytearray, array.array, memoryview...) "
-                        f"or a list/tuple [buf, ...], got {type(obj).__name__}") from None
+        if hasattr(obj, "__dlpack__"):  # torch tensors, JAX arrays...: mpi4py takes DLPack arrays too
+            return _flat(dlpack_view(obj), writable)
+        raise TypeError(f"message: expected a buffer (NumPy array, bytearray, array.array, memoryview, "
+                        f"DLPack array...) or a list/tuple [buf, ...], got {type(obj).__name__}") from None
     if not m.contiguous:
         raise BufferError("message buffer is not contiguous")
     if writable and m.readonly:

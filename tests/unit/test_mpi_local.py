@@ -248,3 +248,47 @@ def test_cartesian_neighbours_on_one_rank():
     line = MPI.COMM_WORLD.Create_cart([1, 1])
     assert line.inedges == [MPI.PROC_NULL] * 4 and line.Get_topo() == ([1, 1], [0, 0], [0, 0])
     assert MPI.COMM_WORLD.Cart_map([1]) == 0
+
+
+class _DLPackOnly:
+    """An array that offers DLPack and no buffer protocol, whose producer frees the managed tensor
+    with its capsule (as mpi4py's test DLPackArray does): the consumer must keep the capsule."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_a_dlpack_array_is_a_buffer_viewed_in_place():
+    a = np.arange(6, dtype=np.int16)
+    m = parse_recv(_DLPackOnly(a))
+    assert m.datatype == MPI.SHORT and m.count == 6
+    m.array[:] = 9  # received in place
+    assert (a == 9).all()
+    m = parse_send([_DLPackOnly(np.arange(4.0)), 2, MPI.DOUBLE])
+    assert m.array.tolist() == [0.0, 1.0]
+    with pytest.raises(TypeError, match="DLPack array"):
+        parse_send(object())
+
+
+def test_dlpack_views_of_torch_tensors_keep_them_alive():
+    torch = pytest.importorskip("torch")
+    from commlib._kernels import dlpack_view
+
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    v = dlpack_view(t.t())  # strides carried over
+    assert v.shape == (4, 3) and v.tolist() == t.t().tolist() and not v.flags.c_contiguous
+    w = dlpack_view(torch.arange(5, dtype=torch.int64)[1:])  # an offset into the storage
+    del t
+    import gc
+    gc.collect()
+    assert w.tolist() == [1, 2, 3, 4] and v[0, 0] == 0.0
+    m = parse_recv(torch.zeros(3, dtype=torch.complex64))
+    assert m.datatype == MPI.C_FLOAT_COMPLEX
+    with pytest.raises(BufferError, match="no NumPy dtype"):
+        dlpack_view(torch.zeros(2, dtype=torch.bfloat16))

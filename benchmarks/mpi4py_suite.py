@@ -1,0 +1,80 @@
+"""mpi4py's own test suite against commlib.MPI, module by module, through the stand-in mpi4py.
+
+    python benchmarks/mpi4py_suite.py TESTDIR [--n 1 2] [--timeout 120] [--only test_p2p_obj ...]
+
+TESTDIR is the `test/` directory of mpi4py's source (the 4.1.2 sdist: `pip download --no-binary :all:
+--no-deps mpi4py==4.1.2`, or the 4.1.2 tag of github.com/mpi4py/mpi4py); it is run where it lies,
+never copied into this repository. Each module runs as `commrun -n N --mpi4py --timeout T
+TESTDIR/runtests.py -v MODULE` (a hang ends at the timeout and counts as the module's failure); the
+table gives, per module and n, the test methods unittest reports as passed, failed (failures and
+errors) and skipped, from rank 0's verbose output, then the totals. --json PATH appends one line
+per (module, n).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+_VERDICT = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
+
+
+def run_module(testdir, module, n, timeout):
+    argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
+            os.path.join(testdir, "runtests.py"), "-v", module]
+    t = time.monotonic()
+    try:
+        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:
+        out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    seen = set()
+    for line in out.splitlines():
+        if not line.startswith("[0] ") and n > 1:
+            continue  # rank 0 speaks for the job
+        line = line[4:] if line.startswith("[0] ") else line
+        m = re.match(r"^(test\w+) \(([\w.]+)\)", line)
+        v = _VERDICT.search(line) if m else None
+        if not m or not v or (m.group(1), m.group(2)) in seen:
+            continue
+        seen.add((m.group(1), m.group(2)))
+        word = v.group(1)
+        counts["passed" if word in ("ok", "expected failure") else "skipped" if word == "skipped" else "failed"] += 1
+    return {"module": module, "n": n, **counts, "rc": rc, "seconds": round(time.monotonic() - t, 1),
+            "timed_out": rc == 124}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("testdir")
+    p.add_argument("--n", type=int, nargs="+", default=[2])
+    p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--only", nargs="*", default=None)
+    p.add_argument("--json")
+    a = p.parse_args()
+    modules = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(a.testdir, "test_*.py")))
+    if a.only:
+        modules = [m for m in modules if any(m.startswith(o) for o in a.only)]
+    rows = []
+    for module in modules:
+        for n in a.n:
+            r = run_module(a.testdir, module, n, a.timeout)
+            rows.append(r)
+            print(f"{module:24s} n={n}  passed {r['passed']:4d}  failed {r['failed']:4d}  skipped {r['skipped']:4d}"
+                  f"  {r['seconds']:6.1f} s{'  (timed out)' if r['timed_out'] else ''}", flush=True)
+            if a.json:
+                with open(a.json, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+    for n in a.n:
+        sel = [r for r in rows if r["n"] == n]
+        print(f"total n={n}: passed {sum(r['passed'] for r in sel)}, failed {sum(r['failed'] for r in sel)}, "
+              f"skipped {sum(r['skipped'] for r in sel)}, modules timed out "
+              f"{sum(r['timed_out'] for r in sel)} of {len(sel)}")
+
+
+if __name__ == "__main__":
+    main()
