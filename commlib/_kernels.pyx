@@ -315,7 +315,7 @@ def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None)
 
 
 # ---------------------------------------------------------------- DLPack (a buffer from __dlpack__)
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
 cdef extern from *:
     """
@@ -328,7 +328,11 @@ cdef extern from *:
     typedef struct cl_DLManagedTensor {
         cl_DLTensor dl_tensor; void* manager_ctx; void (*deleter)(struct cl_DLManagedTensor*);
     } cl_DLManagedTensor;
-    static void cl_dl_delete(cl_DLManagedTensor* m) { if (m->deleter) m->deleter(m); }
+    typedef struct { unsigned int major; unsigned int minor; } cl_DLPackVersion;
+    typedef struct cl_DLManagedTensorVersioned {
+        cl_DLPackVersion version; void* manager_ctx; void (*deleter)(struct cl_DLManagedTensorVersioned*);
+        unsigned long long flags; cl_DLTensor dl_tensor;
+    } cl_DLManagedTensorVersioned;
     """
     ctypedef struct cl_DLDevice:
         int device_type
@@ -346,20 +350,12 @@ cdef extern from *:
         unsigned long long byte_offset
     ctypedef struct cl_DLManagedTensor:
         cl_DLTensor dl_tensor
-    void cl_dl_delete(cl_DLManagedTensor* m)
-
-
-cdef class _DLPackOwner:
-    """Keeps a consumed DLPack capsule (and so its managed tensor) alive while a view of its memory
-    lives; calls the producer's deleter once, before letting the capsule go."""
-    cdef object capsule
-    cdef cl_DLManagedTensor* managed
-
-    def __dealloc__(self):
-        if self.managed != NULL:
-            cl_dl_delete(self.managed)
-            self.managed = NULL
-        self.capsule = None
+    ctypedef struct cl_DLPackVersion:
+        unsigned int major
+    ctypedef struct cl_DLManagedTensorVersioned:
+        cl_DLPackVersion version
+        unsigned long long flags
+        cl_DLTensor dl_tensor
 
 
 _DL_NUMPY = {(0, 8): "i1", (0, 16): "i2", (0, 32): "i4", (0, 64): "i8", (1, 8): "u1", (1, 16): "u2",
@@ -368,18 +364,27 @@ _DL_NUMPY = {(0, 8): "i1", (0, 16): "i2", (0, 32): "i4", (0, 64): "i8", (1, 8): 
 
 
 def dlpack_view(obj):
-    """A NumPy view of a CPU DLPack array's memory (`obj.__dlpack__()`), made without NumPy's own
-    consumer: the capsule stays alive, held by the view, until the view is freed, and then the
-    producer's deleter runs (some producers free the managed tensor with the capsule)."""
-    capsule = obj.__dlpack__()
-    if not PyCapsule_IsValid(capsule, b"dltensor"):
-        raise BufferError("__dlpack__ did not return an unused 'dltensor' capsule")
-    cdef cl_DLManagedTensor* m = <cl_DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")
-    cdef cl_DLTensor* t = &m.dl_tensor
-    cdef _DLPackOwner owner = _DLPackOwner.__new__(_DLPackOwner)
-    owner.capsule = capsule
-    owner.managed = m
-    PyCapsule_SetName(capsule, b"used_dltensor")  # consumed: the capsule's destructor must not delete it
+    """A NumPy view of a CPU DLPack array's memory (`obj.__dlpack__()`), as mpi4py takes one: the
+    capsule is asked for (versioned first, then the legacy form), read, and kept alive as the view's
+    base, never consumed: whatever the producer's capsule frees when it dies (or nothing, for a
+    producer that keeps its tensor) happens once the view is gone. A read-only tensor gives a
+    read-only view."""
+    cdef cl_DLTensor* t
+    cdef bint readonly = False
+    try:
+        capsule = obj.__dlpack__(max_version=(1, 0), copy=False)
+    except TypeError:  # a producer of DLPack before 1.0
+        capsule = obj.__dlpack__()
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        vm = <cl_DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        if vm.version.major != 1:
+            raise BufferError(f"a DLPack {vm.version.major}.x capsule (commlib reads 1.x and the legacy form)")
+        t = &vm.dl_tensor
+        readonly = (vm.flags & 1) != 0
+    elif PyCapsule_IsValid(capsule, b"dltensor"):
+        t = &(<cl_DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")).dl_tensor
+    else:
+        raise BufferError("__dlpack__ returned no unused DLPack capsule")
     if t.device.device_type not in (1, 3):  # kDLCPU, kDLCUDAHost (host memory)
         raise BufferError(f"a DLPack array on device type {t.device.device_type}: only CPU memory can be sent")
     name = _DL_NUMPY.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
@@ -401,7 +406,8 @@ def dlpack_view(obj):
             strides[i] = strides[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
     Py_INCREF(dt)
     arr = PyArray_NewFromDescr(np.ndarray, <void*>dt, nd, dims, strides,
-                               <void*>(<char*>t.data + t.byte_offset), cnp.NPY_ARRAY_WRITEABLE, None)
-    Py_INCREF(owner)
-    cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, owner)
+                               <void*>(<char*>t.data + t.byte_offset), 0 if readonly else cnp.NPY_ARRAY_WRITEABLE,
+                               None)
+    Py_INCREF(capsule)
+    cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, capsule)
     return arr

@@ -292,3 +292,31 @@ def test_dlpack_views_of_torch_tensors_keep_them_alive():
     assert m.datatype == MPI.C_FLOAT_COMPLEX
     with pytest.raises(BufferError, match="no NumPy dtype"):
         dlpack_view(torch.zeros(2, dtype=torch.bfloat16))
+
+
+class _DLPackV1:
+    """A DLPack 1.x producer (numpy's, forwarded): versioned capsules carry the read-only flag."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_versioned_dlpack_capsules_and_their_read_only_flag():
+    from commlib._kernels import dlpack_view
+
+    a = np.arange(4.0)
+    v = dlpack_view(_DLPackV1(a))
+    v[0] = 7.0
+    assert a[0] == 7.0 and v.flags.writeable
+    ro = np.arange(3, dtype=np.int32)
+    ro.flags.writeable = False
+    assert not dlpack_view(_DLPackV1(ro)).flags.writeable
+    assert parse_send(_DLPackV1(ro)).array.tolist() == [0, 1, 2]
+    with pytest.raises(BufferError, match="read-only"):
+        parse_recv(_DLPackV1(ro))
