@@ -1,6 +1,8 @@
 """mpi4py's own test suite against commlib.MPI, module by module, through the stand-in mpi4py.
 
     python benchmarks/mpi4py_suite.py TESTDIR [--n 1 2] [--timeout 120] [--only test_p2p_obj ...]
+    python benchmarks/mpi4py_suite.py TESTDIR --mpiexec benchmarks/.env-mpich/bin/mpiexec \
+        --python benchmarks/.env-mpich/bin/python        (the reference: real mpi4py on the MPICH wheel)
 
 TESTDIR is the `test/` directory of mpi4py's source (the 4.1.2 sdist: `pip download --no-binary :all:
 --no-deps mpi4py==4.1.2`, or the 4.1.2 tag of github.com/mpi4py/mpi4py); it is run where it lies,
@@ -22,20 +24,24 @@ import time
 _VERDICT = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
 
 
-def run_module(testdir, module, n, timeout):
-    argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
-            os.path.join(testdir, "runtests.py"), "-v", module]
+def run_module(testdir, module, n, timeout, mpiexec=None, python=None):
+    if mpiexec:  # the reference run: that Python's own mpi4py under that MPI's launcher
+        argv = [mpiexec, "-n", str(n), python or sys.executable, os.path.join(testdir, "runtests.py"), "-v", module]
+    else:
+        argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
+                os.path.join(testdir, "runtests.py"), "-v", module]
     t = time.monotonic()
     try:
-        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60)
+        env = dict(os.environ, MPIEXEC_TIMEOUT=str(int(timeout)))  # Hydra's own limit on the job
+        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60, env=env)
         out, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as exc:
         out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     seen = set()
     for line in out.splitlines():
-        if not line.startswith("[0] ") and n > 1:
-            continue  # rank 0 speaks for the job
+        if not line.startswith("[0] ") and n > 1 and not mpiexec:
+            continue  # rank 0 speaks for the job (an mpiexec run's lines are untagged: each method once)
         line = line[4:] if line.startswith("[0] ") else line
         m = re.match(r"^(test\w+) \(([\w.]+)\)", line)
         v = _VERDICT.search(line) if m else None
@@ -55,6 +61,8 @@ def main():
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--json")
+    p.add_argument("--mpiexec", help="run under this mpiexec with --python's own mpi4py instead of commlib")
+    p.add_argument("--python", help="the Python of the --mpiexec run")
     a = p.parse_args()
     modules = sorted(os.path.basename(f)[:-3] for f in glob.glob(os.path.join(a.testdir, "test_*.py")))
     if a.only:
@@ -62,7 +70,7 @@ def main():
     rows = []
     for module in modules:
         for n in a.n:
-            r = run_module(a.testdir, module, n, a.timeout)
+            r = run_module(a.testdir, module, n, a.timeout, a.mpiexec, a.python)
             rows.append(r)
             print(f"{module:24s} n={n}  passed {r['passed']:4d}  failed {r['failed']:4d}  skipped {r['skipped']:4d}"
                   f"  {r['seconds']:6.1f} s{'  (timed out)' if r['timed_out'] else ''}", flush=True)
