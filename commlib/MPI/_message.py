@@ -7,10 +7,9 @@ message once (`Recv`, `Irecv` for buffers, `recv`, `irecv` for objects) and then
 at once with a `PROC_NULL` status. Receiving from `MESSAGE_NULL` is an `MPI.Exception` of class
 `ERR_REQUEST`.
 """
-from .._dtypes import DT_BYTES
 from ._bufspec import parse_recv
 from ._constants import ANY_SOURCE, ANY_TAG, ERR_REQUEST, MPIException
-from ._p2p import _UNBOUNDED, _unpickle, done_buf, done_obj, done_proc_null, fill, proc_null, truncating
+from ._p2p import done_buf, done_obj, done_proc_null, fill, proc_null, recv_into, recv_obj
 from ._requests import Request
 
 _NO_PROC = object()  # the message of a probe of PROC_NULL
@@ -89,8 +88,7 @@ class Message:
         if msg is _NO_PROC:
             return None
         m = parse_recv(buf)
-        return g.engine.mrecv(g.p2p, msg, m.u8, truncating(m.u8.nbytes, f"Message.{what}", g.rank()),
-                              what=f"Message.{what}", block=block, check=(m.datatype._wire, m.u8.nbytes), raw=True)
+        return recv_into(g, m.u8, m.datatype._wire, msg.source, msg.tag, block, f"Message.{what}", msg=msg)
 
     def Recv(self, buf, status=None):
         got = self._post(buf, True, "Recv")
@@ -107,8 +105,7 @@ class Message:
         g, msg = self._take(what)
         if msg is _NO_PROC:
             return None
-        return g.engine.mrecv(g.p2p, msg, None, _unpickle, what=f"Message.{what}", block=block,
-                              check=(DT_BYTES, _UNBOUNDED), raw=True)
+        return recv_obj(g, msg.source, msg.tag, block, f"Message.{what}", msg=msg)
 
     def recv(self, status=None):
         got = self._post_obj(True, "recv")

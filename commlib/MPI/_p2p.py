@@ -36,10 +36,13 @@ def truncating(capacity, what, me):
     return finish
 
 
-def recv_into(g, u8, wire, source, tag, block, what):
-    """A raw receive into the bytes u8 (the fast path expects a frame of dtype `wire` filling them)."""
-    return g.engine.recv(g.p2p, source, tag, u8, truncating(u8.nbytes, what, g.rank()), what=what, block=block,
-                         check=(wire, u8.nbytes), raw=True)
+def recv_into(g, u8, wire, source, tag, block, what, msg=None):
+    """A raw receive into the bytes u8 (the fast path expects a frame of dtype `wire` filling them);
+    with `msg`, of that message, taken by a matched probe (source and tag are then its own)."""
+    finish, check = truncating(u8.nbytes, what, g.rank()), (wire, u8.nbytes)
+    if msg is not None:
+        return g.engine.mrecv(g.p2p, msg, u8, finish, what=what, block=block, check=check, raw=True)
+    return g.engine.recv(g.p2p, source, tag, u8, finish, what=what, block=block, check=check, raw=True)
 
 
 def recv_buf(g, m, source, tag, block, what):
@@ -50,7 +53,11 @@ def _unpickle(msg, payload):
     return msg, payload
 
 
-def recv_obj(g, source, tag, block, what):
+def recv_obj(g, source, tag, block, what, msg=None):
+    """An object receive (its pickled bytes); with `msg`, of that message, taken by a matched probe."""
+    if msg is not None:
+        return g.engine.mrecv(g.p2p, msg, None, _unpickle, what=what, block=block, check=(DT_BYTES, _UNBOUNDED),
+                              raw=True)
     return g.engine.recv(g.p2p, source, tag, None, _unpickle, what=what, block=block, check=(DT_BYTES, _UNBOUNDED),
                          raw=True)
 

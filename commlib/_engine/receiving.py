@@ -52,11 +52,7 @@ class Receives:
                     raise CommError(f"{what} on a group of size 1 with no message sent to self: it would wait forever")
                 self.n_posted += 1
             else:
-                self._matched(ctx, msg)
-                if msg.complete:
-                    self._deliver(ctx, posted, msg, msg.data)
-                else:
-                    msg.taker = posted
+                self._take(ctx, posted, msg)
             if not req.test():
                 self._kick()
         return req.wait() if block else req
@@ -102,15 +98,20 @@ class Receives:
         req = Request(what, timeout=ctx.timeout, waiter=self.wait)
         posted = Posted(msg.source, msg.tag, into=into, req=req, extra=(finish, check, raw))
         with self.lock:
-            self._matched(ctx, msg)
-            if msg.complete:
-                payload, msg.data = msg.data, None
-                self._deliver(ctx, posted, msg, payload)
-            else:
-                msg.taker = posted
+            self._take(ctx, posted, msg)
             if not req.test():
                 self._kick()
         return req.wait() if block else req
+
+    def _take(self, ctx, posted, msg):
+        """The receive `posted` takes the matched message `msg`: now if it is whole, else as its
+        payload completes (progress.py delivers to msg.taker)."""
+        self._matched(ctx, msg)
+        if msg.complete:
+            payload, msg.data = msg.data, None
+            self._deliver(ctx, posted, msg, payload)
+        else:
+            msg.taker = posted
 
     def _deliver(self, ctx, posted, msg, payload):
         """Complete a receive with a whole message (payload: the uint8 bytes it arrived in)."""
