@@ -306,9 +306,14 @@ def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None)
         size *= dims[i]
     if address == 0 and size:
         raise ValueError("array_at: a null address")
+    return _view(<char*>address, dtype, nd, dims, NULL, cnp.NPY_ARRAY_CARRAY, base)
+
+
+cdef object _view(char* data, cnp.dtype dtype, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides, int flags,
+                  object base):
+    """An ndarray over memory that `base` owns (strides NULL: C order), holding `base` alive."""
     Py_INCREF(dtype)  # PyArray_NewFromDescr steals a reference to the descriptor
-    arr = PyArray_NewFromDescr(np.ndarray, <void*>dtype, nd, dims, NULL, <void*>address,
-                               cnp.NPY_ARRAY_CARRAY, None)
+    arr = PyArray_NewFromDescr(np.ndarray, <void*>dtype, nd, dims, strides, <void*>data, flags, None)
     Py_INCREF(base)  # PyArray_SetBaseObject steals a reference to the base
     cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, base)
     return arr
@@ -404,10 +409,5 @@ def dlpack_view(obj):
         strides[nd - 1] = dt.itemsize
         for i in range(nd - 2, -1, -1):
             strides[i] = strides[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
-    Py_INCREF(dt)
-    arr = PyArray_NewFromDescr(np.ndarray, <void*>dt, nd, dims, strides,
-                               <void*>(<char*>t.data + t.byte_offset), 0 if readonly else cnp.NPY_ARRAY_WRITEABLE,
-                               None)
-    Py_INCREF(capsule)
-    cnp.PyArray_SetBaseObject(<cnp.ndarray>arr, capsule)
-    return arr
+    return _view(<char*>t.data + t.byte_offset, dt, nd, dims, strides, 0 if readonly else cnp.NPY_ARRAY_WRITEABLE,
+                 capsule)
