@@ -25,3 +25,20 @@ def pack(src: ArrayLike, dst: Any) -> Any:
 def unpack(src: Any, dst: np.ndarray) -> np.ndarray:
     """Copy the contiguous buffer src (C order) into the writable array dst (any strides); returns dst."""
     ...
+
+def array_at(address: int, shape: tuple[int, ...], dtype: np.dtype, base: Any) -> np.ndarray:
+    """A C-contiguous writable array of shape and dtype over memory at address, owned by base."""
+    ...
+
+def dlpack_view(obj: Any) -> np.ndarray:
+    """A view of a DLPack exporter's memory (versioned capsule first, never consumed)."""
+    ...
+
+def plain_pair(s: Any, r: Any, mult: int) -> int:
+    """0: not both plain C-contiguous ndarrays of one dtype with r writable holding mult x s's
+    elements; 1: plain, r's shape is s's with the first dimension times mult; 2: plain, other shapes."""
+    ...
+
+def plain(a: Any, writable: bool) -> bool:
+    """a is a C-contiguous ndarray (and writable, if asked)."""
+    ...

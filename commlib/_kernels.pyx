@@ -411,3 +411,40 @@ def dlpack_view(obj):
             strides[i] = strides[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
     return _view(<char*>t.data + t.byte_offset, dt, nd, dims, strides, 0 if readonly else cnp.NPY_ARRAY_WRITEABLE,
                  capsule)
+
+
+def plain_pair(s, r, Py_ssize_t mult):
+    """How a front-end's buffer call can hand (s, r) to commlib's one-call collectives, checked in
+    one C call instead of a dozen Python attribute reads (the difference is most of a small call).
+
+    0: not plain -- either is not an ndarray, either is not C-contiguous, r is not writable, the
+    dtypes differ, or r does not hold `mult` times s's elements; 1: plain, and r's shape is s's
+    with the first dimension times `mult` (mult 1: the same shape; a 0-d s: r is (mult,));
+    2: plain in another shape (flatten both first).
+    """
+    cdef cnp.ndarray a, b
+    cdef int i, nd
+    if type(s) is not cnp.ndarray or type(r) is not cnp.ndarray:
+        return 0
+    a = <cnp.ndarray>s
+    b = <cnp.ndarray>r
+    if (not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_IS_C_CONTIGUOUS(b) or not cnp.PyArray_ISWRITEABLE(b)
+            or not cnp.PyArray_EquivTypes(<cnp.dtype>cnp.PyArray_DESCR(a), <cnp.dtype>cnp.PyArray_DESCR(b))
+            or cnp.PyArray_SIZE(b) != cnp.PyArray_SIZE(a) * mult):
+        return 0
+    nd = cnp.PyArray_NDIM(a)
+    if nd == 0:
+        return 1 if cnp.PyArray_NDIM(b) == 1 else 2
+    if cnp.PyArray_NDIM(b) != nd or cnp.PyArray_DIMS(b)[0] != cnp.PyArray_DIMS(a)[0] * mult:
+        return 2
+    for i in range(1, nd):
+        if cnp.PyArray_DIMS(b)[i] != cnp.PyArray_DIMS(a)[i]:
+            return 2
+    return 1
+
+
+def plain(a, bint writable):
+    """a is a C-contiguous ndarray (and writable, if asked): a front-end's buffer fits the one-call path."""
+    if type(a) is not cnp.ndarray or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+        return False
+    return not writable or cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a)

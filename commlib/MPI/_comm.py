@@ -22,6 +22,7 @@ from .. import _api
 from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
+from .._kernels import plain, plain_pair
 from .._engine import EAGER_BYTES
 from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
                          ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
@@ -548,11 +549,9 @@ class Comm:
 
     def Bcast(self, buf, root=0):
         g = self._c.g
-        if type(buf) is np.ndarray and g is not None and type(root) is int and 0 <= root < g.size():
-            f = buf.flags
-            if f.c_contiguous and (f.writeable or root == g.rank()):
-                _coll.broadcast(buf, root, group=g)
-                return
+        if g is not None and type(root) is int and 0 <= root < g.size() and plain(buf, root != g.rank()):
+            _coll.broadcast(buf, root, group=g)
+            return
         arr, root = self._bcast_args(buf, root)
         _coll.broadcast(arr, root, group=_group(self))
 
@@ -569,12 +568,9 @@ class Comm:
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM):
         g = self._c.g
-        if (type(op) is Op and op._kernel is not None and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray
-                and g is not None and sendbuf.dtype is recvbuf.dtype and sendbuf.shape == recvbuf.shape):
-            f = recvbuf.flags
-            if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:  # straight to commlib's all_reduce
-                _all_reduce_into(g, sendbuf, recvbuf, op._kernel)
-                return
+        if type(op) is Op and op._kernel is not None and g is not None and plain_pair(sendbuf, recvbuf, 1) == 1:
+            _coll.all_reduce(sendbuf, op._kernel, out=recvbuf, group=g)  # straight to commlib's all_reduce
+            return
         s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, "Allreduce")
         if op._kernel is not None:
             _all_reduce_into(_group(self), s, out, op._kernel)
@@ -713,11 +709,11 @@ class Comm:
 
     def Allgather(self, sendbuf, recvbuf):
         g = self._c.g
-        if (type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray and g is not None
-                and sendbuf.dtype is recvbuf.dtype and recvbuf.size == sendbuf.size * g.size()):
-            f = recvbuf.flags
-            if f.c_contiguous and f.writeable and sendbuf.flags.c_contiguous:
-                _all_gather_into(g, sendbuf.reshape(-1), recvbuf.reshape(-1))
+        if g is not None:
+            shape = plain_pair(sendbuf, recvbuf, g.size())
+            if shape:  # straight to commlib's all_gather, flattened where the shapes differ from its result's
+                _coll.all_gather(sendbuf if shape == 1 else sendbuf.reshape(-1),
+                                 out=recvbuf if shape == 1 else recvbuf.reshape(-1), group=g)
                 return
         _all_gather_into(_group(self), *self._allgather_args(sendbuf, recvbuf, "Allgather"))
 

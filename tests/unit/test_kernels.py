@@ -419,3 +419,31 @@ def test_pack_errors():
 def test_itemsize_and_level():
     assert K.simd_level() in (0, 1, 2)
     assert K._cpu_simd_level() >= K.simd_level()
+
+
+def test_plain_pair_says_when_buffers_go_straight_to_the_one_call_path():
+    from commlib._kernels import plain, plain_pair
+    s = np.ones((2, 3), np.float32)
+    assert plain_pair(s, np.empty((2, 3), np.float32), 1) == 1
+    assert plain_pair(s, np.empty((6, 3), np.float32), 3) == 1
+    assert plain_pair(s, np.empty(18, np.float32), 3) == 2  # same elements, flatten first
+    assert plain_pair(s, np.empty((3, 2, 3), np.float32), 3) == 2
+    assert plain_pair(np.array(1.0, np.float32), np.empty(4, np.float32), 4) == 1  # a 0-d block
+    assert plain_pair(np.array(1.0, np.float32), np.empty((4, 1), np.float32), 4) == 2
+    refused = [
+        (s, np.empty((2, 3), np.float64), 1),  # dtypes differ
+        (s, np.empty((2, 4), np.float32), 1),  # sizes differ
+        (s, np.empty((6, 3), np.float32), 2),  # not mult times
+        (s[:, ::2], np.empty((2, 2), np.float32), 1),  # strided send
+        (s, np.empty((2, 6), np.float32)[:, ::2], 1),  # strided receive
+        (s, np.empty((2, 3), np.float32).astype(">f4"), 1),  # another byte order
+        (s.tolist(), np.empty((2, 3), np.float32), 1),  # not arrays
+        (s, bytearray(24), 1),
+    ]
+    ro = np.empty((2, 3), np.float32)
+    ro.flags.writeable = False
+    refused.append((s, ro, 1))  # a read-only receive
+    for a, b, mult in refused:
+        assert plain_pair(a, b, mult) == 0, (a, b, mult)
+    assert plain(s, True) and plain(ro, False) and not plain(ro, True)
+    assert not plain(s[:, ::2], False) and not plain(s.tolist(), False)
