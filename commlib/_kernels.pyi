@@ -30,8 +30,8 @@ def array_at(address: int, shape: tuple[int, ...], dtype: np.dtype, base: Any) -
     """A C-contiguous writable array of shape and dtype over memory at address, owned by base."""
     ...
 
-def dlpack_view(obj: Any) -> np.ndarray:
-    """A view of a DLPack exporter's memory (versioned capsule first, never consumed)."""
+def dlpack_view(obj: Any, writable: bool = False) -> np.ndarray:
+    """A flat view of a contiguous DLPack array's memory (versioned capsule first, never consumed)."""
     ...
 
 def plain_pair(s: Any, r: Any, mult: int) -> int:
@@ -41,4 +41,8 @@ def plain_pair(s: Any, r: Any, mult: int) -> int:
 
 def plain(a: Any, writable: bool) -> bool:
     """a is a C-contiguous ndarray (and writable, if asked)."""
+    ...
+
+def cai_view(obj: Any, writable: bool = False) -> np.ndarray:
+    """A view of __cuda_array_interface__ memory, host memory only (device memory: BufferError)."""
     ...

@@ -21,6 +21,9 @@ from cpython.buffer cimport (
     PyBUF_STRIDES, PyBUF_WRITABLE, PyBUF_ND,
 )
 
+import sys
+import warnings
+
 import numpy as np
 
 from commlib import _dtypes
@@ -366,50 +369,84 @@ cdef extern from *:
 _DL_NUMPY = {(0, 8): "i1", (0, 16): "i2", (0, 32): "i4", (0, 64): "i8", (1, 8): "u1", (1, 16): "u2",
              (1, 32): "u4", (1, 64): "u8", (2, 16): "f2", (2, 32): "f4", (2, 64): "f8", (5, 64): "c8",
              (5, 128): "c16", (6, 8): "?"}
+_DL_PAIRS = {32: "c8", 64: "c16"}  # two float lanes: a complex number
+_U1 = np.dtype(np.uint8)
 
 
-def dlpack_view(obj):
-    """A NumPy view of a CPU DLPack array's memory (`obj.__dlpack__()`), as mpi4py takes one: the
-    capsule is asked for (versioned first, then the legacy form), read, and kept alive as the view's
-    base, never consumed: whatever the producer's capsule frees when it dies (or nothing, for a
-    producer that keeps its tensor) happens once the view is gone. A read-only tensor gives a
-    read-only view."""
+cdef bint _dl_contiguous(cl_DLTensor* t, bint fortran) noexcept:
+    """t's elements are packed in C (or Fortran) order; dimensions of extent 1 have any stride."""
+    cdef int k, i
+    cdef long long expect = 1
+    if t.strides == NULL:
+        return True
+    for k in range(t.ndim):
+        i = k if fortran else t.ndim - 1 - k
+        if t.shape[i] > 1 and t.strides[i] != expect:
+            return False
+        expect *= t.shape[i]
+    return True
+
+
+def dlpack_view(obj, bint writable=False):
+    """A flat NumPy view of a DLPack array's memory, read as mpi4py reads one: `__dlpack_device__()`
+    first, then the capsule (versioned first, then the legacy form; stream -1 off the CPU), read and
+    kept alive as the view's base, never consumed. The tensor must be C- or Fortran-contiguous; its
+    elements keep their NumPy dtype where there is one, otherwise (bfloat16, lanes, opaque handles)
+    the view is of its bytes. Memory on a device is taken only where this process can reach it
+    (managed or host-mapped memory, probed by the kernel): otherwise a BufferError. A read-only
+    tensor gives a read-only view."""
     cdef cl_DLTensor* t
     cdef bint readonly = False
+    cdef int i
+    cdef Py_ssize_t count = 1, nbytes
     try:
-        capsule = obj.__dlpack__(max_version=(1, 0), copy=False)
+        dlpack, device = obj.__dlpack__, obj.__dlpack_device__
+    except AttributeError:
+        raise TypeError(f"{type(obj).__name__} has no __dlpack__ and __dlpack_device__") from None
+    device_type, device_id = device()
+    if not isinstance(device_type, int) or not isinstance(device_id, int):
+        raise TypeError(f"dlpack: __dlpack_device__() returned {(device_type, device_id)!r}, not two ints")
+    versioned = True
+    try:
+        capsule = (dlpack(max_version=(1, 0), copy=False) if device_type == 1
+                   else dlpack(stream=-1, max_version=(1, 0), copy=False))
     except TypeError:  # a producer of DLPack before 1.0
-        capsule = obj.__dlpack__()
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        versioned = False
+        capsule = dlpack() if device_type == 1 else dlpack(stream=-1)
+    if versioned and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         vm = <cl_DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         if vm.version.major != 1:
-            raise BufferError(f"a DLPack {vm.version.major}.x capsule (commlib reads 1.x and the legacy form)")
+            raise BufferError(f"dlpack: a {vm.version.major}.x capsule (commlib reads 1.x and the legacy form)")
         t = &vm.dl_tensor
         readonly = (vm.flags & 1) != 0
-    elif PyCapsule_IsValid(capsule, b"dltensor"):
+    elif not versioned and PyCapsule_IsValid(capsule, b"dltensor"):
         t = &(<cl_DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")).dl_tensor
     else:
-        raise BufferError("__dlpack__ returned no unused DLPack capsule")
-    if t.device.device_type not in (1, 3):  # kDLCPU, kDLCUDAHost (host memory)
-        raise BufferError(f"a DLPack array on device type {t.device.device_type}: only CPU memory can be sent")
-    name = _DL_NUMPY.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
-    if name is None:
-        raise BufferError(f"a DLPack array of type code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes "
-                          f"has no NumPy dtype")
-    cdef cnp.dtype dt = np.dtype(name)
-    cdef int nd = t.ndim, i
-    cdef cnp.npy_intp dims[32]
-    cdef cnp.npy_intp strides[32]
-    if nd < 0 or nd > 32:
-        raise BufferError(f"a DLPack array of {nd} dimensions")
-    for i in range(nd):
-        dims[i] = t.shape[i]
-        strides[i] = (t.strides[i] if t.strides != NULL else 0) * dt.itemsize
-    if t.strides == NULL and nd:  # compact row-major
-        strides[nd - 1] = dt.itemsize
-        for i in range(nd - 2, -1, -1):
-            strides[i] = strides[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
-    return _view(<char*>t.data + t.byte_offset, dt, nd, dims, strides, 0 if readonly else cnp.NPY_ARRAY_WRITEABLE,
+        raise BufferError("dlpack: invalid capsule object (none, or already used)")
+    if t.ndim < 0:
+        raise BufferError(f"dlpack: number of dimensions is negative ({t.ndim})")
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError("dlpack: shape is NULL")
+    for i in range(t.ndim):
+        if t.shape[i] < 0:
+            raise BufferError(f"dlpack: shape[{i}] is negative ({t.shape[i]})")
+        count *= t.shape[i]
+    if not _dl_contiguous(t, False) and not _dl_contiguous(t, True):
+        raise BufferError("dlpack: buffer is not contiguous")
+    if t.dtype.lanes == 1:
+        name = _DL_NUMPY.get((t.dtype.code, t.dtype.bits))
+    else:
+        name = _DL_PAIRS.get(t.dtype.bits) if t.dtype.code == 2 and t.dtype.lanes == 2 else None
+    cdef cnp.dtype dt = np.dtype(name) if name is not None else _U1
+    nbytes = count * ((t.dtype.bits * t.dtype.lanes + 7) // 8)
+    cdef cnp.npy_intp dims[1]
+    dims[0] = nbytes // dt.itemsize
+    cdef char* data = <char*>t.data + t.byte_offset
+    if device_type != 1 and nbytes and (not _probe(data, writable) or not _probe(data + nbytes - 1, writable)):
+        raise BufferError(f"dlpack: the memory of a tensor on device type {device_type} is not "
+                          f"{'writable' if writable else 'readable'} from the "
+                          f"host: commlib moves host memory; copy the tensor to the host first")
+    return _view(data, dt, 1, dims, NULL, (0 if readonly else cnp.NPY_ARRAY_WRITEABLE) | cnp.NPY_ARRAY_CARRAY_RO,
                  capsule)
 
 
@@ -448,3 +485,123 @@ def plain(a, bint writable):
     if type(a) is not cnp.ndarray or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
         return False
     return not writable or cnp.PyArray_ISWRITEABLE(<cnp.ndarray>a)
+
+
+# ---------------------------------------------------------------- CUDA array interface over host memory
+
+from libc.errno cimport errno, EFAULT, EINTR, EAGAIN
+from posix.unistd cimport read as _read, write as _write, getpid
+
+cdef extern from "fcntl.h":
+    int O_CLOEXEC, O_NONBLOCK
+cdef extern from "unistd.h":
+    int pipe2(int* fds, int flags)
+
+cdef int _probe_fds[2]
+cdef long _probe_pid = -1
+
+
+cdef int _probe(char* p, bint writable) except -1:
+    """1: the byte at p is readable (and writable, if asked) by this process, 0: it is not.
+    The kernel does the access through a pipe, so unmapped or device memory is EFAULT, never a
+    crash; a writable probe writes the byte back unchanged."""
+    global _probe_pid
+    cdef char keep
+    cdef Py_ssize_t k
+    if _probe_pid != getpid():  # one pipe a process (a forked child makes its own)
+        if pipe2(_probe_fds, O_CLOEXEC | O_NONBLOCK) != 0:
+            raise OSError(errno, "commlib: cannot make the pipe that checks host memory")
+        _probe_pid = getpid()
+    while True:
+        k = _write(_probe_fds[1], p, 1)
+        if k == 1:
+            break
+        if errno == EFAULT:
+            return 0
+        if errno != EINTR:
+            raise OSError(errno, "commlib: checking host memory")
+    if writable:
+        k = _read(_probe_fds[0], p, 1)
+        if k == 1:
+            return 1
+        _read(_probe_fds[0], &keep, 1)  # drain the byte the write left
+        return 0
+    _read(_probe_fds[0], &keep, 1)
+    return 1
+
+
+def _typed(cai, key, typ, optional=False):
+    """cai[key] (KeyError when a mandatory key is missing), which must be a `typ` (TypeError)."""
+    v = cai.get(key) if optional else cai[key]
+    if v is not None and not isinstance(v, typ) or v is None and not optional:
+        raise TypeError(f"__cuda_array_interface__: {key!r} must be a {typ.__name__}, got {type(v).__name__}")
+    return v
+
+
+def cai_view(obj, bint writable=False):
+    """A NumPy view of an object's `__cuda_array_interface__` memory, read as mpi4py reads one
+    (data, typestr, shape; strides optional; a mask is refused; a read-only interface refused for a
+    receive), with `obj` as the view's base. commlib moves host memory only: the first and last bytes
+    are probed by the kernel, and memory this process cannot reach (a GPU's) is a BufferError naming
+    what to do, never a crash."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__") from None
+    if not isinstance(cai, dict):
+        raise TypeError(f"__cuda_array_interface__: expected a dict, got {type(cai).__name__}")
+    data, typestr, shape = _typed(cai, "data", tuple), _typed(cai, "typestr", str), _typed(cai, "shape", tuple)
+    strides, descr = _typed(cai, "strides", tuple, True), _typed(cai, "descr", list, True)
+    dev_ptr, readonly = data
+    if cai.get("mask") is not None:
+        raise BufferError("__cuda_array_interface__: cannot handle masked arrays")
+    if readonly and writable:
+        raise BufferError("__cuda_array_interface__: buffer is not writable")
+    order, kind, itemsize = typestr[:1], typestr[1:2], int(typestr[2:])
+    if order not in ("<", ">", "|"):
+        raise BufferError(f"__cuda_array_interface__: typestr {typestr!r} with unrecognized byte order")
+    if order != "|" and (order == "<") != (sys.byteorder == "little"):
+        raise BufferError(f"__cuda_array_interface__: typestr {typestr!r} with non-native byte order")
+    if descr is not None and (len(descr) != 1 or descr[0] != ("", typestr)):
+        warnings.warn("__cuda_array_interface__: ignoring 'descr' key", RuntimeWarning, stacklevel=3)
+    name = "=" + kind + str(itemsize) if kind in ("b", "i", "u", "f", "c") else None
+    try:  # a type NumPy has keeps its elements; any other is its bytes (mpi4py's format "B")
+        dt = np.dtype(name) if name is not None and (kind != "b" or itemsize == 1) else None
+    except TypeError:
+        dt = None
+    if dt is None:
+        dt = np.dtype((np.void, itemsize)) if itemsize > 0 else _U1
+    cdef int nd = len(shape), i
+    cdef cnp.npy_intp dims[32]
+    cdef cnp.npy_intp st[32]
+    cdef cnp.npy_intp size = 1
+    if nd > 32:
+        raise BufferError(f"__cuda_array_interface__: {nd} dimensions")
+    for i in range(nd):
+        dims[i] = shape[i]
+        if dims[i] < 0:
+            raise BufferError(f"__cuda_array_interface__: buffer with negative size (shape:{shape})")
+        size *= dims[i]
+    if strides is not None:
+        if len(strides) != nd:
+            raise BufferError(f"__cuda_array_interface__: strides {strides} for shape {shape}")
+        for i in range(nd):
+            st[i] = strides[i]
+    elif nd:
+        st[nd - 1] = dt.itemsize
+        for i in range(nd - 2, -1, -1):
+            st[i] = st[i + 1] * (dims[i + 1] if dims[i + 1] > 0 else 1)
+    if size == 0:
+        return np.empty(tuple(shape), dt)
+    if dev_ptr is None or dev_ptr == 0:
+        raise BufferError("__cuda_array_interface__: a null data pointer")
+    cdef char* p = <char*><Py_ssize_t>dev_ptr
+    cdef cnp.ndarray v = _view(p, dt, nd, dims, st, 0 if readonly else cnp.NPY_ARRAY_WRITEABLE, obj)
+    if not (cnp.PyArray_IS_C_CONTIGUOUS(v) or cnp.PyArray_IS_F_CONTIGUOUS(v)):
+        raise BufferError(f"__cuda_array_interface__: buffer is not contiguous "
+                          f"(shape:{shape}, strides:{strides}, itemsize:{dt.itemsize})")
+    if not _probe(p, writable) or not _probe(p + cnp.PyArray_NBYTES(v) - 1, writable):
+        raise BufferError(f"__cuda_array_interface__: the memory at {hex(dev_ptr)} is not "
+                          f"{'writable' if writable else 'readable'} from the host (device memory?): "
+                          f"commlib moves host memory; copy the array to the host first")
+    return v.ravel(order="K").view(np.uint8) if dt.kind == "V" else v

@@ -17,6 +17,8 @@ import time as _time
 from .. import __version__ as _version
 from .._api import finalize as _finalize
 from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _processor_name, world_comms
+from ._bufspec import address as _address
+from ._buffer import buffer
 from ._groups import Group
 from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topology import Compute_dims
@@ -118,7 +120,12 @@ def Get_error_string(errorcode):
 
 
 def Attach_buffer(buf):
+    """Attach a buffer for buffered sends (commlib's sends never need one: it is kept and given back)."""
     global _attached
+    if buf is not None and buf is not BUFFER_AUTOMATIC:
+        b = buf if isinstance(buf, buffer) else buffer.frombuffer(buf, readonly=True)
+        if b.readonly:
+            raise BufferError("MPI.Attach_buffer: the buffer is read-only")
     _attached = buf
 
 
@@ -128,15 +135,27 @@ def Detach_buffer():
     return buf
 
 
+def Flush_buffer():
+    """Wait for buffered sends: commlib's Bsend completes as Send does, so none is ever pending."""
+
+
+def Iflush_buffer():
+    """Flush_buffer as a request (complete at once: no buffered send is ever pending)."""
+    return Request._completed()
+
+
 _attached = None
 
 
 def Alloc_mem(size, info=None):
-    return memoryview(bytearray(int(size)))
+    """A new MPI.buffer of `size` bytes (free it with MPI.Free_mem)."""
+    return buffer.allocate(size)
 
 
 def Free_mem(mem):
-    return None
+    """Release an MPI.buffer from MPI.Alloc_mem."""
+    if isinstance(mem, buffer):
+        mem.release()
 
 
 def _not_provided(what):
@@ -274,10 +293,26 @@ COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE
  COMBINER_DARRAY, COMBINER_F90_REAL, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_RESIZED,
  COMBINER_VALUE_INDEX) = range(1, 18)
 TYPECLASS_INTEGER, TYPECLASS_REAL, TYPECLASS_COMPLEX = 1, 2, 3
-Get_address = _not_provided("MPI.Get_address (absolute addresses)")
+
+
+def Get_address(location):
+    """The address of `location`'s memory (a buffer; None or MPI.BOTTOM: MPI.BOTTOM)."""
+    return _address(location)
+
+
+def Aint_add(base, disp):
+    """base + disp, as MPI_Aint_add."""
+    return int(base) + int(disp)
+
+
+def Aint_diff(addr1, addr2):
+    """addr1 - addr2, as MPI_Aint_diff."""
+    return int(addr1) - int(addr2)
+
+
 Open_port = Close_port = Publish_name = Unpublish_name = Lookup_name = _not_provided("MPI ports (dynamic processes)")
 Get_hw_resource_info = _not_provided("MPI.Get_hw_resource_info")
-buffer = memory = _not_provided("MPI.buffer")
+memory = buffer
 
 
 pickle = PICKLE  # the serialiser object messages use: replace its dumps/loads to change it

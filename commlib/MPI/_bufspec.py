@@ -11,14 +11,15 @@ Vector collectives take [buf, counts], [buf, (counts, displs)], [buf, (counts, d
 (a stride) or a sequence.
 
 A DLPack array (an object with `__dlpack__` and no buffer protocol: a torch tensor, a CPU JAX array)
-is viewed through its capsule (`_kernels.dlpack_view`). The result is always a view of the caller's memory: a receive writes in place. A non-contiguous
+is viewed through its capsule (`_kernels.dlpack_view`); then an object with `__cuda_array_interface__`
+(`_kernels.cai_view`: host memory only, device memory is a BufferError). The result is always a view of the caller's memory: a receive writes in place. A non-contiguous
 buffer is a BufferError (a receive into a silent copy would be lost), and so is a read-only
 buffer given to a receive.
 """
 import numpy as np
 
-from .._kernels import dlpack_view
-from ._constants import IN_PLACE
+from .._kernels import cai_view, dlpack_view
+from ._constants import BOTTOM, IN_PLACE
 from ._datatypes import BY_CHAR, NAMED, Datatype, as_datatype, of_dtype, of_format
 
 _BYTE = NAMED["BYTE"]
@@ -62,8 +63,10 @@ def _flat(obj, writable):
     try:
         m = memoryview(obj)
     except TypeError:
-        if hasattr(obj, "__dlpack__"):  # torch tensors, JAX arrays...: mpi4py takes DLPack arrays too
-            return _flat(dlpack_view(obj), writable)
+        if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):  # torch tensors, JAX arrays...
+            return _flat(dlpack_view(obj, writable), writable)
+        if hasattr(obj, "__cuda_array_interface__"):  # then the CUDA array interface, over host memory only
+            return _flat(cai_view(obj, writable), writable)
         raise TypeError(f"message: expected a buffer (NumPy array, bytearray, array.array, memoryview, "
                         f"DLPack array...) or a list/tuple [buf, ...], got {type(obj).__name__}") from None
     if not m.contiguous:
@@ -266,3 +269,11 @@ def blocks(msg, size, what):
         raise ValueError(f"{what}: a count of {per // msg.datatype._mult} per rank needs {per * size} elements, "
                          f"the buffer has {arr.size}")
     return arr[:per * size], per
+
+
+def address(location):
+    """MPI.Get_address: the address of a buffer's first byte (None and MPI.BOTTOM: 0)."""
+    if location is None or (type(location) is int and location == BOTTOM):
+        return BOTTOM
+    a, _ = _flat(location, False)
+    return a.__array_interface__["data"][0]

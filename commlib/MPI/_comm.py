@@ -123,6 +123,12 @@ class Comm:
         buf, self._buffer = getattr(self, "_buffer", None), None
         return buf
 
+    def Flush_buffer(self):
+        """Buffered sends on this communicator are done (Bsend completes as Send does)."""
+
+    def Iflush_buffer(self):
+        return Request._completed()
+
     @classmethod
     def Create_from_group(cls, group, stringtag="org.mpi4py", info=None, errhandler=None):
         raise NotImplementedError("Intracomm.Create_from_group (MPI-4 sessions) is not provided by commlib.MPI")

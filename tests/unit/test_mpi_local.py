@@ -225,7 +225,7 @@ def test_truncation_to_self_is_the_receivers_error():
 def test_out_of_scope_features_raise_not_implemented():
     for call in (lambda: MPI.INT.Create_vector(2, 1, 2), lambda: MPI.INT.Create_indexed_block(1, [0]),
                  lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python"),
-                 lambda: MPI.COMM_WORLD.Alltoallw(None, None), lambda: MPI.Get_address(bytearray(1))):
+                 lambda: MPI.COMM_WORLD.Alltoallw(None, None)):
         with pytest.raises(NotImplementedError):
             call()
 
@@ -281,17 +281,73 @@ def test_dlpack_views_of_torch_tensors_keep_them_alive():
     from commlib._kernels import dlpack_view
 
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    v = dlpack_view(t.t())  # strides carried over
-    assert v.shape == (4, 3) and v.tolist() == t.t().tolist() and not v.flags.c_contiguous
+    v = dlpack_view(t.t())  # Fortran order: the memory, flat
+    assert v.shape == (12,) and v.tolist() == list(range(12))
     w = dlpack_view(torch.arange(5, dtype=torch.int64)[1:])  # an offset into the storage
     del t
     import gc
     gc.collect()
-    assert w.tolist() == [1, 2, 3, 4] and v[0, 0] == 0.0
+    assert w.tolist() == [1, 2, 3, 4] and v[0] == 0.0
     m = parse_recv(torch.zeros(3, dtype=torch.complex64))
     assert m.datatype == MPI.C_FLOAT_COMPLEX
-    with pytest.raises(BufferError, match="no NumPy dtype"):
-        dlpack_view(torch.zeros(2, dtype=torch.bfloat16))
+    b = dlpack_view(torch.ones(2, dtype=torch.bfloat16))  # no NumPy dtype: its bytes, as mpi4py takes it
+    assert b.dtype == np.uint8 and b.tolist() == [0x80, 0x3F] * 2
+    with pytest.raises(BufferError, match="not contiguous"):
+        dlpack_view(torch.zeros(4, 4)[:, :2])
+
+
+class _FakeDevice:
+    """A DLPack producer that says its (host) memory is on a CUDA device, or a CAI array: as mpi4py's
+    tests make them. `address` overrides the data pointer (unmapped memory stands for a real GPU's)."""
+
+    def __init__(self, a, address=None):
+        self._a = a
+        data = a.ctypes.data if address is None else address
+        self.__cuda_array_interface__ = {"version": 3, "data": (data, False), "typestr": a.dtype.str,
+                                         "shape": a.shape, "strides": None}
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+    def __dlpack__(self, stream=None, max_version=None, copy=None):
+        assert stream == -1  # mpi4py's convention for a device tensor: no stream to order against
+        return self._a.__dlpack__(max_version=max_version)
+
+
+def test_device_memory_is_taken_where_the_host_can_reach_it_and_refused_elsewhere():
+    import mmap
+    from commlib._kernels import cai_view, dlpack_view
+
+    a = np.arange(6, dtype=np.int32)
+    assert dlpack_view(_FakeDevice(a)).tolist() == list(range(6))
+    v = cai_view(_FakeDevice(a), True)
+    v[:] = 7
+    assert (a == 7).all() and v.base is not None
+    m = parse_recv(_CAIOnly(a))  # the message parser finds the interface
+    m.array[:] = 3
+    assert (a == 3).all() and m.datatype == MPI.INT
+    ro = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)
+    raddr = np.frombuffer(ro, np.uint8).ctypes.data
+    readable = _FakeDevice(np.zeros(1024, np.int32), address=raddr)
+    assert cai_view(readable).sum() == 0  # readable host memory is taken for a send...
+    with pytest.raises(BufferError, match="not writable from the host"):
+        cai_view(readable, True)  # ... and refused for a receive
+    with pytest.raises(BufferError, match="not readable from the host"):
+        cai_view(_FakeDevice(a, address=0x1000))  # the first page is never mapped: a device pointer
+    bad = _FakeDevice(a)
+    bad.__cuda_array_interface__["mask"] = True
+    with pytest.raises(BufferError, match="masked"):
+        cai_view(bad)
+    bad.__cuda_array_interface__ = {"data": (a.ctypes.data, False)}
+    with pytest.raises(KeyError):
+        cai_view(bad)
+
+
+class _CAIOnly:
+    def __init__(self, a):
+        self._a = a
+        self.__cuda_array_interface__ = {"version": 3, "data": (a.ctypes.data, False), "typestr": a.dtype.str,
+                                         "shape": a.shape}
 
 
 class _DLPackV1:
@@ -320,3 +376,57 @@ def test_versioned_dlpack_capsules_and_their_read_only_flag():
     assert parse_send(_DLPackV1(ro)).array.tolist() == [0, 1, 2]
     with pytest.raises(BufferError, match="read-only"):
         parse_recv(_DLPackV1(ro))
+
+
+def test_get_address_and_address_arithmetic():
+    import array
+    a = array.array("i", range(10))
+    assert MPI.Get_address(a) == a.buffer_info()[0]
+    n = np.arange(4.0)
+    assert MPI.Get_address(n) == n.ctypes.data
+    assert MPI.Get_address(None) == MPI.Get_address(MPI.BOTTOM) == MPI.BOTTOM
+    assert MPI.Aint_add(100, 4) == 104 and MPI.Aint_diff(108, 100) == 8
+    with pytest.raises(BufferError, match="not contiguous"):
+        MPI.Get_address(np.zeros((4, 4))[:, ::2])
+
+
+def test_mpi_buffer_views_allocates_and_slices_memory():
+    import array
+    b = MPI.buffer()
+    assert (b.address, b.nbytes, b.readonly, b.obj, len(b)) == (0, 0, False, None, 0)
+    with pytest.raises(TypeError):
+        MPI.buffer(3)
+    ro = MPI.buffer(b"abc")
+    assert ro.readonly and ro.obj == b"abc" and ro.tobytes() == b"abc"
+    with pytest.raises(TypeError, match="read-only"):
+        ro[0] = 1
+    a = array.array("i", [1, 2, 3])
+    w = MPI.buffer.frombuffer(a)
+    assert w.address == a.buffer_info()[0] and w.nbytes == 12 and not w.readonly
+    w.cast("i")[1] = 7
+    assert a[1] == 7 and w.cast("i", (3, 1))[2, 0] == 3
+    w[0:4] = bytes(4)
+    assert a[0] == 0
+    with pytest.raises(ValueError, match="slice length"):
+        w[0:2] = w[1:4]
+    with pytest.raises(IndexError):
+        w[12]
+    with pytest.raises(IndexError, match="step"):
+        w[::2]
+    assert w[-12] == 0 and w[4:8].tobytes() == (7).to_bytes(4, "little")
+    assert MPI.buffer.frombuffer(a, readonly=True).readonly and w.toreadonly().readonly
+    m = MPI.Alloc_mem(16)
+    assert isinstance(m, MPI.buffer) and m.nbytes == 16 and m.address != 0 and m[15] == 0
+    memoryview(m)[:] = b"x" * 16
+    f = MPI.buffer.fromaddress(m.address, 16)
+    assert f.tobytes() == b"x" * 16 and f.obj is None
+    MPI.Free_mem(m)
+    assert (m.address, m.nbytes) == (0, 0)
+    with pytest.raises(ValueError):
+        MPI.buffer.fromaddress(0, 1)
+    with pytest.raises(ValueError):
+        MPI.buffer.allocate(-1)
+    with pytest.raises(BufferError, match="read-only"):
+        MPI.Attach_buffer(MPI.buffer(b"abc"))
+    d = MPI.buffer(_CAIOnly(np.arange(3, dtype=np.uint8)))  # a CUDA-array-interface object, on the host
+    assert d.tobytes() == bytes([0, 1, 2])
