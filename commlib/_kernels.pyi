@@ -46,3 +46,9 @@ def plain(a: Any, writable: bool) -> bool:
 def cai_view(obj: Any, writable: bool = False) -> np.ndarray:
     """A view of __cuda_array_interface__ memory, host memory only (device memory: BufferError)."""
     ...
+
+def typemap_copy(user: Any, packed: Any, blocks: np.ndarray, count: int, extent: int, origin: int,
+                 pack: bool) -> int:
+    """Copy count elements of a derived datatype (blocks: int64 (k, 2) displacement, length) between
+    user memory (element i at origin + i * extent) and its packed form; returns the bytes copied."""
+    ...

@@ -605,3 +605,47 @@ def cai_view(obj, bint writable=False):
                           f"{'writable' if writable else 'readable'} from the host (device memory?): "
                           f"commlib moves host memory; copy the array to the host first")
     return v.ravel(order="K").view(np.uint8) if dt.kind == "V" else v
+
+
+# ---------------------------------------------------------------- derived datatypes: typemap copies
+
+from libc.string cimport memcpy
+
+
+def typemap_copy(user, packed, const long long[:, ::1] blocks, Py_ssize_t count, Py_ssize_t extent,
+                 Py_ssize_t origin, bint pack):
+    """Copy `count` elements of a derived datatype between user memory and its packed form, in one
+    nogil pass: element i's blocks (rows of `blocks`: byte displacement, byte length, in typemap order)
+    lie at origin + i * extent + displacement in `user`; in `packed` they follow one another.
+    pack: user -> packed (packed writable); else packed -> user (user writable). The caller has
+    checked that every block lies inside `user`; `packed` must hold count * (the blocks' total) bytes."""
+    cdef const unsigned char[::1] ro
+    cdef unsigned char[::1] rw
+    cdef Py_ssize_t i, k, at, pos = 0, nb = blocks.shape[0], total = 0
+    cdef const unsigned char* src
+    cdef unsigned char* dst
+    for k in range(nb):
+        total += blocks[k, 1]
+    if pack:
+        ro, rw = user, packed
+    else:
+        ro, rw = packed, user
+    if (rw.shape[0] if pack else ro.shape[0]) < total * count:
+        raise ValueError(f"typemap_copy: the packed buffer holds fewer than {total * count} bytes")
+    src = &ro[0] if ro.shape[0] else NULL
+    dst = &rw[0] if rw.shape[0] else NULL
+    if pack:
+        with nogil:
+            for i in range(count):
+                at = origin + i * extent
+                for k in range(nb):
+                    memcpy(dst + pos, src + at + blocks[k, 0], blocks[k, 1])
+                    pos += blocks[k, 1]
+    else:
+        with nogil:
+            for i in range(count):
+                at = origin + i * extent
+                for k in range(nb):
+                    memcpy(dst + at + blocks[k, 0], src + pos, blocks[k, 1])
+                    pos += blocks[k, 1]
+    return pos

@@ -25,7 +25,10 @@ from ._topology import Compute_dims
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
-from ._datatypes import DATATYPE_NULL, NAMED as _NAMED, Datatype
+import inspect as _inspect
+
+from ._datatypes import (DATATYPE_NULL, NAMED as _NAMED, _PAIR_ALIASES, _PAIRS, Datatype,
+                         on_derived as _on_derived, pair_type as _pair_type)
 from ._ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM,
                    Op)
 from ._requests import Prequest, Request, Status
@@ -33,6 +36,13 @@ from ._requests import Prequest, Request, Status
 Exception = MPIException  # noqa: A001  (mpi4py's name: MPI.Exception)
 
 globals().update(_NAMED)  # MPI.DOUBLE, MPI.INT, MPI.BYTE, ...
+
+
+def __getattr__(name):
+    """MPI.FLOAT_INT, MPI.DOUBLE_INT ...: the value-index pair types, made on first use."""
+    if name in _PAIRS or name in _PAIR_ALIASES:
+        return _pair_type(name)
+    raise AttributeError(f"module 'commlib.MPI' has no attribute {name!r}")
 
 COMM_WORLD, COMM_SELF = world_comms()
 COMM_NULL = Intracomm()
@@ -231,7 +241,7 @@ Comm.Set_errhandler = lambda self, errhandler: None
 Comm.Get_errhandler = lambda self: ERRORS_RETURN
 Comm.Call_errhandler = lambda self, errorcode: None
 for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
-              "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Alltoallw", "Neighbor_allgather",
+              "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Neighbor_allgather",
               "Neighbor_alltoall", "Barrier_init", "Bcast_init", "Allreduce_init", "Psend_init", "Precv_init"):
     setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
 
@@ -288,11 +298,6 @@ WIN_NULL = FILE_NULL = SESSION_NULL = None
 BUFFER_AUTOMATIC = None
 UNWEIGHTED = WEIGHTS_EMPTY = None
 COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4
-(COMBINER_NAMED, COMBINER_DUP, COMBINER_CONTIGUOUS, COMBINER_VECTOR, COMBINER_HVECTOR, COMBINER_INDEXED,
- COMBINER_HINDEXED, COMBINER_INDEXED_BLOCK, COMBINER_HINDEXED_BLOCK, COMBINER_STRUCT, COMBINER_SUBARRAY,
- COMBINER_DARRAY, COMBINER_F90_REAL, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_RESIZED,
- COMBINER_VALUE_INDEX) = range(1, 18)
-TYPECLASS_INTEGER, TYPECLASS_REAL, TYPECLASS_COMPLEX = 1, 2, 3
 
 
 def Get_address(location):
@@ -317,3 +322,45 @@ memory = buffer
 
 pickle = PICKLE  # the serialiser object messages use: replace its dumps/loads to change it
 
+
+def _install_unpacking():
+    """Once a derived datatype that is packed exists, every buffer method runs under `unpacking`, so
+    that a receive into one is written back to the caller's memory when the call (or request)
+    completes. Programs that never make one never pay for the wrapper."""
+    from ._bufspec import unpacking
+    classes = [Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Intercomm, Message, Op]
+    for cls in classes:
+        for name, fn in list(vars(cls).items()):
+            if name[:1].isupper() and _inspect.isfunction(fn) and not getattr(fn, "_unpacking", False):
+                setattr(cls, name, unpacking(fn))
+
+
+_on_derived(_install_unpacking)
+
+
+_typedict = {c: Datatype.fromcode(c) for c in "?cbhilqBHILQefdFD"}
+_typedict_c = dict(_typedict)
+_typedict_f = {"l": _NAMED["LOGICAL"], "i": _NAMED["INTEGER"], "r": _NAMED["REAL"], "s": _NAMED["REAL"],
+               "d": _NAMED["DOUBLE_PRECISION"], "c": _NAMED["COMPLEX"], "z": _NAMED["DOUBLE_COMPLEX"]}
+
+
+def _typecode(datatype):
+    """The typecode character of a datatype of one basic type (None for others), as mpi4py's."""
+    if datatype._base is None or datatype._mixed:
+        return None
+    for code, dt in _typedict.items():
+        if dt._base == datatype._base and datatype.size == dt.size:
+            return code
+    return None
+
+
+def _sizeof(obj):
+    """The size in bytes of a datatype (or of a datatype's elements), or of an MPI handle."""
+    if isinstance(obj, Datatype):
+        return obj.Get_size()
+    if isinstance(obj, type) and issubclass(obj, Datatype):
+        return 4
+    if isinstance(obj, (Comm, Group, Op, Request, Info, Errhandler, Message)) or (
+            isinstance(obj, type) and issubclass(obj, (Comm, Group, Op, Request, Info, Errhandler, Message))):
+        return 4  # MPICH's handles are C ints
+    raise TypeError(f"_sizeof: expected an MPI type or handle, got {type(obj).__name__}")

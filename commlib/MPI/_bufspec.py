@@ -16,10 +16,13 @@ is viewed through its capsule (`_kernels.dlpack_view`); then an object with `__c
 buffer is a BufferError (a receive into a silent copy would be lost), and so is a read-only
 buffer given to a receive.
 """
+import functools
+import threading
+
 import numpy as np
 
-from .._kernels import cai_view, dlpack_view
-from ._constants import BOTTOM, IN_PLACE
+from .._kernels import cai_view, dlpack_view, typemap_copy
+from ._constants import BOTTOM, ERR_TRUNCATE, IN_PLACE, MPIException
 from ._datatypes import BY_CHAR, NAMED, Datatype, as_datatype, of_dtype, of_format
 
 _BYTE = NAMED["BYTE"]
@@ -44,6 +47,118 @@ class Msg:
     @property
     def nbytes(self):
         return self.array.nbytes
+
+    def span(self, nbase, what):
+        """A flat view of nbase base elements from the displacement on (a block collective's buffer:
+        the explicit count is per rank)."""
+        arr = self.rest if self.given else self.array
+        if arr.size < nbase:
+            mult = self.datatype._mult or 1
+            raise ValueError(f"{what}: a count of {nbase // mult} elements needs {nbase} of {arr.dtype}, "
+                             f"the buffer has {arr.size}")
+        return arr[:nbase]
+
+
+class DMsg:
+    """A message of a derived datatype that is not a plain view (holes, a moved lower bound, a
+    reordered or mixed typemap): `array` is its packed form, made from the caller's memory on first
+    use in one pass of `_kernels.typemap_copy`; a receive's packed form goes back to that memory
+    when its call (or request) completes, through `pending_unpack`."""
+
+    __slots__ = ("_mem", "_origin", "count", "datatype", "given", "_writable", "_packed", "_n")
+
+    def __init__(self, mem, origin, count, datatype, given, writable):
+        self._mem, self._origin, self.count, self.datatype = mem, origin, count, datatype
+        self.given, self._writable, self._packed, self._n = given, writable, None, 0
+
+    def _pack(self, n, what="message"):
+        if self._packed is not None and n <= self._n:
+            return
+        dt = self.datatype
+        reach(dt, n, self._origin, self._mem.nbytes, what)
+        packed = np.empty(n * dt._bytes, np.uint8)
+        typemap_copy(self._mem, packed, dt._blocks, n, dt._ub - dt._lb, self._origin, True)
+        if self._writable and self._packed is None:
+            pending_unpack(self._unpack)
+        self._packed, self._n = packed, n
+
+    def _unpack(self):
+        dt = self.datatype
+        typemap_copy(self._mem, self._packed, dt._blocks, self._n, dt._ub - dt._lb, self._origin, False)
+
+    def _view(self, n):
+        dt = self.datatype
+        return self._packed[:n * dt._bytes].view(dt._base) if dt._bytes else np.empty(0, dt._base)
+
+    @property
+    def array(self):
+        self._pack(self.count)
+        return self._view(self.count)
+
+    @property
+    def u8(self):
+        return self.array.view(np.uint8)
+
+    @property
+    def nbytes(self):
+        return self.count * self.datatype._bytes
+
+    def span(self, nbase, what):
+        mult = self.datatype._mult
+        n = nbase // mult if mult else 0
+        self._pack(n, what)
+        return self._view(n)
+
+
+def reach(dt, n, origin, nbytes, what):
+    """n elements of dt at byte `origin` lie inside a buffer of nbytes (ValueError otherwise)."""
+    if n == 0 or dt._bytes == 0:
+        return
+    span = (n - 1) * (dt._ub - dt._lb)
+    lo, hi = origin + dt._tlb + min(0, span), origin + dt._tub + max(0, span)
+    if lo < 0 or hi > nbytes:
+        raise ValueError(f"{what}: {n} elements of {dt.Get_name()} at byte {origin} reach bytes [{lo}, {hi}) of a "
+                         f"buffer of {nbytes} bytes")
+
+
+_local = threading.local()
+
+
+def pending_unpack(fn):
+    """Run fn (write a packed receive back to the caller's memory) when the current MPI call completes."""
+    items = _local.__dict__.get("items")
+    if items is None or not _local.depth:
+        raise RuntimeError("commlib.MPI internal error: a receive into a derived datatype outside an unpacking call")
+    items.append(fn)
+
+
+def unpacking(method):
+    """method, run so that receives into derived datatypes it sets up are unpacked when it returns or,
+    for a method returning a request, when the request completes."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        loc = _local
+        items = loc.__dict__.setdefault("items", [])
+        mark = len(items)
+        loc.depth = getattr(loc, "depth", 0) + 1
+        try:
+            result = method(*args, **kwargs)
+        except BaseException:
+            del items[mark:]
+            raise
+        finally:
+            loc.depth -= 1
+        if len(items) > mark:
+            todo = items[mark:]
+            del items[mark:]
+            if hasattr(result, "_after"):
+                result._after(todo)
+            else:
+                for fn in todo:
+                    fn()
+        return result
+    call._unpacking = True
+    return call
 
 
 def _flat(obj, writable):
@@ -148,6 +263,8 @@ def _parse(spec, writable):
     else:
         buf, dt = spec, None
     flat, fdt = _flat(buf, writable)
+    if dt is not None and not dt._simple:
+        return _derived(flat, count, displ, dt, writable)
     flat, dt = _view(flat, fdt, dt, writable)
     mult = dt._mult
     displ = 0 if displ is None else _int(displ, "displacement")
@@ -165,6 +282,25 @@ def _parse(spec, writable):
         raise ValueError(f"message: count {count} at displacement {displ} needs {hi * flat.itemsize} bytes, "
                          f"the buffer has {flat.nbytes}")
     return Msg(flat[lo:hi] if (lo or hi != flat.size) else flat, count, dt, given, flat[lo:] if given else None)
+
+
+def _derived(flat, count, displ, dt, writable):
+    """The DMsg of `count` elements (or as many as the buffer holds) of dt at displacement displ."""
+    mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    ext = dt._ub - dt._lb
+    origin = 0 if displ is None else _int(displ, "displacement") * ext
+    given = count is not None
+    if given:
+        count = _int(count, "count")
+    else:
+        avail = mem.nbytes - origin
+        if ext <= 0 or avail < 0 or avail % ext:
+            raise ValueError(f"message: cannot infer the count of {dt.Get_name()} elements (extent {ext}) in a "
+                             f"buffer of {mem.nbytes} bytes; give [buf, count, datatype]")
+        count = avail // ext
+    m = DMsg(mem, origin, count, dt, given, writable)
+    reach(dt, count, origin, mem.nbytes, "message")
+    return m
 
 
 def parse_send(spec):
@@ -224,6 +360,8 @@ def parse_vector(spec, size, writable):
         flat, dt = np.empty(0, dt._base if dt is not None else np.uint8), dt or _BYTE
     else:
         flat, fdt = _flat(buf, writable)
+        if dt is not None and not dt._simple:
+            return _derived_vector(flat, counts, displs, dt, size, writable)
         flat, dt = _view(flat, fdt, dt, writable)
     mult = dt._mult
     counts = _ints(counts, size, "count")
@@ -245,6 +383,66 @@ def parse_vector(spec, size, writable):
     return VMsg(flat, counts, displs, dt)
 
 
+def _derived_vector(flat, counts, displs, dt, size, writable):
+    """A VMsg over the packed form of a vector message of a derived datatype: each rank's counts[i]
+    elements at displs[i] extents, packed one after another (and, for a receive, unpacked back when
+    the call completes)."""
+    mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    ext = dt._ub - dt._lb
+    counts = _ints(counts, size, "count")
+    if counts is None:
+        total = mem.nbytes // ext if ext > 0 else 0
+        counts = [total // size + (1 if i < total % size else 0) for i in range(size)]
+    if displs is None:
+        displs = list(np.cumsum([0] + counts[:-1]))
+    elif _is_int(displs):
+        displs = [i * _int(displs, "displacement") for i in range(size)]
+    else:
+        displs = _ints(displs, size, "displacement")
+    pieces = []
+    for c, d in zip(counts, displs):
+        m = DMsg(mem, int(d) * ext, c, dt, True, writable)
+        reach(dt, c, int(d) * ext, mem.nbytes, "message")
+        pieces.append(m)
+    packed_displs = list(np.cumsum([0] + counts[:-1])) if counts else []
+    packed = np.concatenate([p.array for p in pieces]) if pieces else np.empty(0, dt._base)
+    if writable:  # the rank blocks are written into `packed`: hand each piece its part to unpack
+        m = dt._mult
+        for p, d in zip(pieces, packed_displs):
+            p._packed = packed[d * m:(d + p.count) * m].view(np.uint8)
+    return VMsg(packed, counts, [int(d) for d in packed_displs], dt)
+
+
+def parse_vectorw(spec, size, writable, what):
+    """Alltoallw's message, [buf, (counts, displs), datatypes] or [buf, counts, displs, datatypes]
+    (displacements in bytes, a datatype per rank): per rank, the packed bytes of its part (for a
+    receive, unpacked back when the call completes)."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+        raise ValueError(f"{what}: expected [buf, (counts, displs), datatypes] or [buf, counts, displs, datatypes]")
+    if len(spec) == 3:
+        buf, cd, types = spec
+        if not isinstance(cd, (list, tuple)) or len(cd) != 2:
+            raise ValueError(f"{what}: expected (counts, displs), got {cd!r}")
+        counts, displs = cd
+    else:
+        buf, counts, displs, types = spec
+    counts, displs = _ints(counts, size, "count"), _ints(displs, size, "displacement")
+    types = [as_datatype(t) for t in types] if isinstance(types, (list, tuple)) else [as_datatype(types)] * size
+    if counts is None or displs is None or len(types) < size:
+        raise ValueError(f"{what}: counts, displacements and datatypes need one entry per rank ({size})")
+    if buf is None:
+        mem = np.empty(0, np.uint8)
+    else:
+        flat, _ = _flat(buf, writable)
+        mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    parts = []
+    for c, d, t in zip(counts, displs, types):
+        m = DMsg(mem, d, c, t, True, writable)
+        reach(t, c, d, mem.nbytes, what)
+        parts.append(m.u8)
+    return parts
+
+
 def _is_int(x):
     return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (
         isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu")
@@ -264,11 +462,7 @@ def block_count(msg, size, what):
 def blocks(msg, size, what):
     """(flat view of the size blocks, elements per block in base units) of a one-block-per-rank buffer."""
     per = block_count(msg, size, what) * msg.datatype._mult
-    arr = msg.rest if msg.given else msg.array
-    if arr.size < per * size:
-        raise ValueError(f"{what}: a count of {per // msg.datatype._mult} per rank needs {per * size} elements, "
-                         f"the buffer has {arr.size}")
-    return arr[:per * size], per
+    return msg.span(per * size, what), per
 
 
 def address(location):
@@ -277,3 +471,53 @@ def address(location):
         return BOTTOM
     a, _ = _flat(location, False)
     return a.__array_interface__["data"][0]
+
+
+def _whole(dt, buf, writable, what):
+    """(bytes of buf, how many whole elements of dt it holds): Pack's and Unpack's user side."""
+    flat, _ = _flat(buf, writable)
+    mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    ext = dt._ub - dt._lb
+    n = mem.nbytes // ext if ext > 0 else 0
+    reach(dt, n, 0, mem.nbytes, what)
+    return mem, n
+
+
+def pack_into(dt, inbuf, outbuf, position, x32):
+    """Datatype.Pack (x32 None) / Pack_external (x32: the external32 dtype): inbuf's whole elements
+    of dt, packed into outbuf from byte `position`; the position after them."""
+    dt._require()
+    mem, n = _whole(dt, inbuf, False, "Pack")
+    out, _ = _flat(outbuf, True)
+    out = out.view(np.uint8) if out.size else np.empty(0, np.uint8)
+    position = _int(position, "position")
+    packed = np.empty(n * dt._bytes, np.uint8)
+    typemap_copy(mem, packed, dt._blocks, n, dt._ub - dt._lb, 0, True)
+    if x32 is not None:
+        packed = packed.view(dt._base).astype(x32).view(np.uint8)
+    end = position + packed.nbytes
+    if end > out.nbytes:
+        raise MPIException(ERR_TRUNCATE, f"Pack: {packed.nbytes} bytes at position {position} do not fit the "
+                                         f"{out.nbytes}-byte output buffer")
+    out[position:end] = packed
+    return end
+
+
+def unpack_from(dt, inbuf, position, outbuf, x32):
+    """Datatype.Unpack / Unpack_external: as many elements of dt as outbuf holds, from inbuf at byte
+    `position`; the position after them."""
+    dt._require()
+    src, _ = _flat(inbuf, False)
+    src = src.view(np.uint8) if src.size else np.empty(0, np.uint8)
+    mem, n = _whole(dt, outbuf, True, "Unpack")
+    position = _int(position, "position")
+    width = dt._bytes if x32 is None else dt._mult * x32.itemsize
+    end = position + n * width
+    if end > src.nbytes:
+        raise MPIException(ERR_TRUNCATE, f"Unpack: {n} elements need {n * width} bytes at position {position}, "
+                                         f"the input buffer has {src.nbytes}")
+    packed = src[position:end]
+    if x32 is not None:
+        packed = packed.view(x32).astype(dt._base).view(np.uint8)
+    typemap_copy(mem, np.ascontiguousarray(packed), dt._blocks, n, dt._ub - dt._lb, 0, False)
+    return end

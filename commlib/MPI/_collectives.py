@@ -13,7 +13,8 @@ from .._engine import wait_all as _wait_all
 from ._p2p import dumps, loads, recv_into, recv_obj, send
 
 # Tags of the collectives that run over point-to-point (negative: never a user's).
-TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ = range(-101, -107, -1)
+(TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ,
+ TAG_ALLTOALLW) = range(-101, -108, -1)
 
 
 def _p2p_send(g, arr, dest, tag, block=True):

@@ -24,17 +24,17 @@ from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
 from .._kernels import plain, plain_pair
 from .._engine import EAGER_BYTES
-from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
-                         ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
+from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM,
+                         ERR_GROUP, ERR_LASTCODE, ERR_OP, ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
                          KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
                          UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
-from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, allreduce_body, alltoall_body, alltoall_obj_body,
+from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allreduce_body, alltoall_body, alltoall_obj_body,
                            exchange_body, fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body,
                            scatterv_body)
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
-from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector
+from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector, parse_vectorw
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
 from ._ops import SUM, Op
@@ -568,9 +568,9 @@ class Comm:
     def _reduce_args(self, sendbuf, recvbuf, op, what):
         r = parse_recv(recvbuf)
         if is_in_place(sendbuf):
-            return r.array, r.array, _as_op(op), r.datatype
+            return r.array, r.array, _as_op(op, r.datatype), r.datatype
         s = parse_send(sendbuf)
-        return s.array, _match(s, r, s.array.size, what), _as_op(op), s.datatype
+        return s.array, _match(s, r, s.array.size, what), _as_op(op, s.datatype), s.datatype
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM):
         g = self._c.g
@@ -593,7 +593,7 @@ class Comm:
             s, out, op, dt = self._reduce_args(sendbuf, recvbuf, op, what)
         else:
             m = parse_send(sendbuf)
-            s, out, op, dt = m.array, None, _as_op(op), m.datatype
+            s, out, op, dt = m.array, None, _as_op(op, m.datatype), m.datatype
         return s, out, op, dt, root
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root=0):
@@ -619,12 +619,12 @@ class Comm:
         r = parse_recv(recvbuf)
         if is_in_place(sendbuf):
             arr, per = blocks(r, g.size(), what)
-            return arr, arr[:per], _as_op(op), r.datatype, None
+            return arr, arr[:per], _as_op(op, r.datatype), r.datatype, None
         s = parse_send(sendbuf)
         _same_type(s, r, what)
         if s.array.size != r.array.size * g.size():
             raise ValueError(f"{what}: mismatch in send count {s.count} and receive count {r.count} x {g.size()} ranks")
-        return s.array, r.array, _as_op(op), r.datatype, None
+        return s.array, r.array, _as_op(op, r.datatype), r.datatype, None
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
         s, out, op, dt, lo = self._rsb_args(sendbuf, recvbuf, op, "Reduce_scatter_block")
@@ -656,7 +656,7 @@ class Comm:
         n = counts[g.rank()] * mult
         if r.array.size < n:
             raise ValueError(f"{what}: recvbuf holds {r.array.size // mult} elements, rank {g.rank()} gets {n // mult}")
-        return s.array, r.array[:n], _as_op(op), r.datatype, sum(counts[:g.rank()]) * mult
+        return s.array, r.array[:n], _as_op(op, r.datatype), r.datatype, sum(counts[:g.rank()]) * mult
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
         self._run(reduce_scatter_body, *self._rs_args(sendbuf, recvbuf, recvcounts, op, "Reduce_scatter"))
@@ -788,6 +788,19 @@ class Comm:
     def Iallgatherv(self, sendbuf, recvbuf):
         return self._start("Iallgatherv", exchange_body, *self._allgatherv_args(sendbuf, recvbuf))
 
+    def _alltoallw_args(self, sendbuf, recvbuf, what):
+        g = _group(self)
+        R = parse_vectorw(recvbuf, g.size(), True, what)
+        S = [r.copy() for r in R] if is_in_place(sendbuf) else parse_vectorw(sendbuf, g.size(), False, what)
+        return S.__getitem__, R.__getitem__, TAG_ALLTOALLW
+
+    def Alltoallw(self, sendbuf, recvbuf):
+        """All-to-all with a count, a byte displacement and a datatype per rank on each side."""
+        self._run(exchange_body, *self._alltoallw_args(sendbuf, recvbuf, "Alltoallw"))
+
+    def Ialltoallw(self, sendbuf, recvbuf):
+        return self._start("Ialltoallw", exchange_body, *self._alltoallw_args(sendbuf, recvbuf, "Ialltoallw"))
+
     def _alltoallv_args(self, sendbuf, recvbuf):
         g = _group(self)
         R = parse_vector(recvbuf, g.size(), True)
@@ -849,7 +862,11 @@ class Comm:
         return fold(values, op) if values else None
 
 
-def _as_op(op):
+def _as_op(op, dt=None):
+    """op as an MPI.Op (a callable: an object reduction), checked against the buffer datatype dt."""
+    if dt is not None and dt._mixed:
+        raise MPIException(ERR_OP, f"reductions need a datatype of one basic type; {dt.Get_name()} mixes several "
+                                   f"(commlib reduces no value-index pairs or structs)")
     if isinstance(op, Op):
         if not op:
             raise MPIException(10, "MPI.OP_NULL is not a reduction")
@@ -877,7 +894,11 @@ def _cast(arr, dt):
 
 
 def _same_type(s, r, what):
-    if s.datatype._base != r.datatype._base or s.datatype._mult != r.datatype._mult:
+    """The two sides' datatypes agree: the same type, or, where either is derived, the same basic type
+    (MPI matches the sequence of basic types: 1 column of 4 doubles receives 4 doubles)."""
+    a, b = s.datatype, r.datatype
+    derived = a._combiner != COMBINER_NAMED or b._combiner != COMBINER_NAMED
+    if a._base != b._base or (a._mult != b._mult and not derived):
         raise ValueError(f"{what}: mismatch in send and receive MPI datatypes ({s.datatype.Get_name()} and "
                          f"{r.datatype.Get_name()})")
 

@@ -1,34 +1,69 @@
-"""MPI datatypes: predefined names, typecode strings, buffer formats, `Create_contiguous`.
+"""MPI datatypes: predefined names, typecode strings, buffer formats, and derived types.
 
-A Datatype is a NumPy base dtype repeated `mult` times (1 for the predefined
-types, n for `Create_contiguous(n)`): a message of `count` elements of it is
-`count * mult` elements of the base dtype, which is how commlib's kernels
-see it. Types commlib cannot carry (long double) are `DATATYPE_NULL`.
+A Datatype is its flattened typemap (see the class) over one basic NumPy dtype, or bytes for a
+struct of mixed types: a message of `count` elements of it is `count * mult` elements of that
+dtype once packed, which is how commlib's kernels see it. Types commlib cannot carry (long
+double) are `DATATYPE_NULL`.
 """
+import math
 import sys
 
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_code
-from ._constants import ERR_TYPE, MPIException
+from ._constants import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,
+                         COMBINER_F90_REAL, COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED,
+                         COMBINER_INDEXED_BLOCK, COMBINER_NAMED, COMBINER_RESIZED, COMBINER_STRUCT, COMBINER_SUBARRAY,
+                         COMBINER_VALUE_INDEX, COMBINER_VECTOR, DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG,
+                         DISTRIBUTE_NONE, ERR_ARG, ERR_COUNT, ERR_TYPE, ORDER_C, ORDER_FORTRAN, TYPECLASS_COMPLEX,
+                         TYPECLASS_INTEGER, TYPECLASS_REAL, MPIException)
+
+
+_I64 = np.dtype(np.int64)
+_NO_BLOCKS = np.empty((0, 2), np.int64)
 
 
 class Datatype:
-    """An MPI datatype handle (`MPI.DOUBLE`, `MPI.Datatype.fromcode("d")`, derived types)."""
+    """An MPI datatype handle (`MPI.DOUBLE`, `MPI.Datatype.fromcode("d")`, derived types).
 
-    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire")
+    Every datatype is its typemap, flattened: `_blocks`, rows of (byte displacement, byte length) in
+    typemap order with neighbours merged, plus its bounds (`_lb`, `_ub`, the true ones) and `_bytes`.
+    `_base` is the one basic NumPy dtype it is made of (uint8 for a struct of mixed types, `_mixed`),
+    `_mult` how many of those one element holds. A type whose one block starts at 0 and fills its
+    extent is `_simple`: a message of it is a plain view of the caller's memory; any other is packed
+    and unpacked by `_kernels.typemap_copy` in one pass.
+    """
+
+    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_lb", "_ub", "_tlb", "_tub",
+                 "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
+                 "_committed", "__weakref__")
 
     def __new__(cls, datatype=None):
         self = object.__new__(cls)
         if datatype is None:
             self._set(None, 0, "MPI_DATATYPE_NULL", None, True)
+        elif not isinstance(datatype, Datatype):
+            raise TypeError(f"expected an MPI.Datatype, got {type(datatype).__name__}")
         else:
-            self._set(datatype._base, datatype._mult, datatype._name, datatype._code, datatype._predefined)
+            self._copy(datatype)
         return self
 
+    def _copy(self, other):
+        for k in Datatype.__slots__[:-1]:
+            setattr(self, k, getattr(other, k))
+
     def _set(self, base, mult, name, code, predefined):
+        """A basic type: mult (0 or 1) elements of base at displacement 0."""
         self._base, self._mult, self._name, self._code, self._predefined = base, mult, name, code, predefined
         self._wire = DT_BYTES if base is None or base == np.uint8 else dtype_code(base)
+        size = 0 if base is None else base.itemsize * mult
+        self._bytes, self._lb, self._ub, self._tlb, self._tub = size, 0, size, 0, size
+        self._blocks = np.array([[0, size]], np.int64) if size else _NO_BLOCKS
+        self._simple, self._mixed = True, False
+        self._align = 0 if base is None else (base.itemsize // 2 if base.kind == "c" else base.itemsize)
+        self._x32 = None if base is None else base.itemsize
+        self._combiner, self._ints, self._addrs, self._types = COMBINER_NAMED, (), (), ()
+        self._committed = True
 
     # ------------------------------------------------------------ queries
     def _require(self):
@@ -37,22 +72,24 @@ class Datatype:
 
     def Get_size(self):
         self._require()
-        return self._base.itemsize * self._mult
+        return self._bytes
 
     size = property(Get_size)
 
     def Get_extent(self):
-        return 0, self.Get_size()
+        self._require()
+        return self._lb, self._ub - self._lb
 
     def Get_true_extent(self):
-        return 0, self.Get_size()
+        self._require()
+        return self._tlb, self._tub - self._tlb
 
-    extent = property(lambda self: self.Get_size())
-    true_extent = extent
-    lb = property(lambda self: 0)
-    ub = extent
-    true_lb = lb
-    true_ub = extent
+    extent = property(lambda self: self.Get_extent()[1])
+    lb = property(lambda self: self.Get_extent()[0])
+    ub = property(lambda self: self._ub if self._base is not None else self.Get_extent()[0])
+    true_extent = property(lambda self: self.Get_true_extent()[1])
+    true_lb = property(lambda self: self.Get_true_extent()[0])
+    true_ub = property(lambda self: self._tub if self._base is not None else self.Get_true_extent()[0])
 
     def Get_name(self):
         return self._name
@@ -68,7 +105,7 @@ class Datatype:
 
     @property
     def is_named(self):
-        return self._predefined and self._base is not None
+        return self._combiner == COMBINER_NAMED and self._base is not None
 
     def tocode(self):
         """The typecode string of a predefined type ("d" for MPI.DOUBLE)."""
@@ -84,33 +121,298 @@ class Datatype:
             raise ValueError(f"cannot map typecode {code!r} to an MPI datatype")
         return dt
 
-    typestr = property(lambda self: self._base.str if self._mult == 1 else f"{self._mult}{self._base.str}")
+    @property
+    def typestr(self):
+        if self._base is None:
+            return ""
+        if self._combiner == COMBINER_NAMED or (self._simple and not self._mixed and self._mult == 1):
+            return self._base.str
+        return f"V{self.extent}" if self._mixed or not self._simple else f"{self._mult}{self._base.str}"
+
+    typechar = property(lambda self: self._code if self._code is not None and len(self._code) == 1 else
+                        ("V" if self._base is not None else ""))
 
     # ------------------------------------------------------------ life cycle
     def Commit(self):
         self._require()
+        self._committed = True
         return self
 
-    def Dup(self):
-        self._require()
-        dup = Datatype(self)
-        dup._predefined = False
-        return dup
+    commit = Commit
 
     def Free(self):
         if self._predefined:
             raise MPIException(ERR_TYPE, f"cannot free the predefined datatype {self._name}")
-        self._set(None, 0, "MPI_DATATYPE_NULL", None, True)
+        self._set(None, 0, "MPI_DATATYPE_NULL", None, False)
 
+    free = Free
+
+    def Dup(self):
+        """A new handle for the same type (derived: Free one, the other stays)."""
+        self._require()
+        return _derive(COMBINER_DUP, (), (), (self,), [(self, 1, 0)], name=self._name, resized=(self._lb, self._ub))
+
+    Create_dup = Dup
+
+    # ------------------------------------------------------------ constructors
     def Create_contiguous(self, count):
         """count consecutive elements of this type, as one element."""
+        count = _count(count, "Create_contiguous", "count")
+        return _derive(COMBINER_CONTIGUOUS, (count,), (), (self,), [(self, count, 0)])
+
+    def Create_vector(self, count, blocklength, stride):
+        """count blocks of blocklength elements, block starts `stride` elements apart."""
+        count, bl = _count(count, "Create_vector", "count"), _count(blocklength, "Create_vector", "blocklength")
+        ext = self._extent_of("Create_vector")
+        return _derive(COMBINER_VECTOR, (count, bl, int(stride)), (), (self,),
+                       [(self, bl, i * int(stride) * ext) for i in range(count)])
+
+    def Create_hvector(self, count, blocklength, stride):
+        """count blocks of blocklength elements, block starts `stride` bytes apart."""
+        count, bl = _count(count, "Create_hvector", "count"), _count(blocklength, "Create_hvector", "blocklength")
         self._require()
-        if int(count) < 0:
-            raise MPIException(ERR_TYPE, f"Create_contiguous: count must be >= 0, got {count}")
-        dt = Datatype(self)
-        dt._mult, dt._predefined, dt._code = self._mult * int(count), False, None
-        dt._name = f"contiguous({count}, {self._name})"
-        return dt
+        return _derive(COMBINER_HVECTOR, (count, bl), (int(stride),), (self,),
+                       [(self, bl, i * int(stride)) for i in range(count)])
+
+    def Create_indexed(self, blocklengths, displacements):
+        """Blocks of blocklengths[i] elements at displacements[i] elements."""
+        bls, ds = _pairs(blocklengths, displacements, "Create_indexed")
+        ext = self._extent_of("Create_indexed")
+        return _derive(COMBINER_INDEXED, (len(bls), *bls, *ds), (), (self,),
+                       [(self, b, d * ext) for b, d in zip(bls, ds)])
+
+    def Create_hindexed(self, blocklengths, displacements):
+        """Blocks of blocklengths[i] elements at displacements[i] bytes."""
+        bls, ds = _pairs(blocklengths, displacements, "Create_hindexed")
+        self._require()
+        return _derive(COMBINER_HINDEXED, (len(bls), *bls), tuple(ds), (self,),
+                       [(self, b, d) for b, d in zip(bls, ds)])
+
+    def Create_indexed_block(self, blocklength, displacements):
+        """Blocks of blocklength elements at displacements[i] elements."""
+        bl = _count(blocklength, "Create_indexed_block", "blocklength")
+        ds = [int(d) for d in displacements]
+        ext = self._extent_of("Create_indexed_block")
+        return _derive(COMBINER_INDEXED_BLOCK, (len(ds), bl, *ds), (), (self,), [(self, bl, d * ext) for d in ds])
+
+    def Create_hindexed_block(self, blocklength, displacements):
+        """Blocks of blocklength elements at displacements[i] bytes."""
+        bl = _count(blocklength, "Create_hindexed_block", "blocklength")
+        ds = [int(d) for d in displacements]
+        self._require()
+        return _derive(COMBINER_HINDEXED_BLOCK, (len(ds), bl), tuple(ds), (self,), [(self, bl, d) for d in ds])
+
+    @classmethod
+    def Create_struct(cls, blocklengths, displacements, datatypes):
+        """Blocks of blocklengths[i] elements of datatypes[i] at displacements[i] bytes."""
+        bls, ds = _pairs(blocklengths, displacements, "Create_struct")
+        types = list(datatypes)
+        if len(types) != len(bls):
+            raise ValueError(f"Create_struct: {len(bls)} blocklengths, {len(types)} datatypes")
+        for t in types:
+            if not isinstance(t, Datatype):
+                raise TypeError(f"Create_struct: expected MPI.Datatype, got {type(t).__name__}")
+            t._require()
+        return _derive(COMBINER_STRUCT, (len(bls), *bls), tuple(ds), tuple(types),
+                       [(t, b, d) for t, b, d in zip(types, bls, ds)], struct=True)
+
+    def Create_resized(self, lb, extent):
+        """This type with its lower bound and extent set (the typemap unchanged)."""
+        self._require()
+        lb, extent = int(lb), int(extent)
+        return _derive(COMBINER_RESIZED, (), (lb, extent), (self,), [(self, 1, 0)], resized=(lb, lb + extent))
+
+    def Create_subarray(self, sizes, subsizes, starts, order=None):
+        """The subsizes block at starts of an array of sizes (C or Fortran order) of this type."""
+        order = ORDER_C if order is None else order
+        sizes, subsizes, starts = [list(map(int, v)) for v in (sizes, subsizes, starts)]
+        nd = len(sizes)
+        if nd < 1 or len(subsizes) != nd or len(starts) != nd:
+            raise ValueError(f"Create_subarray: sizes {sizes}, subsizes {subsizes}, starts {starts}: lengths differ")
+        for d in range(nd):
+            if sizes[d] < 1 or subsizes[d] < 1 or starts[d] < 0 or starts[d] + subsizes[d] > sizes[d]:
+                raise MPIException(ERR_ARG, f"Create_subarray: dimension {d}: start {starts[d]} + subsize "
+                                            f"{subsizes[d]} outside size {sizes[d]}")
+        if order not in (ORDER_C, ORDER_FORTRAN):
+            raise MPIException(ERR_ARG, f"Create_subarray: order must be MPI.ORDER_C or MPI.ORDER_FORTRAN, got {order}")
+        ext = self._extent_of("Create_subarray")
+        dims = range(nd) if order == ORDER_FORTRAN else range(nd - 1, -1, -1)  # fastest first
+        t, stride, offset = self, ext, 0
+        for k, d in enumerate(dims):
+            t = t.Create_contiguous(subsizes[d]) if k == 0 else t.Create_hvector(subsizes[d], 1, stride)
+            offset += starts[d] * stride
+            stride *= sizes[d]
+        t = _derive(COMBINER_HINDEXED, (), (), (t,), [(t, 1, offset)])
+        return _derive(COMBINER_SUBARRAY, (nd, *sizes, *subsizes, *starts, order), (), (self,), [(t, 1, 0)],
+                       resized=(0, stride))
+
+    def Create_darray(self, size, rank, gsizes, distribs, dargs, psizes, order=None):
+        """This process's block of a distributed array (HPF-style BLOCK / CYCLIC / NONE per dimension)."""
+        order = ORDER_C if order is None else order
+        gsizes, distribs, dargs, psizes = [list(map(int, v)) for v in (gsizes, distribs, dargs, psizes)]
+        nd, size, rank = len(gsizes), int(size), int(rank)
+        if not (len(distribs) == len(dargs) == len(psizes) == nd) or nd < 1:
+            raise ValueError("Create_darray: gsizes, distribs, dargs and psizes must have one entry per dimension")
+        if math.prod(psizes) != size or not 0 <= rank < size:
+            raise MPIException(ERR_ARG, f"Create_darray: psizes {psizes} for {size} processes, rank {rank}")
+        coords, r = [0] * nd, rank
+        for d in range(nd - 1, -1, -1):  # process grid in row-major order
+            coords[d], r = r % psizes[d], r // psizes[d]
+        ext = self._extent_of("Create_darray")
+        # per dimension: the global indices this process owns, in order
+        owned = [_darray_indices(gsizes[d], distribs[d], dargs[d], psizes[d], coords[d], d) for d in range(nd)]
+        dims = range(nd) if order == ORDER_FORTRAN else range(nd - 1, -1, -1)
+        t, stride = self, ext
+        for k, d in enumerate(dims):
+            t = _derive(COMBINER_HINDEXED, (), (), (t,), [(t, 1, i * stride) for i in owned[d]])
+            stride *= gsizes[d]
+        return _derive(COMBINER_DARRAY, (size, rank, nd, *gsizes, *distribs, *dargs, *psizes, order), (), (self,),
+                       [(t, 1, 0)], resized=(0, stride))
+
+    @classmethod
+    def Create_f90_integer(cls, r):
+        """The integer type holding r decimal digits (INTEGER1/2/4/8)."""
+        r = int(r)
+        for bits, name in ((2, "INTEGER1"), (4, "INTEGER2"), (9, "INTEGER4"), (18, "INTEGER8")):
+            if r <= bits:
+                return _f90(NAMED[name], COMBINER_F90_INTEGER, (r,))
+        raise MPIException(ERR_ARG, f"Create_f90_integer: no integer type holds {r} digits")
+
+    @classmethod
+    def Create_f90_real(cls, p, r):
+        """The real type of p digits and exponent range r (REAL4/REAL8)."""
+        p, r = int(p), int(r)
+        t = NAMED["REAL4"] if p <= 6 and r <= 37 else NAMED["REAL8"] if p <= 15 and r <= 307 else None
+        if t is None:
+            raise MPIException(ERR_ARG, f"Create_f90_real: no real type of precision {p}, range {r}")
+        return _f90(t, COMBINER_F90_REAL, (p, r))
+
+    @classmethod
+    def Create_f90_complex(cls, p, r):
+        """The complex type of p digits and exponent range r (COMPLEX8/COMPLEX16)."""
+        p, r = int(p), int(r)
+        t = NAMED["COMPLEX8"] if p <= 6 and r <= 37 else NAMED["COMPLEX16"] if p <= 15 and r <= 307 else None
+        if t is None:
+            raise MPIException(ERR_ARG, f"Create_f90_complex: no complex type of precision {p}, range {r}")
+        return _f90(t, COMBINER_F90_COMPLEX, (p, r))
+
+    def _extent_of(self, what):
+        self._require()
+        return self._ub - self._lb
+
+    # ------------------------------------------------------------ contents
+    def Get_envelope(self):
+        """(integers, addresses, large counts, datatypes, combiner): the sizes Get_contents returns."""
+        self._require()
+        return len(self._ints), len(self._addrs), 0, len(self._types), self._combiner
+
+    envelope = property(Get_envelope)
+    combiner = property(lambda self: self.Get_envelope()[-1])
+
+    def Get_contents(self):
+        """(integers, addresses, large counts, datatypes): the arguments this type was made from."""
+        self._require()
+        if self._combiner == COMBINER_NAMED:
+            raise MPIException(ERR_TYPE, f"Get_contents of the named datatype {self._name}")
+        return list(self._ints), list(self._addrs), [], [_handle(t) for t in self._types]
+
+    contents = property(Get_contents)
+
+    def decode(self):
+        """(old type, combiner name, keyword arguments): calling the old type's Create_<combiner>(**kwargs)
+        makes this type again."""
+        self._require()
+        c, i, a, types = self._combiner, self._ints, self._addrs, [_handle(t) for t in self._types]
+        old = types[0] if len(types) == 1 else DATATYPE_NULL
+        if c == COMBINER_NAMED:
+            return self, "NAMED", {}
+        params = {}
+        if c == COMBINER_CONTIGUOUS:
+            params = {"count": i[0]}
+        elif c == COMBINER_VECTOR:
+            params = {"count": i[0], "blocklength": i[1], "stride": i[2]}
+        elif c == COMBINER_HVECTOR:
+            params = {"count": i[0], "blocklength": i[1], "stride": a[0]}
+        elif c == COMBINER_INDEXED:
+            params = {"blocklengths": list(i[1:1 + i[0]]), "displacements": list(i[1 + i[0]:])}
+        elif c in (COMBINER_HINDEXED, COMBINER_STRUCT):
+            params = {"blocklengths": list(i[1:]), "displacements": list(a)}
+            if c == COMBINER_STRUCT:
+                params["datatypes"] = list(types)
+        elif c == COMBINER_INDEXED_BLOCK:
+            params = {"blocklength": i[1], "displacements": list(i[2:])}
+        elif c == COMBINER_HINDEXED_BLOCK:
+            params = {"blocklength": i[1], "displacements": list(a)}
+        elif c == COMBINER_SUBARRAY:
+            n = i[0]
+            params = {"sizes": list(i[1:1 + n]), "subsizes": list(i[1 + n:1 + 2 * n]),
+                      "starts": list(i[1 + 2 * n:1 + 3 * n]), "order": i[1 + 3 * n]}
+        elif c == COMBINER_DARRAY:
+            n = i[2]
+            params = {"size": i[0], "rank": i[1], "gsizes": list(i[3:3 + n]), "distribs": list(i[3 + n:3 + 2 * n]),
+                      "dargs": list(i[3 + 2 * n:3 + 3 * n]), "psizes": list(i[3 + 3 * n:3 + 4 * n]),
+                      "order": i[3 + 4 * n]}
+        elif c == COMBINER_RESIZED:
+            params = {"lb": a[0], "extent": a[1]}
+        elif c == COMBINER_F90_INTEGER:
+            params = {"r": i[0]}
+        elif c in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
+            params = {"p": i[0], "r": i[1]}
+        return old, _COMBINER_NAMES[c], params
+
+    # ------------------------------------------------------------ packing
+    def Pack_size(self, count, comm=None):
+        """Bytes Pack needs for count elements."""
+        return _count(count, "Pack_size", "count") * self.Get_size()
+
+    def Pack(self, inbuf, outbuf, position, comm=None):
+        """Pack inbuf (whole elements of this type) into outbuf at byte `position`; the new position."""
+        from ._bufspec import pack_into
+        return pack_into(self, inbuf, outbuf, position, None)
+
+    def Unpack(self, inbuf, position, outbuf, comm=None):
+        """Unpack from inbuf at byte `position` as many elements as outbuf holds; the new position."""
+        from ._bufspec import unpack_from
+        return unpack_from(self, inbuf, position, outbuf, None)
+
+    def Pack_external_size(self, datarep, count):
+        """Bytes Pack_external needs for count elements in `datarep` ("external32")."""
+        _datarep(datarep)
+        return _count(count, "Pack_external_size", "count") * self._mult * self._x32_size()
+
+    def Pack_external(self, datarep, inbuf, outbuf, position):
+        """Pack as Pack does, in `external32` (big-endian, the standard's sizes)."""
+        from ._bufspec import pack_into
+        _datarep(datarep)
+        return pack_into(self, inbuf, outbuf, position, self._x32_dtype())
+
+    def Unpack_external(self, datarep, inbuf, position, outbuf):
+        from ._bufspec import unpack_from
+        _datarep(datarep)
+        return unpack_from(self, inbuf, position, outbuf, self._x32_dtype())
+
+    def _x32_size(self):
+        self._require()
+        if self._mixed or self._x32 is None:
+            raise MPIException(ERR_TYPE, f"Pack_external: {self._name} mixes basic types; commlib packs external32 "
+                                         f"for datatypes of one basic type")
+        return self._x32
+
+    def _x32_dtype(self):
+        size = self._x32_size()
+        b = self._base
+        kind = "f" if b.kind == "f" else "c" if b.kind == "c" else "b" if b.kind == "b" else b.kind
+        return np.dtype(">" + kind + str(size)) if kind != "b" else np.dtype("?")
+
+    @classmethod
+    def Match_size(cls, typeclass, size):
+        """The predefined type of `typeclass` (MPI.TYPECLASS_INTEGER, _REAL, _COMPLEX) and `size` bytes."""
+        names = {TYPECLASS_INTEGER: {1: "INTEGER1", 2: "INTEGER2", 4: "INTEGER4", 8: "INTEGER8"},
+                 TYPECLASS_REAL: {4: "REAL4", 8: "REAL8"}, TYPECLASS_COMPLEX: {8: "COMPLEX8", 16: "COMPLEX16"}}
+        name = names.get(typeclass, {}).get(int(size))
+        if name is None:
+            raise MPIException(ERR_ARG, f"Match_size: no type of class {typeclass} and {size} bytes")
+        return NAMED[name]
 
     # ------------------------------------------------------------ comparison
     def __eq__(self, other):
@@ -118,8 +420,9 @@ class Datatype:
             return NotImplemented
         if self._base is None or other._base is None:
             return self._base is None and other._base is None
-        return self is other or (self._name == other._name and self._base == other._base
-                                 and self._mult == other._mult)
+        if self._combiner == other._combiner == COMBINER_NAMED:
+            return self._name == other._name and self._base == other._base
+        return self._blocks is other._blocks and self._types == other._types  # one handle: MPI.Datatype(t) copies
 
     def __hash__(self):
         return hash((self._name, self._mult))
@@ -131,9 +434,17 @@ class Datatype:
         return f"<MPI.Datatype {self._name}>"
 
     def __reduce__(self):
-        if self._predefined:
+        if self._predefined and self._combiner == COMBINER_NAMED:
             return (_restore, (self._name[4:],))
-        raise ValueError(f"cannot pickle the derived datatype {self._name}")
+        if self._base is None:
+            return (_restore, ("DATATYPE_NULL",))
+        old, comb, params = self.decode()
+        return (_recreate, (old, comb, params))
+
+
+def _handle(t):
+    """What Get_contents hands back: the named type itself, a new handle of a derived one."""
+    return t if t._combiner == COMBINER_NAMED or t._predefined else Datatype(t)
 
 
 def _restore(name):
@@ -141,19 +452,153 @@ def _restore(name):
     return getattr(MPI, name)
 
 
-def _derived_not_provided(name):
-    def fail(self, *args, **kwargs):
-        raise NotImplementedError(f"Datatype.{name}: derived datatypes beyond Create_contiguous are not provided "
-                                  f"by commlib.MPI (slice and copy with NumPy instead)")
-    fail.__name__ = name
-    return fail
+def _recreate(old, combiner, params):
+    if combiner == "STRUCT":
+        return Datatype.Create_struct(**params)
+    if combiner == "DUP":
+        return old.Dup()
+    return getattr(old, "Create_" + combiner.lower())(**params)
 
 
-for _name in ("Create_vector", "Create_hvector", "Create_indexed", "Create_hindexed", "Create_indexed_block",
-              "Create_hindexed_block", "Create_struct", "Create_subarray", "Create_darray", "Create_resized",
-              "Create_f90_integer", "Create_f90_real", "Create_f90_complex", "Get_envelope", "decode", "Pack",
-              "Unpack", "Pack_size", "Pack_external", "Unpack_external", "Pack_external_size", "Match_size"):
-    setattr(Datatype, _name, _derived_not_provided(_name))
+_COMBINER_NAMES = {COMBINER_NAMED: "NAMED", COMBINER_DUP: "DUP", COMBINER_CONTIGUOUS: "CONTIGUOUS",
+                   COMBINER_VECTOR: "VECTOR", COMBINER_HVECTOR: "HVECTOR", COMBINER_INDEXED: "INDEXED",
+                   COMBINER_HINDEXED: "HINDEXED", COMBINER_INDEXED_BLOCK: "INDEXED_BLOCK",
+                   COMBINER_HINDEXED_BLOCK: "HINDEXED_BLOCK", COMBINER_STRUCT: "STRUCT",
+                   COMBINER_SUBARRAY: "SUBARRAY", COMBINER_DARRAY: "DARRAY", COMBINER_RESIZED: "RESIZED",
+                   COMBINER_F90_INTEGER: "F90_INTEGER", COMBINER_F90_REAL: "F90_REAL",
+                   COMBINER_F90_COMPLEX: "F90_COMPLEX", COMBINER_VALUE_INDEX: "VALUE_INDEX"}
+
+
+def _datarep(datarep):
+    if datarep != "external32":
+        raise MPIException(ERR_ARG, f"data representation {datarep!r}: commlib packs 'external32'")
+
+
+def _count(x, what, name):
+    x = int(x)
+    if x < 0:
+        raise MPIException(ERR_COUNT, f"{what}: {name} must be >= 0, got {x}")
+    return x
+
+
+def _pairs(blocklengths, displacements, what):
+    bls = [_count(b, what, "blocklength") for b in blocklengths]
+    ds = [int(d) for d in displacements]
+    if len(bls) != len(ds):
+        raise ValueError(f"{what}: {len(bls)} blocklengths, {len(ds)} displacements")
+    return bls, ds
+
+
+def _f90(named, combiner, ints):
+    t = Datatype(named)
+    t._combiner, t._ints, t._predefined = combiner, ints, True
+    return t
+
+
+def _darray_indices(gsize, distrib, darg, psize, coord, d):
+    """The global indices along one dimension that process coordinate `coord` owns, in order."""
+    if distrib == DISTRIBUTE_NONE:
+        return list(range(gsize))
+    if distrib == DISTRIBUTE_BLOCK:
+        b = -(-gsize // psize) if darg == DISTRIBUTE_DFLT_DARG else darg
+        if b * psize < gsize:
+            raise MPIException(ERR_ARG, f"Create_darray: dimension {d}: block {b} x {psize} processes < {gsize}")
+        return list(range(coord * b, min(gsize, (coord + 1) * b)))
+    if distrib == DISTRIBUTE_CYCLIC:
+        b = 1 if darg == DISTRIBUTE_DFLT_DARG else darg
+        return [i for start in range(coord * b, gsize, psize * b) for i in range(start, min(start + b, gsize))]
+    raise MPIException(ERR_ARG, f"Create_darray: dimension {d}: unknown distribution {distrib}")
+
+
+def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struct=False):
+    """A derived datatype of `pieces`, each (datatype, count, byte displacement): count copies of the
+    datatype one extent apart. Computes the flattened typemap, the bounds and the basic type."""
+    for t in types:
+        t._require()
+    rows, lb, ub, tlb, tub, size = [], None, None, None, None, 0
+    bases, align, x32 = set(), 0, set()
+    for t, count, disp in pieces:
+        if count == 0 or t._bytes == 0 and t._ub == t._lb:
+            continue
+        ext = t._ub - t._lb
+        span = (count - 1) * ext
+        lo, hi = disp + t._lb + min(0, span), disp + t._ub + max(0, span)
+        lb, ub = (lo, hi) if lb is None else (min(lb, lo), max(ub, hi))
+        if t._bytes:
+            tlo, thi = disp + t._tlb + min(0, span), disp + t._tub + max(0, span)
+            tlb, tub = (tlo, thi) if tlb is None else (min(tlb, tlo), max(tub, thi))
+            b = t._blocks
+            if len(b) == 1 and b[0, 1] == ext:  # copies that touch: one block, however many
+                rows.append(np.array([[disp + b[0, 0], count * ext]], np.int64))
+            else:
+                reps = (disp + np.arange(count, dtype=np.int64) * ext)[:, None]
+                rows.append(np.stack([(reps + b[:, 0]).ravel(), np.broadcast_to(b[:, 1], (count, len(b))).ravel()],
+                                     1))
+            size += count * t._bytes
+            bases.add(t._base if not t._mixed else None)
+            x32.add(t._x32 if not t._mixed else None)
+            align = max(align, t._align)
+    lb, ub = (0, 0) if lb is None else (lb, ub)
+    tlb, tub = (0, 0) if tlb is None else (tlb, tub)
+    if struct and align and resized is None:  # a struct's extent rounds up to its strictest member's alignment
+        ub = lb + -(-(ub - lb) // align) * align
+    if resized is not None:
+        lb, ub = resized
+    blocks = _merge(np.concatenate(rows) if rows else _NO_BLOCKS)
+    dt = object.__new__(Datatype)
+    base = bases.pop() if len(bases) == 1 else None
+    mixed = base is None and size > 0
+    if base is None:
+        base = np.dtype(np.uint8) if mixed or not types else types[0]._base
+    dt._base, dt._mult, dt._mixed = base, (size // base.itemsize if base.itemsize else 0), mixed
+    dt._name = name if name is not None else f"{_COMBINER_NAMES[combiner].lower()}({types[0]._name if types else ''})"
+    dt._code, dt._predefined = None, False
+    dt._wire = DT_BYTES if mixed or base == np.uint8 else dtype_code(base)
+    dt._blocks, dt._bytes, dt._lb, dt._ub, dt._tlb, dt._tub = blocks, size, lb, ub, tlb, tub
+    dt._simple = (lb == 0 and ub == size and
+                  (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
+    dt._align = align
+    dt._x32 = x32.pop() if len(x32) == 1 else (types[0]._x32 if not x32 and types else None)
+    dt._combiner, dt._ints, dt._addrs, dt._types = combiner, tuple(ints), tuple(addrs), tuple(types)
+    dt._committed = False
+    if not dt._simple:
+        _note_derived()
+    return dt
+
+
+def _merge(rows):
+    """Typemap rows with each block that starts where the previous one ends folded into it."""
+    if len(rows) < 2:
+        return np.ascontiguousarray(rows, dtype=np.int64)
+    rows = rows[rows[:, 1] > 0]
+    if len(rows) < 2:
+        return np.ascontiguousarray(rows, dtype=np.int64)
+    starts = np.ones(len(rows), bool)
+    starts[1:] = rows[1:, 0] != rows[:-1, 0] + rows[:-1, 1]
+    idx = np.flatnonzero(starts)
+    ends = rows[:, 0] + rows[:, 1]
+    last = np.append(idx[1:] - 1, len(rows) - 1)
+    return np.ascontiguousarray(np.stack([rows[idx, 0], ends[last] - rows[idx, 0]], 1), dtype=np.int64)
+
+
+_derived_hooks = []
+_derived_seen = False
+
+
+def on_derived(fn):
+    """Call fn once the first datatype that is not a plain view exists (at once if one does)."""
+    if _derived_seen:
+        fn()
+    else:
+        _derived_hooks.append(fn)
+
+
+def _note_derived():
+    """A datatype that is not a plain view now exists: run (once) what receives into one need."""
+    global _derived_seen
+    _derived_seen = True
+    while _derived_hooks:
+        _derived_hooks.pop()()
 
 
 def _predefined(name, np_name, code=None):
@@ -198,8 +643,7 @@ for _name, _np in (("FLOAT32_T", "float32"), ("FLOAT64_T", "float64"), ("C_FLOAT
     NAMED[_name] = _predefined(f"MPI_{_name}", _np)
 # Types commlib has no buffer layout for (long double, value-index pairs, 16-bit floats by MPI name,
 # Fortran extended precision): they exist, as DATATYPE_NULL.
-for _name in ("LONG_DOUBLE", "C_LONG_DOUBLE_COMPLEX", "CXX_LONG_DOUBLE_COMPLEX", "FLOAT_INT", "DOUBLE_INT",
-              "LONG_INT", "SHORT_INT", "TWOINT", "INT_INT", "LONG_DOUBLE_INT", "UB", "LB", "2INT", "PAIR_INT",
+for _name in ("LONG_DOUBLE", "C_LONG_DOUBLE_COMPLEX", "CXX_LONG_DOUBLE_COMPLEX", "LONG_DOUBLE_INT", "UB", "LB",
               "REAL2", "REAL16", "COMPLEX4", "COMPLEX32", "INTEGER16", "LOGICAL16", "DOUBLE_PRECISION_F",
               "FLOAT16_T_MPI", "BFLOAT16_T", "C_FLOAT16_COMPLEX", "C_BFLOAT16_COMPLEX", "FLOAT128_T",
               "C_FLOAT128_COMPLEX", "TWOREAL", "TWODOUBLE_PRECISION", "TWOINTEGER", "COUNT_T", "AINT_T"):
@@ -262,3 +706,40 @@ def as_datatype(spec):
             raise KeyError(f"cannot map typecode {spec!r} to an MPI datatype")
         return dt
     raise TypeError(f"expected an MPI.Datatype or a typecode string, got {type(spec).__name__}")
+
+
+_PAIRS = {"FLOAT_INT": ("FLOAT", "INT"), "DOUBLE_INT": ("DOUBLE", "INT"), "LONG_INT": ("LONG", "INT"),
+          "SHORT_INT": ("SHORT", "INT"), "TWOINT": ("INT", "INT")}
+_PAIR_ALIASES = {"INT_INT": "TWOINT", "PAIR_INT": "TWOINT", "2INT": "TWOINT"}
+_pair_types = {}
+
+
+def pair_type(name):
+    """The named value-index pair type (MINLOC / MAXLOC operands: a struct of value then index),
+    made on first use: a pair with padding is packed, and the machinery receives into packed types
+    need is installed only once a program uses one."""
+    name = _PAIR_ALIASES.get(name, name)
+    t = _pair_types.get(name)
+    if t is None:
+        v, i = NAMED[_PAIRS[name][0]], NAMED[_PAIRS[name][1]]
+        off = -(-v._bytes // i._align) * i._align
+        t = Datatype.Create_struct([1, 1], [0, off], [v, i])
+        t._name, t._predefined, t._combiner, t._ints, t._addrs, t._types = f"MPI_{name}", True, COMBINER_NAMED, (), (), ()
+        t._committed = True
+        _pair_types[name] = t
+    return t
+
+
+def Get_value_index(value, index):
+    """The named value-index pair type (MPI.FLOAT_INT ...) of value and index, or DATATYPE_NULL."""
+    value._require()
+    index._require()
+    for name, (v, i) in _PAIRS.items():
+        if value == NAMED[v] and index == NAMED[i]:
+            return pair_type(name)
+    return DATATYPE_NULL
+
+
+Datatype.Get_value_index = staticmethod(Get_value_index)
+for _name in ("LONG", "UNSIGNED_LONG", "SIGNED_LONG"):  # external32 sizes where they differ from LP64's
+    NAMED[_name]._x32 = 4

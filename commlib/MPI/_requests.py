@@ -111,6 +111,17 @@ class Request:
         self._r, self._done, self._value, self._persist = r, done, None, None
         return self
 
+    def _after(self, todo):
+        """Run each of todo (unpacking a derived-datatype receive) once this request completes."""
+        done = self._done
+
+        def then(result, status):
+            value = done(result, status)
+            for fn in todo:
+                fn()
+            return value
+        self._done = then
+
     @classmethod
     def _completed(cls, value=None, fill=None):
         """A request that is already complete (PROC_NULL, a send that finished at once)."""

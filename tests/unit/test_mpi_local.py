@@ -116,7 +116,7 @@ def test_datatype_objects():
     m = parse_send([np.zeros((4, 3)), 2, row])
     assert m.count == 2 and m.array.size == 6
     dup = MPI.INT.Dup()
-    assert dup == MPI.INT
+    assert dup != MPI.INT and MPI.Datatype(dup) == dup and dup.size == 4  # a new handle, as MPI's Dup
     dup.Free()
     assert not dup and MPI.LONG_DOUBLE == MPI.DATATYPE_NULL
     with pytest.raises(ValueError):
@@ -223,9 +223,7 @@ def test_truncation_to_self_is_the_receivers_error():
 
 
 def test_out_of_scope_features_raise_not_implemented():
-    for call in (lambda: MPI.INT.Create_vector(2, 1, 2), lambda: MPI.INT.Create_indexed_block(1, [0]),
-                 lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python"),
-                 lambda: MPI.COMM_WORLD.Alltoallw(None, None)):
+    for call in (lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python")):
         with pytest.raises(NotImplementedError):
             call()
 
