@@ -47,8 +47,8 @@ def cai_view(obj: Any, writable: bool = False) -> np.ndarray:
     """A view of __cuda_array_interface__ memory, host memory only (device memory: BufferError)."""
     ...
 
-def typemap_copy(user: Any, packed: Any, blocks: np.ndarray, count: int, extent: int, origin: int,
+def typemap_copy(user: Any, packed: Any, runs: np.ndarray, count: int, extent: int, origin: int,
                  pack: bool) -> int:
-    """Copy count elements of a derived datatype (blocks: int64 (k, 2) displacement, length) between
-    user memory (element i at origin + i * extent) and its packed form; returns the bytes copied."""
+    """Copy count elements of a derived datatype (runs: int64 (k, 4) displacement, length, stride,
+    repetitions) between user memory (element i at origin + i * extent) and its packed form."""
     ...

@@ -612,40 +612,68 @@ def cai_view(obj, bint writable=False):
 from libc.string cimport memcpy
 
 
-def typemap_copy(user, packed, const long long[:, ::1] blocks, Py_ssize_t count, Py_ssize_t extent,
+cdef inline void _runs_copy(char* user, char* packed, const long long[:, ::1] runs, Py_ssize_t count,
+                            Py_ssize_t extent, Py_ssize_t origin, bint pack) noexcept nogil:
+    cdef Py_ssize_t i, k, r, at, pos = 0, length, stride, reps, nr = runs.shape[0]
+    cdef char* u
+    for i in range(count):
+        at = origin + i * extent
+        for k in range(nr):
+            u = user + at + runs[k, 0]
+            length, stride, reps = runs[k, 1], runs[k, 2], runs[k, 3]
+            if length == 8:  # a constant size: the compiler makes each copy one load and one store
+                for r in range(reps):
+                    if pack:
+                        memcpy(packed + pos, u + r * stride, 8)
+                    else:
+                        memcpy(u + r * stride, packed + pos, 8)
+                    pos += 8
+            elif length == 4:
+                for r in range(reps):
+                    if pack:
+                        memcpy(packed + pos, u + r * stride, 4)
+                    else:
+                        memcpy(u + r * stride, packed + pos, 4)
+                    pos += 4
+            elif length == 16:
+                for r in range(reps):
+                    if pack:
+                        memcpy(packed + pos, u + r * stride, 16)
+                    else:
+                        memcpy(u + r * stride, packed + pos, 16)
+                    pos += 16
+            else:
+                for r in range(reps):
+                    if pack:
+                        memcpy(packed + pos, u + r * stride, length)
+                    else:
+                        memcpy(u + r * stride, packed + pos, length)
+                    pos += length
+
+
+def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, Py_ssize_t extent,
                  Py_ssize_t origin, bint pack):
     """Copy `count` elements of a derived datatype between user memory and its packed form, in one
-    nogil pass: element i's blocks (rows of `blocks`: byte displacement, byte length, in typemap order)
-    lie at origin + i * extent + displacement in `user`; in `packed` they follow one another.
+    nogil pass. Element i's typemap lies at origin + i * extent in `user`, as runs (rows of
+    `runs`: byte displacement, byte length, stride, repetitions -- `repetitions` blocks of `length`
+    bytes, `stride` apart), in typemap order; in `packed` the blocks follow one another.
     pack: user -> packed (packed writable); else packed -> user (user writable). The caller has
     checked that every block lies inside `user`; `packed` must hold count * (the blocks' total) bytes."""
     cdef const unsigned char[::1] ro
     cdef unsigned char[::1] rw
-    cdef Py_ssize_t i, k, at, pos = 0, nb = blocks.shape[0], total = 0
-    cdef const unsigned char* src
-    cdef unsigned char* dst
-    for k in range(nb):
-        total += blocks[k, 1]
+    cdef Py_ssize_t k, total = 0
+    for k in range(runs.shape[0]):
+        total += runs[k, 1] * runs[k, 3]
     if pack:
         ro, rw = user, packed
     else:
         ro, rw = packed, user
     if (rw.shape[0] if pack else ro.shape[0]) < total * count:
         raise ValueError(f"typemap_copy: the packed buffer holds fewer than {total * count} bytes")
-    src = &ro[0] if ro.shape[0] else NULL
-    dst = &rw[0] if rw.shape[0] else NULL
-    if pack:
-        with nogil:
-            for i in range(count):
-                at = origin + i * extent
-                for k in range(nb):
-                    memcpy(dst + pos, src + at + blocks[k, 0], blocks[k, 1])
-                    pos += blocks[k, 1]
-    else:
-        with nogil:
-            for i in range(count):
-                at = origin + i * extent
-                for k in range(nb):
-                    memcpy(dst + at + blocks[k, 0], src + pos, blocks[k, 1])
-                    pos += blocks[k, 1]
-    return pos
+    if total == 0 or count == 0:
+        return 0
+    cdef char* up = <char*>&ro[0] if pack else <char*>&rw[0]
+    cdef char* pp = <char*>&rw[0] if pack else <char*>&ro[0]
+    with nogil:
+        _runs_copy(up, pp, runs, count, extent, origin, pack)
+    return total * count

@@ -77,14 +77,14 @@ class DMsg:
         dt = self.datatype
         reach(dt, n, self._origin, self._mem.nbytes, what)
         packed = np.empty(n * dt._bytes, np.uint8)
-        typemap_copy(self._mem, packed, dt._blocks, n, dt._ub - dt._lb, self._origin, True)
+        typemap_copy(self._mem, packed, dt._runs, n, dt._ub - dt._lb, self._origin, True)
         if self._writable and self._packed is None:
             pending_unpack(self._unpack)
         self._packed, self._n = packed, n
 
     def _unpack(self):
         dt = self.datatype
-        typemap_copy(self._mem, self._packed, dt._blocks, self._n, dt._ub - dt._lb, self._origin, False)
+        typemap_copy(self._mem, self._packed, dt._runs, self._n, dt._ub - dt._lb, self._origin, False)
 
     def _view(self, n):
         dt = self.datatype
@@ -492,7 +492,7 @@ def pack_into(dt, inbuf, outbuf, position, x32):
     out = out.view(np.uint8) if out.size else np.empty(0, np.uint8)
     position = _int(position, "position")
     packed = np.empty(n * dt._bytes, np.uint8)
-    typemap_copy(mem, packed, dt._blocks, n, dt._ub - dt._lb, 0, True)
+    typemap_copy(mem, packed, dt._runs, n, dt._ub - dt._lb, 0, True)
     if x32 is not None:
         packed = packed.view(dt._base).astype(x32).view(np.uint8)
     end = position + packed.nbytes
@@ -519,5 +519,5 @@ def unpack_from(dt, inbuf, position, outbuf, x32):
     packed = src[position:end]
     if x32 is not None:
         packed = packed.view(x32).astype(dt._base).view(np.uint8)
-    typemap_copy(mem, np.ascontiguousarray(packed), dt._blocks, n, dt._ub - dt._lb, 0, False)
+    typemap_copy(mem, np.ascontiguousarray(packed), dt._runs, n, dt._ub - dt._lb, 0, False)
     return end

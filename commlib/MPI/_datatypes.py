@@ -34,7 +34,7 @@ class Datatype:
     and unpacked by `_kernels.typemap_copy` in one pass.
     """
 
-    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_lb", "_ub", "_tlb", "_tub",
+    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb", "_tub",
                  "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
                  "_committed", "__weakref__")
 
@@ -59,6 +59,7 @@ class Datatype:
         size = 0 if base is None else base.itemsize * mult
         self._bytes, self._lb, self._ub, self._tlb, self._tub = size, 0, size, 0, size
         self._blocks = np.array([[0, size]], np.int64) if size else _NO_BLOCKS
+        self._runs = _runs_of(self._blocks)
         self._simple, self._mixed = True, False
         self._align = 0 if base is None else (base.itemsize // 2 if base.kind == "c" else base.itemsize)
         self._x32 = None if base is None else base.itemsize
@@ -555,6 +556,7 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
     dt._code, dt._predefined = None, False
     dt._wire = DT_BYTES if mixed or base == np.uint8 else dtype_code(base)
     dt._blocks, dt._bytes, dt._lb, dt._ub, dt._tlb, dt._tub = blocks, size, lb, ub, tlb, tub
+    dt._runs = _runs_of(blocks)
     dt._simple = (lb == 0 and ub == size and
                   (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
     dt._align = align
@@ -579,6 +581,34 @@ def _merge(rows):
     ends = rows[:, 0] + rows[:, 1]
     last = np.append(idx[1:] - 1, len(rows) - 1)
     return np.ascontiguousarray(np.stack([rows[idx, 0], ends[last] - rows[idx, 0]], 1), dtype=np.int64)
+
+
+def _runs_of(blocks):
+    """The typemap as the kernel walks it: rows of (displacement, length, stride, repetitions), each
+    folding a stretch of equal blocks at an equal spacing (a vector's columns become one row)."""
+    k = len(blocks)
+    single = np.column_stack([blocks, np.zeros(k, np.int64), np.ones(k, np.int64)]) if k else np.empty((0, 4), np.int64)
+    if k < 3:
+        return np.ascontiguousarray(single, dtype=np.int64)
+    d, length = blocks[:, 0], blocks[:, 1]
+    step = np.diff(d)  # pair p joins rows p and p + 1
+    regular = length[1:] == length[:-1]
+    change = np.flatnonzero((step[1:] != step[:-1]) | (regular[1:] != regular[:-1])) + 1
+    starts = np.concatenate([[0], change])
+    if len(starts) > max(64, k // 8):  # irregular: nothing to fold
+        return np.ascontiguousarray(single, dtype=np.int64)
+    ends = np.concatenate([change, [k - 1]])  # pairs starts[j] .. ends[j] - 1
+    parts, row = [], 0
+    for ps, pe in zip(starts.tolist(), ends.tolist()):
+        if not regular[ps]:
+            continue
+        first, last = max(ps, row), pe  # rows first .. last, each pair in the stretch alike
+        if last - first + 1 >= 2:
+            parts.append(single[row:first])
+            parts.append(np.array([[d[first], length[first], step[ps], last - first + 1]], np.int64))
+            row = last + 1
+    parts.append(single[row:])
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64)
 
 
 _derived_hooks = []

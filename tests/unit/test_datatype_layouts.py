@@ -14,7 +14,7 @@ def picked(dt, buf, count=1):
     """The elements `count` elements of dt pick from buf, in typemap order, packed by the kernel."""
     u8 = buf.view(np.uint8).reshape(-1)
     out = np.empty(count * dt.size, np.uint8)
-    typemap_copy(u8, out, dt._blocks, count, dt.extent, 0, True)
+    typemap_copy(u8, out, dt._runs, count, dt.extent, 0, True)
     return out.view(buf.dtype)
 
 
@@ -119,3 +119,14 @@ def test_decode_contents_and_pickle_recreate_every_combiner():
         assert t.size > 0
     assert MPI.DOUBLE.decode() == (MPI.DOUBLE, "NAMED", {})
     assert MPI.Datatype.Create_f90_integer(3) == MPI.INTEGER2 and MPI.Datatype.Create_f90_real(6, 30).size == 4
+
+
+def test_the_kernel_walks_folded_runs():
+    assert MPI.DOUBLE.Create_vector(1000, 1, 8)._runs.tolist() == [[0, 8, 64, 1000]]  # one row, not 1000
+    sub = MPI.INT.Create_subarray([4, 5, 6], [2, 3, 2], [1, 2, 3])
+    assert sub._runs.tolist() == [[180, 8, 24, 3], [300, 8, 24, 3]]
+    mixed = MPI.INT.Create_hindexed([1, 1, 1, 2, 1, 1], [0, 8, 16, 40, 100, 104])
+    rows = mixed._runs.tolist()
+    assert sum(r[1] * r[3] for r in rows) == mixed.size
+    a = np.arange(40, dtype=np.int32)
+    assert picked(mixed, a).tolist() == [0, 2, 4, 10, 11, 25, 26]
