@@ -829,20 +829,22 @@ class Comm:
     def scatter(self, sendobj, root=0):
         g = _group(self)
         root = _root(g, root, "scatter")
-        if g.rank() == root:
-            if sendobj is None or len(sendobj) != g.size():
-                raise ValueError(f"scatter: root needs a sequence of {g.size()} objects, got "
-                                 f"{'None' if sendobj is None else len(sendobj)}")
-        return _api.scatter_obj(list(sendobj) if g.rank() == root else None, root, group=g)
+        objs = None
+        if g.rank() == root:  # as mpi4py: None scatters None to every rank; any iterable is taken
+            objs = [None] * g.size() if sendobj is None else list(sendobj)
+            if len(objs) != g.size():
+                raise ValueError(f"scatter: root needs a sequence of {g.size()} objects, got {len(objs)}")
+        return _api.scatter_obj(objs, root, group=g)
 
     def allgather(self, sendobj):
         return _api.all_gather_obj(sendobj, group=_group(self))
 
     def alltoall(self, sendobj):
         g = _group(self)
-        if sendobj is None or len(sendobj) != g.size():
-            raise ValueError(f"alltoall: needs a sequence of {g.size()} objects")
-        return self._run(alltoall_obj_body, list(sendobj))
+        objs = [None] * g.size() if sendobj is None else list(sendobj)
+        if len(objs) != g.size():
+            raise ValueError(f"alltoall: needs a sequence of {g.size()} objects, got {len(objs)}")
+        return self._run(alltoall_obj_body, objs)
 
     def reduce(self, sendobj, op=SUM, root=0):
         g = _group(self)

@@ -35,10 +35,14 @@ class Message:
         return self._msg is not None
 
     def __eq__(self, other):
-        return isinstance(other, Message) and self._msg is other._msg
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._msg is other._msg
 
     def __ne__(self, other):
-        return not self == other
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._msg is not other._msg
 
     def __hash__(self):
         return id(self._msg)

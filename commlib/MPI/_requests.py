@@ -188,6 +188,8 @@ class Request:
         self._r = None
         self._persist = None
 
+    free = Free  # mpi4py spells it both ways
+
     # ------------------------------------------------------------ lower case
     def wait(self, status=None):
         return self._complete(status)

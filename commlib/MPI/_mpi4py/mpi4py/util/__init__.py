@@ -1,2 +1,9 @@
-"""mpi4py.util is not provided by commlib's stand-in yet."""
-raise ImportError("mpi4py.util (pkl5, dtlib, pool, sync) is not provided by commlib's stand-in mpi4py yet")
+"""mpi4py.util of commlib's stand-in: `mpi4py.util.pkl5` is `commlib.MPI.util.pkl5` itself (the same
+module object, so that setting `pkl5.pickle` or `pkl5._bigmpi` acts on it). dtlib, pool and sync
+are not provided yet."""
+import sys
+
+from commlib.MPI.util import pkl5
+
+sys.modules[__name__ + ".pkl5"] = pkl5
+__all__ = ["pkl5"]

@@ -1,0 +1,1 @@
+"""mpi4py.util for commlib.MPI: `pkl5` (objects as pickle 5 with out-of-band buffers)."""
