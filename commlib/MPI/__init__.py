@@ -242,7 +242,7 @@ Comm.Get_errhandler = lambda self: ERRORS_RETURN
 Comm.Call_errhandler = lambda self, errorcode: None
 for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
               "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Neighbor_allgather",
-              "Neighbor_alltoall", "Barrier_init", "Bcast_init", "Allreduce_init", "Psend_init", "Precv_init"):
+              "Neighbor_alltoall", "Psend_init", "Precv_init"):
     setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
 
 

@@ -12,6 +12,7 @@ can), or its private bodies where those take no `out=`; vector collectives,
 scans and user ops run over the engine with tags below zero, which no user
 receive (ANY_TAG included) can match.
 """
+import inspect
 import math
 import socket
 import warnings
@@ -925,6 +926,29 @@ def _all_reduce_into(g, s, out, kernel):
 def _all_gather_into(g, x, out):
     """commlib's all_gather of the flat x into the flat out (the one-call path takes out=)."""
     _coll.all_gather(x, out=out, group=g)
+
+
+def _persistent(name):
+    """Comm.<name>_init: a persistent collective, started anew at each Start() by the non-blocking
+    I<name> with the arguments given here (so each Start reads the buffers as they are then). The
+    trailing `info` argument, positional or not, is accepted and unused, as commlib takes no hints."""
+    nonblocking = "I" + name[0].lower() + name[1:]
+    width = len(inspect.signature(getattr(Comm, nonblocking)).parameters) - 1  # without self
+
+    def init(self, *args, info=None, **kwargs):
+        if len(args) > width + 1:
+            raise TypeError(f"{name}_init() takes at most {width + 1} positional arguments ({len(args)} given)")
+        args = args[:width]
+        return Prequest._make(lambda: getattr(self, nonblocking)(*args, **kwargs))
+    init.__name__ = init.__qualname__ = f"{name}_init"
+    init.__doc__ = f"A persistent {name}: each Start() runs {nonblocking} with these arguments."
+    return init
+
+
+for _name in ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall",
+              "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block", "Reduce_scatter", "Scan",
+              "Exscan"):
+    setattr(Comm, f"{_name}_init", _persistent(_name))
 
 
 class Intracomm(Comm):

@@ -28,6 +28,7 @@ PARTS = [
     ("mpi_coll.py", "scan"),
     ("mpi_coll.py", "vector"),
     ("mpi_coll.py", "objects"),
+    ("mpi_coll.py", "persistent"),
     ("mpi_coll.py", "errors"),
     ("mpi_comm.py", "comm"),
     ("mpi_comm.py", "topo"),

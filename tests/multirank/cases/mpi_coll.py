@@ -7,6 +7,8 @@ usage: mpi_coll.py SEED PART
   vector   Gatherv, Scatterv, Allgatherv, Alltoallv in every message form
   objects  bcast, reduce, allreduce, scan, exscan (MPI ops, non-commutative callables, MAXLOC/MINLOC),
            gather, scatter, allgather, alltoall, barrier
+  persistent  Barrier_init, Bcast_init, Allreduce_init, Reduce_init, Allgather_init, Alltoall_init,
+           Gatherv_init, Scan_init: started many times, each Start reading the buffers as they are
   errors   a bad root (past the end, negative) -> MPI.Exception with ERR_ROOT on every caller; BufferError
            (non-contiguous, read-only), ValueError (count remainder, mismatched buffers); the program goes on
 
@@ -738,6 +740,55 @@ def exception_class():
     ck.ok(isinstance(e.Get_error_string(), str) and e.Get_error_string(), "Get_error_string() non-empty str")
 
 
+def persistent_checks():
+    x, out = np.zeros(5), np.zeros(5)
+    req = comm.Allreduce_init(x, out, MPI.SUM)
+    for step in range(4):  # each Start reads x as it is now
+        x[:] = rank + step
+        req.Start()
+        req.Wait()
+        ck.equal(out, np.full(5, sum(r + step for r in range(size)), float), f"persistent: Allreduce_init start {step}")
+    req.Free()
+    ck.ok(not req, "persistent: a freed request is null")
+    b = np.zeros(3, np.int32)
+    bc = comm.Bcast_init(b, root=size - 1)
+    bar = comm.Barrier_init()
+    for step in range(3):
+        if rank == size - 1:
+            b[:] = step + 10
+        MPI.Prequest.Startall([bc, bar])
+        MPI.Request.Waitall([bc, bar])
+        ck.equal(b, np.full(3, step + 10, np.int32), f"persistent: Bcast_init start {step}")
+    red = np.zeros(2)
+    r = comm.Reduce_init(np.full(2, rank + 1.0), red, MPI.MAX, 0, MPI.INFO_NULL)  # info positional, as MPI has it
+    r.Start()
+    r.Wait()
+    if rank == 0:
+        ck.equal(red, np.full(2, float(size)), "persistent: Reduce_init with a positional info")
+    ag = np.zeros(size, np.int64)
+    a2 = np.zeros(size, np.int64)
+    reqs = [comm.Allgather_init(np.array([rank], np.int64), ag),
+            comm.Alltoall_init(np.arange(size, dtype=np.int64) + 100 * rank, a2)]
+    MPI.Prequest.Startall(reqs)
+    MPI.Request.Waitall(reqs)
+    ck.equal(ag, np.arange(size, dtype=np.int64), "persistent: Allgather_init")
+    ck.equal(a2, np.arange(size, dtype=np.int64) * 100 + rank, "persistent: Alltoall_init")
+    counts = [i + 1 for i in range(size)]
+    gv = np.zeros(sum(counts)) if rank == 0 else None
+    g = comm.Gatherv_init(np.full(rank + 1, float(rank)), [gv, counts] if rank == 0 else None, root=0)
+    g.Start()
+    g.Wait()
+    if rank == 0:
+        ck.equal(gv, np.repeat(np.arange(size, dtype=float), counts), "persistent: Gatherv_init")
+    sc = np.zeros(1)
+    s = comm.Scan_init(np.array([1.0]), sc, MPI.SUM)
+    s.Start()
+    s.Wait()
+    ck.ok(sc[0] == rank + 1, "persistent: Scan_init")
+    for q in reqs + [bc, bar, r, g, s]:
+        q.Free()
+
+
 PARTS = {
     "reduce": [bcast_dtypes_sizes, bcast_forms, allreduce_dtypes_sizes, allreduce_ops, allreduce_float_tolerance,
                allreduce_forms, reduce_checks],
@@ -745,6 +796,7 @@ PARTS = {
     "scan": [scan_checks, reduce_scatter_checks],
     "vector": [gatherv_checks, scatterv_checks, alltoallv_checks],
     "objects": [objects_bcast_reduce, objects_scan, objects_gather],
+    "persistent": [persistent_checks],
     "errors": [bad_root_buffers, bad_root_objects, negative_roots, bad_arguments, exception_class],
 }
 
