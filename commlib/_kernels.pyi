@@ -52,3 +52,7 @@ def typemap_copy(user: Any, packed: Any, runs: np.ndarray, count: int, extent: i
     """Copy count elements of a derived datatype (runs: int64 (k, 4) displacement, length, stride,
     repetitions) between user memory (element i at origin + i * extent) and its packed form."""
     ...
+
+def host_span(address: int, nbytes: int, writable: bool) -> np.ndarray:
+    """A uint8 view of nbytes at an absolute address, probed first (BufferError if not this process's)."""
+    ...

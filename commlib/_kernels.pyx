@@ -677,3 +677,24 @@ def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, P
     with nogil:
         _runs_copy(up, pp, runs, count, extent, origin, pack)
     return total * count
+
+
+def host_span(Py_ssize_t address, Py_ssize_t nbytes, bint writable):
+    """A uint8 view of nbytes at an absolute address (MPI.BOTTOM messages, whose datatypes hold
+    addresses from Get_address), once the kernel has confirmed that its first and last bytes are
+    this process's memory (BufferError otherwise, never a crash). Nothing keeps that memory alive:
+    as in C, the caller's objects must outlive the message."""
+    cdef cnp.npy_intp dims[1]
+    if nbytes < 0:
+        raise ValueError(f"host_span: negative length {nbytes}")
+    dims[0] = nbytes
+    if nbytes == 0:
+        return np.empty(0, np.uint8)
+    if address == 0 or not _probe(<char*>address, writable) or not _probe(<char*>address + nbytes - 1, writable):
+        raise BufferError(f"MPI.BOTTOM: the {nbytes} bytes at {hex(address)} are not "
+                          f"{'writable' if writable else 'readable'} memory of this process")
+    return _view(<char*>address, _U1, 1, dims, NULL, cnp.NPY_ARRAY_CARRAY if writable else cnp.NPY_ARRAY_CARRAY_RO,
+                 _BOTTOM_OWNER)
+
+
+_BOTTOM_OWNER = object()

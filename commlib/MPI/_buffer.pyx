@@ -21,9 +21,11 @@ cdef class buffer:
     cdef Py_buffer view
     cdef bint held  # view came from PyObject_GetBuffer and must be released
     cdef object owner  # what view.obj stands for where the memory came from elsewhere (None: an address)
+    cdef int kind  # the DLPack device type of the memory: 0 a plain buffer, 2 a CUDA array...
 
     def __cinit__(self, *args):
         self.held = False
+        self.kind = 0
         PyBuffer_FillInfo(&self.view, None, NULL, 0, 0, PyBUF_SIMPLE)
         if len(args) > 1:
             raise TypeError(f"buffer() takes at most 1 argument ({len(args)} given)")
@@ -42,8 +44,10 @@ cdef class buffer:
         except BaseException as e:
             if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
                 arr = dlpack_view(obj, not readonly)
+                self.kind = obj.__dlpack_device__()[0]
             elif hasattr(obj, "__cuda_array_interface__"):
                 arr = cai_view(obj, not readonly)
+                self.kind = 2
             else:
                 raise e
             PyObject_GetBuffer(arr, &self.view, flags)
@@ -89,8 +93,13 @@ cdef class buffer:
         """A buffer over part of this one's memory, keeping this one (and so its owner) alive."""
         cdef buffer b = buffer.__new__(buffer)
         PyBuffer_FillInfo(&b.view, None, <char*>self.view.buf + start, length, readonly, PyBUF_SIMPLE)
-        b.owner = self
+        b.owner, b.kind = self, self.kind
         return b
+
+    cdef _host(self):
+        """As mpi4py: memory a device array lent is moved by messages, never read here."""
+        if self.kind not in (0, 1, 3):
+            raise BufferError(f"buffer: memory of DLPack device type {self.kind} is not accessed from the host")
 
     @property
     def address(self):
@@ -128,10 +137,12 @@ cdef class buffer:
 
     def cast(self, format, shape=None):
         """A memoryview of this memory as `format` (and `shape`)."""
+        self._host()
         m = memoryview(self)
         return m.cast(format) if shape is None else m.cast(format, shape)
 
     def tobytes(self, order=None):
+        self._host()
         return PyBytes_FromStringAndSize(<char*>self.view.buf, self.view.len) if self.view.len else b""
 
     def __getbuffer__(self, Py_buffer* view, int flags):
@@ -155,6 +166,7 @@ cdef class buffer:
         return start, max(stop - start, 0)
 
     def __getitem__(self, item):
+        self._host()
         if isinstance(item, slice):
             start, length = self._slice(item)
             return self._sub(start, length, self.view.readonly)
@@ -165,6 +177,7 @@ cdef class buffer:
     def __setitem__(self, item, value):
         cdef Py_buffer src
         cdef Py_ssize_t start, length
+        self._host()
         if self.view.readonly:
             raise TypeError("buffer is read-only")
         if isinstance(item, slice):

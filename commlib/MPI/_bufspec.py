@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .._kernels import cai_view, dlpack_view, typemap_copy
+from .._kernels import cai_view, dlpack_view, host_span, typemap_copy
 from ._constants import BOTTOM, ERR_TRUNCATE, IN_PLACE, MPIException
 from ._datatypes import BY_CHAR, NAMED, Datatype, as_datatype, of_dtype, of_format
 
@@ -262,6 +262,12 @@ def _parse(spec, writable):
             return Msg(np.empty(0, dt._base if dt is not None else np.uint8), 0, dt or _BYTE)
     else:
         buf, dt = spec, None
+    if dt is not None and _is_bottom(buf):  # [MPI.BOTTOM, count, datatype]: the datatype holds addresses
+        count = 0 if count is None else _int(count, "count")  # MPI.BOTTOM alone holds nothing
+        mem, origin = _bottom_span(dt, count, 0 if displ is None else _int(displ, "displacement") * (dt._ub - dt._lb),
+                                   writable)
+        return DMsg(mem, origin, count, dt, True, writable) if not dt._simple else \
+            Msg(mem.view(dt._base) if mem.size else np.empty(0, dt._base), count, dt)
     flat, fdt = _flat(buf, writable)
     if dt is not None and not dt._simple:
         return _derived(flat, count, displ, dt, writable)
@@ -290,6 +296,8 @@ def _derived(flat, count, displ, dt, writable):
     ext = dt._ub - dt._lb
     origin = 0 if displ is None else _int(displ, "displacement") * ext
     given = count is not None
+    if displ is not None and ext <= 0 and _int(displ, "displacement") != 0:
+        raise ValueError(f"message: a displacement needs a datatype of positive extent ({dt.Get_name()}: {ext})")
     if given:
         count = _int(count, "count")
     else:
@@ -356,7 +364,7 @@ def parse_vector(spec, size, writable):
             counts, displs = counts
     else:
         buf, dt = spec, None
-    if buf is None:
+    if buf is None or _is_bottom(buf):
         flat, dt = np.empty(0, dt._base if dt is not None else np.uint8), dt or _BYTE
     else:
         flat, fdt = _flat(buf, writable)
@@ -391,7 +399,10 @@ def _derived_vector(flat, counts, displs, dt, size, writable):
     ext = dt._ub - dt._lb
     counts = _ints(counts, size, "count")
     if counts is None:
-        total = mem.nbytes // ext if ext > 0 else 0
+        if ext <= 0 or mem.nbytes % ext:
+            raise ValueError(f"message: cannot infer the counts of {dt.Get_name()} elements (extent {ext}) in a "
+                             f"buffer of {mem.nbytes} bytes")
+        total = mem.nbytes // ext
         counts = [total // size + (1 if i < total % size else 0) for i in range(size)]
     if displs is None:
         displs = list(np.cumsum([0] + counts[:-1]))
@@ -417,30 +428,56 @@ def parse_vectorw(spec, size, writable, what):
     """Alltoallw's message, [buf, (counts, displs), datatypes] or [buf, counts, displs, datatypes]
     (displacements in bytes, a datatype per rank): per rank, the packed bytes of its part (for a
     receive, unpacked back when the call completes)."""
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
-        raise ValueError(f"{what}: expected [buf, (counts, displs), datatypes] or [buf, counts, displs, datatypes]")
-    if len(spec) == 3:
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
+        raise ValueError(f"{what}: expected [buf, datatypes], [buf, (counts, displs), datatypes] or "
+                         f"[buf, counts, displs, datatypes]")
+    if len(spec) == 2:
+        (buf, types), counts, displs = spec, None, None
+    elif len(spec) == 3:
         buf, cd, types = spec
         if not isinstance(cd, (list, tuple)) or len(cd) != 2:
             raise ValueError(f"{what}: expected (counts, displs), got {cd!r}")
         counts, displs = cd
     else:
         buf, counts, displs, types = spec
+    if _is_bottom(buf) and (counts is None or displs is None):
+        raise ValueError(f"{what}: a message at MPI.BOTTOM needs its counts and displacements")
+    if counts is None and displs is None:  # one element of each rank's datatype at the buffer's start
+        counts, displs = [1] * size, [0] * size
     counts, displs = _ints(counts, size, "count"), _ints(displs, size, "displacement")
     types = [as_datatype(t) for t in types] if isinstance(types, (list, tuple)) else [as_datatype(types)] * size
     if counts is None or displs is None or len(types) < size:
         raise ValueError(f"{what}: counts, displacements and datatypes need one entry per rank ({size})")
-    if buf is None:
+    at_bottom = _is_bottom(buf)
+    if buf is None or at_bottom:
         mem = np.empty(0, np.uint8)
     else:
         flat, _ = _flat(buf, writable)
         mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
     parts = []
     for c, d, t in zip(counts, displs, types):
-        m = DMsg(mem, d, c, t, True, writable)
+        if at_bottom:  # absolute addresses: each part's own span of this process's memory
+            mem, d = _bottom_span(t, c, d, writable)
         reach(t, c, d, mem.nbytes, what)
-        parts.append(m.u8)
+        if t._simple:  # a plain view: received in place
+            parts.append(mem[d:d + c * t._bytes])
+        else:
+            parts.append(DMsg(mem, d, c, t, True, writable).u8)
     return parts
+
+
+def _bottom_span(dt, count, displ, writable):
+    """(bytes, origin) of `count` elements of dt at absolute address `displ` (MPI.BOTTOM + displ):
+    the span of memory they touch, probed by the kernel, and where element 0 starts in it."""
+    if count == 0 or dt._bytes == 0:
+        return np.empty(0, np.uint8), 0
+    span = (count - 1) * (dt._ub - dt._lb)
+    lo, hi = displ + dt._tlb + min(0, span), displ + dt._tub + max(0, span)
+    return host_span(lo, hi - lo, writable), displ - lo
+
+
+def _is_bottom(buf):
+    return type(buf) is int and buf == BOTTOM
 
 
 def _is_int(x):

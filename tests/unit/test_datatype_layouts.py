@@ -130,3 +130,14 @@ def test_the_kernel_walks_folded_runs():
     assert sum(r[1] * r[3] for r in rows) == mixed.size
     a = np.arange(40, dtype=np.int32)
     assert picked(mixed, a).tolist() == [0, 2, 4, 10, 11, 25, 26]
+
+
+def test_bottom_messages_reach_only_this_process_memory():
+    a = np.arange(4, dtype=np.int32)
+    t = MPI.Datatype.Create_struct([2], [MPI.Get_address(a) + 4], [MPI.INT])
+    m = parse_send([MPI.BOTTOM, 1, t])
+    assert m.array.tolist() == [1, 2]
+    bogus = MPI.Datatype.Create_struct([2], [0x1000], [MPI.INT])  # the never-mapped first pages
+    with pytest.raises(BufferError, match="MPI.BOTTOM"):
+        parse_send([MPI.BOTTOM, 1, bogus])
+    assert parse_send([MPI.BOTTOM, "B"]).count == 0  # BOTTOM alone holds nothing

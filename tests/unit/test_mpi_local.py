@@ -427,4 +427,6 @@ def test_mpi_buffer_views_allocates_and_slices_memory():
     with pytest.raises(BufferError, match="read-only"):
         MPI.Attach_buffer(MPI.buffer(b"abc"))
     d = MPI.buffer(_CAIOnly(np.arange(3, dtype=np.uint8)))  # a CUDA-array-interface object, on the host
-    assert d.tobytes() == bytes([0, 1, 2])
+    assert bytes(memoryview(d)) == bytes([0, 1, 2]) and d.nbytes == 3  # messages move it...
+    with pytest.raises(BufferError, match="device type 2"):
+        d.tobytes()  # ... but, as mpi4py, the buffer does not read device memory itself
