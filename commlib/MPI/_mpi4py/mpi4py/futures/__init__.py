@@ -1,3 +1,6 @@
-"""mpi4py.futures is not provided by commlib's stand-in yet."""
-raise ImportError("mpi4py.futures (MPIPoolExecutor, MPICommExecutor) is not provided by commlib's stand-in "
-                  "mpi4py yet; use concurrent.futures within a rank, or commlib's collectives")
+"""mpi4py.futures of commlib's stand-in: `commlib.MPI.futures` itself (the same module object)."""
+import sys
+
+from commlib.MPI import futures as _futures
+
+sys.modules[__name__] = _futures
