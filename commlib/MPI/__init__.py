@@ -133,8 +133,11 @@ def Attach_buffer(buf):
     """Attach a buffer for buffered sends (commlib's sends never need one: it is kept and given back)."""
     global _attached
     if buf is not None and buf is not BUFFER_AUTOMATIC:
-        b = buf if isinstance(buf, buffer) else buffer.frombuffer(buf, readonly=True)
-        if b.readonly:
+        try:
+            writable = not buf.readonly if isinstance(buf, buffer) else not buffer.frombuffer(buf).readonly
+        except BufferError:
+            writable = False
+        if not writable:
             raise BufferError("MPI.Attach_buffer: the buffer is read-only")
     _attached = buf
 

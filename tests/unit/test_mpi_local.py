@@ -426,6 +426,11 @@ def test_mpi_buffer_views_allocates_and_slices_memory():
         MPI.buffer.allocate(-1)
     with pytest.raises(BufferError, match="read-only"):
         MPI.Attach_buffer(MPI.buffer(b"abc"))
+    with pytest.raises(BufferError, match="read-only"):
+        MPI.Attach_buffer(b"abc")
+    for writable in (np.zeros(4), bytearray(0), MPI.Alloc_mem(8)):
+        MPI.Attach_buffer(writable)
+        assert MPI.Detach_buffer() is writable
     d = MPI.buffer(_CAIOnly(np.arange(3, dtype=np.uint8)))  # a CUDA-array-interface object, on the host
     assert bytes(memoryview(d)) == bytes([0, 1, 2]) and d.nbytes == 3  # messages move it...
     with pytest.raises(BufferError, match="device type 2"):
