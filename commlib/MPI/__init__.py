@@ -280,7 +280,13 @@ class Session(_OutOfScope):
 class Grequest(Request):
     """Generalized requests are out of scope."""
 
+    __slots__ = ()
     Start = staticmethod(_not_provided("MPI.Grequest"))
+
+    def __new__(cls, request=None):
+        if request is not None and not isinstance(request, Grequest):
+            raise TypeError(f"MPI.Grequest() takes a Grequest, got {type(request).__name__}")
+        return super().__new__(cls, request)
 
 
 class Graphcomm(Topocomm):
@@ -367,3 +373,22 @@ def _sizeof(obj):
             isinstance(obj, type) and issubclass(obj, (Comm, Group, Op, Request, Info, Errhandler, Message))):
         return 4  # MPICH's handles are C ints
     raise TypeError(f"_sizeof: expected an MPI type or handle, got {type(obj).__name__}")
+
+
+def _install_handles():
+    from ._handles import install
+    from ._comm import _NULL
+
+    install(Comm, lambda c: None if c._c is _NULL else c._c, lambda cls, o: cls._of(o._c) if o._c is not _NULL
+            else cls())
+    install(Datatype, lambda t: None if t._base is None else (t if t._combiner == COMBINER_NAMED else t._blocks),
+            lambda cls, o: o if o._predefined else cls(o))
+    install(Op, lambda o: o if o else None, lambda cls, o: o if o.is_predefined else cls(o))
+    install(Request, lambda r: r._persist if r._persist is not None else r._r, lambda cls, o: cls(o))
+    install(Message, lambda m: m._msg, lambda cls, o: cls(o))
+    install(Group, lambda g: g._ranks, lambda cls, o: cls(o))
+    install(Info, lambda i: i._d, lambda cls, o: cls(o))
+    install(Errhandler, lambda e: e, lambda cls, o: o)
+
+
+_install_handles()

@@ -435,3 +435,21 @@ def test_mpi_buffer_views_allocates_and_slices_memory():
     assert bytes(memoryview(d)) == bytes([0, 1, 2]) and d.nbytes == 3  # messages move it...
     with pytest.raises(BufferError, match="device type 2"):
         d.tobytes()  # ... but, as mpi4py, the buffer does not read device memory itself
+
+
+def test_handles_name_an_objects_state_and_give_it_back():
+    comm = MPI.COMM_WORLD
+    dt = MPI.DOUBLE.Create_vector(2, 1, 3)
+    for obj in (comm, MPI.COMM_SELF, MPI.COMM_NULL, MPI.INT, dt, MPI.DATATYPE_NULL, MPI.SUM, MPI.OP_NULL,
+                MPI.REQUEST_NULL, MPI.MESSAGE_NULL, MPI.MESSAGE_NO_PROC, comm.Get_group(), MPI.Info.Create(),
+                MPI.INFO_NULL):
+        h = obj.handle
+        assert isinstance(h, int) and obj.toint() == obj.py2f() == h
+        back = type(obj).fromhandle(h)
+        assert back == obj and type(obj).fromint(h) == obj and type(obj).f2py(h) == obj, obj
+        assert (h == 0) == (not obj), obj  # null objects are handle 0
+    assert MPI.Datatype(dt).handle == dt.handle != dt.Dup().handle  # a copy is the same handle, a Dup a new one
+    r = comm.Recv_init(bytearray(0), 0, 0)
+    assert MPI.Prequest.fromhandle(r.handle) == r
+    with pytest.raises(ValueError, match="no MPI object"):
+        MPI.Datatype.fromhandle(12345)
