@@ -12,7 +12,8 @@ Vector collectives take [buf, counts], [buf, (counts, displs)], [buf, (counts, d
 
 A DLPack array (an object with `__dlpack__` and no buffer protocol: a torch tensor, a CPU JAX array)
 is viewed through its capsule (`_kernels.dlpack_view`); then an object with `__cuda_array_interface__`
-(`_kernels.cai_view`: host memory only, device memory is a BufferError). The result is always a view of the caller's memory: a receive writes in place. A non-contiguous
+(`_kernels.cai_view`: host memory only, device memory is a BufferError). The result is always a
+view of the caller's memory: a receive writes in place. A non-contiguous
 buffer is a BufferError (a receive into a silent copy would be lost), and so is a read-only
 buffer given to a receive.
 """

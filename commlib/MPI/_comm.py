@@ -25,13 +25,13 @@ from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
 from .._kernels import plain, plain_pair
 from .._engine import EAGER_BYTES
-from ._constants import (ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM,
-                         ERR_GROUP, ERR_LASTCODE, ERR_OP, ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO,
-                         KEYVAL_INVALID, LASTUSEDCODE, PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL,
-                         UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
-from ._collectives import (TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allreduce_body, alltoall_body, alltoall_obj_body,
-                           exchange_body, fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body,
-                           scatterv_body)
+from ._constants import (
+    ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
+    ERR_OP, ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO, KEYVAL_INVALID, LASTUSEDCODE,
+    PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
+from ._collectives import (
+    TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allreduce_body, alltoall_body, alltoall_obj_body, exchange_body,
+    fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body, scatterv_body)
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc

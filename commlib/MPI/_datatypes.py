@@ -11,12 +11,12 @@ import sys
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_code
-from ._constants import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,
-                         COMBINER_F90_REAL, COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED,
-                         COMBINER_INDEXED_BLOCK, COMBINER_NAMED, COMBINER_RESIZED, COMBINER_STRUCT, COMBINER_SUBARRAY,
-                         COMBINER_VALUE_INDEX, COMBINER_VECTOR, DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG,
-                         DISTRIBUTE_NONE, ERR_ARG, ERR_COUNT, ERR_TYPE, ORDER_C, ORDER_FORTRAN, TYPECLASS_COMPLEX,
-                         TYPECLASS_INTEGER, TYPECLASS_REAL, MPIException)
+from ._constants import (
+    COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_F90_REAL,
+    COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED, COMBINER_INDEXED_BLOCK,
+    COMBINER_NAMED, COMBINER_RESIZED, COMBINER_STRUCT, COMBINER_SUBARRAY, COMBINER_VALUE_INDEX, COMBINER_VECTOR,
+    DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG, DISTRIBUTE_NONE, ERR_ARG, ERR_COUNT, ERR_TYPE, ORDER_C,
+    ORDER_FORTRAN, TYPECLASS_COMPLEX, TYPECLASS_INTEGER, TYPECLASS_REAL, MPIException)
 
 
 _I64 = np.dtype(np.int64)
@@ -34,8 +34,8 @@ class Datatype:
     and unpacked by `_kernels.typemap_copy` in one pass.
     """
 
-    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb", "_tub",
-                 "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
+    __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb",
+                 "_tub", "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
                  "_committed", "__weakref__")
 
     def __new__(cls, datatype=None):
@@ -754,7 +754,8 @@ def pair_type(name):
         v, i = NAMED[_PAIRS[name][0]], NAMED[_PAIRS[name][1]]
         off = -(-v._bytes // i._align) * i._align
         t = Datatype.Create_struct([1, 1], [0, off], [v, i])
-        t._name, t._predefined, t._combiner, t._ints, t._addrs, t._types = f"MPI_{name}", True, COMBINER_NAMED, (), (), ()
+        t._name, t._predefined, t._combiner = f"MPI_{name}", True, COMBINER_NAMED
+        t._ints, t._addrs, t._types = (), (), ()
         t._committed = True
         _pair_types[name] = t
     return t

@@ -18,7 +18,8 @@ A task's exception is raised in the caller with the worker's traceback as its ca
 from concurrent.futures import (FIRST_COMPLETED, FIRST_EXCEPTION, ALL_COMPLETED, CancelledError,  # noqa: F401
                                 Future, TimeoutError, as_completed, wait)
 
-from commlib.MPI.futures._pool import MPICommExecutor, MPIPoolExecutor, ThreadPoolExecutor, ProcessPoolExecutor, get_comm_workers
+from commlib.MPI.futures._pool import (MPICommExecutor, MPIPoolExecutor, ProcessPoolExecutor, ThreadPoolExecutor,
+                                       get_comm_workers)
 
 __all__ = ["MPIPoolExecutor", "MPICommExecutor", "ThreadPoolExecutor", "ProcessPoolExecutor", "Future",
            "as_completed", "wait", "get_comm_workers", "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
