@@ -94,7 +94,7 @@ def Get_version():
 
 
 def Get_library_version():
-    return f"commlib {_version} (Python over sockets; no MPI library)"
+    return f"commlib {_version} (shared memory and sockets; no MPI library)"
 
 
 def get_vendor():
