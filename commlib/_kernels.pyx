@@ -612,43 +612,36 @@ def cai_view(obj, bint writable=False):
 from libc.string cimport memcpy
 
 
+cdef inline Py_ssize_t _run_copy(char* u, char* packed, Py_ssize_t pos, Py_ssize_t length, Py_ssize_t stride,
+                                 Py_ssize_t reps, bint pack) noexcept nogil:
+    """One run: reps blocks of length bytes, stride apart in user memory, one after another packed."""
+    cdef Py_ssize_t r
+    for r in range(reps):
+        if pack:
+            memcpy(packed + pos, u + r * stride, length)
+        else:
+            memcpy(u + r * stride, packed + pos, length)
+        pos += length
+    return pos
+
+
 cdef inline void _runs_copy(char* user, char* packed, const long long[:, ::1] runs, Py_ssize_t count,
                             Py_ssize_t extent, Py_ssize_t origin, bint pack) noexcept nogil:
-    cdef Py_ssize_t i, k, r, at, pos = 0, length, stride, reps, nr = runs.shape[0]
+    cdef Py_ssize_t i, k, pos = 0, length, nr = runs.shape[0]
     cdef char* u
     for i in range(count):
-        at = origin + i * extent
         for k in range(nr):
-            u = user + at + runs[k, 0]
-            length, stride, reps = runs[k, 1], runs[k, 2], runs[k, 3]
-            if length == 8:  # a constant size: the compiler makes each copy one load and one store
-                for r in range(reps):
-                    if pack:
-                        memcpy(packed + pos, u + r * stride, 8)
-                    else:
-                        memcpy(u + r * stride, packed + pos, 8)
-                    pos += 8
+            u = user + origin + i * extent + runs[k, 0]
+            length = runs[k, 1]
+            # a constant length, once inlined, makes each copy one load and one store
+            if length == 8:
+                pos = _run_copy(u, packed, pos, 8, runs[k, 2], runs[k, 3], pack)
             elif length == 4:
-                for r in range(reps):
-                    if pack:
-                        memcpy(packed + pos, u + r * stride, 4)
-                    else:
-                        memcpy(u + r * stride, packed + pos, 4)
-                    pos += 4
+                pos = _run_copy(u, packed, pos, 4, runs[k, 2], runs[k, 3], pack)
             elif length == 16:
-                for r in range(reps):
-                    if pack:
-                        memcpy(packed + pos, u + r * stride, 16)
-                    else:
-                        memcpy(u + r * stride, packed + pos, 16)
-                    pos += 16
+                pos = _run_copy(u, packed, pos, 16, runs[k, 2], runs[k, 3], pack)
             else:
-                for r in range(reps):
-                    if pack:
-                        memcpy(packed + pos, u + r * stride, length)
-                    else:
-                        memcpy(u + r * stride, packed + pos, length)
-                    pos += length
+                pos = _run_copy(u, packed, pos, length, runs[k, 2], runs[k, 3], pack)
 
 
 def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, Py_ssize_t extent,
