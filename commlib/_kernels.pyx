@@ -289,6 +289,21 @@ def address(obj):
     return addr
 
 
+cdef cnp.npy_intp _read_shape(shape, cnp.npy_intp* dims, exc, str what) except -1:
+    """dims[:len(shape)] = shape: at most 32 dimensions, none negative (else `exc` naming `what`);
+    returns the number of elements."""
+    cdef int nd = len(shape), i
+    cdef cnp.npy_intp size = 1
+    if nd > 32:
+        raise exc(f"{what}: {nd} dimensions (at most 32)")
+    for i in range(nd):
+        dims[i] = shape[i]
+        if dims[i] < 0:
+            raise exc(f"{what}: negative dimension in shape {tuple(shape)}")
+        size *= dims[i]
+    return size
+
+
 def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None):
     """A C-contiguous, writable NumPy array of `shape` and `dtype` over the memory at `address`,
     keeping `base` (the object that owns that memory) alive as its base.
@@ -297,16 +312,9 @@ def array_at(Py_ssize_t address, shape, cnp.dtype dtype not None, base not None)
     whole array. For a front-end whose objects already know their address, shape and dtype:
     a torch tensor's view this way costs about a third of `np.from_dlpack`'s.
     """
-    cdef int nd = len(shape), i
     cdef cnp.npy_intp dims[32]
-    cdef cnp.npy_intp size = 1
-    if nd > 32:
-        raise ValueError(f"array_at: {nd} dimensions (at most 32)")
-    for i in range(nd):
-        dims[i] = shape[i]
-        if dims[i] < 0:
-            raise ValueError(f"array_at: negative dimension in {tuple(shape)}")
-        size *= dims[i]
+    cdef int nd = len(shape)
+    cdef cnp.npy_intp size = _read_shape(shape, dims, ValueError, "array_at")
     if address == 0 and size:
         raise ValueError("array_at: a null address")
     return _view(<char*>address, dtype, nd, dims, NULL, cnp.NPY_ARRAY_CARRAY, base)
@@ -574,14 +582,7 @@ def cai_view(obj, bint writable=False):
     cdef int nd = len(shape), i
     cdef cnp.npy_intp dims[32]
     cdef cnp.npy_intp st[32]
-    cdef cnp.npy_intp size = 1
-    if nd > 32:
-        raise BufferError(f"__cuda_array_interface__: {nd} dimensions")
-    for i in range(nd):
-        dims[i] = shape[i]
-        if dims[i] < 0:
-            raise BufferError(f"__cuda_array_interface__: buffer with negative size (shape:{shape})")
-        size *= dims[i]
+    cdef cnp.npy_intp size = _read_shape(shape, dims, BufferError, "__cuda_array_interface__")
     if strides is not None:
         if len(strides) != nd:
             raise BufferError(f"__cuda_array_interface__: strides {strides} for shape {shape}")
