@@ -72,12 +72,13 @@ class DMsg:
         self._mem, self._origin, self.count, self.datatype = mem, origin, count, datatype
         self.given, self._writable, self._packed, self._n = given, writable, None, 0
 
-    def _pack(self, n, what="message"):
+    def _pack(self, n, what="message", into=None):
+        """Pack n elements (into `into`, n elements' bytes, when given) unless that many are packed."""
         if self._packed is not None and n <= self._n:
             return
         dt = self.datatype
         reach(dt, n, self._origin, self._mem.nbytes, what)
-        packed = np.empty(n * dt._bytes, np.uint8)
+        packed = np.empty(n * dt._bytes, np.uint8) if into is None else into
         typemap_copy(self._mem, packed, dt._runs, n, dt._ub - dt._lb, self._origin, True)
         if self._writable and self._packed is None:
             pending_unpack(self._unpack)
@@ -411,18 +412,13 @@ def _derived_vector(flat, counts, displs, dt, size, writable):
         displs = [i * _int(displs, "displacement") for i in range(size)]
     else:
         displs = _ints(displs, size, "displacement")
-    pieces = []
-    for c, d in zip(counts, displs):
+    packed_displs = [int(d) for d in np.cumsum([0] + counts[:-1])] if counts else []
+    packed = np.empty(sum(counts) * dt._bytes, np.uint8)
+    for c, d, at in zip(counts, displs, packed_displs):  # each rank's part packed straight into its place
         m = DMsg(mem, int(d) * ext, c, dt, True, writable)
-        reach(dt, c, int(d) * ext, mem.nbytes, "message")
-        pieces.append(m)
-    packed_displs = list(np.cumsum([0] + counts[:-1])) if counts else []
-    packed = np.concatenate([p.array for p in pieces]) if pieces else np.empty(0, dt._base)
-    if writable:  # the rank blocks are written into `packed`: hand each piece its part to unpack
-        m = dt._mult
-        for p, d in zip(pieces, packed_displs):
-            p._packed = packed[d * m:(d + p.count) * m].view(np.uint8)
-    return VMsg(packed, counts, [int(d) for d in packed_displs], dt)
+        m._pack(c, "message", packed[at * dt._bytes:(at + c) * dt._bytes])
+    packed = packed.view(dt._base) if dt._bytes else np.empty(0, dt._base)
+    return VMsg(packed, counts, packed_displs, dt)
 
 
 def parse_vectorw(spec, size, writable, what):
