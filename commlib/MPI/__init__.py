@@ -363,6 +363,20 @@ def _typecode(datatype):
     return None
 
 
+def _typealign(datatype):
+    """The alignment of a datatype of one basic type or a value-index pair, as mpi4py's (None for
+    other structs)."""
+    if datatype._base is None:
+        return None
+    if datatype._mixed:
+        if not datatype.is_predefined:
+            return None
+        from ._datatypes import NAMED, _PAIRS
+        v, i = _PAIRS[datatype.Get_name()[4:]]
+        return max(_typealign(NAMED[v]), _typealign(NAMED[i]))
+    return datatype._base.alignment
+
+
 def _sizeof(obj):
     """The size in bytes of a datatype (or of a datatype's elements), or of an MPI handle."""
     if isinstance(obj, Datatype):

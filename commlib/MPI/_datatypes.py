@@ -561,7 +561,8 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
                   (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
     dt._align = align
     dt._x32 = x32.pop() if len(x32) == 1 else (types[0]._x32 if not x32 and types else None)
-    dt._combiner, dt._ints, dt._addrs, dt._types = combiner, tuple(ints), tuple(addrs), tuple(types)
+    # its own handles of the types it was made from: freeing those later leaves this one whole, as in MPI
+    dt._combiner, dt._ints, dt._addrs, dt._types = combiner, tuple(ints), tuple(addrs), tuple(_handle(t) for t in types)
     dt._committed = False
     if not dt._simple:
         _note_derived()
@@ -678,7 +679,9 @@ for _name in ("LONG_DOUBLE", "C_LONG_DOUBLE_COMPLEX", "CXX_LONG_DOUBLE_COMPLEX",
               "FLOAT16_T_MPI", "BFLOAT16_T", "C_FLOAT16_COMPLEX", "C_BFLOAT16_COMPLEX", "FLOAT128_T",
               "C_FLOAT128_COMPLEX", "TWOREAL", "TWODOUBLE_PRECISION", "TWOINTEGER", "COUNT_T", "AINT_T"):
     NAMED.setdefault(_name, DATATYPE_NULL)
-_BY_CODE.update({"b1": NAMED["C_BOOL"], "f4": NAMED["FLOAT"], "f8": NAMED["DOUBLE"], "c8": NAMED["C_FLOAT_COMPLEX"],
+_BY_CODE.update({"g": NAMED["LONG_DOUBLE"], "G": NAMED["C_LONG_DOUBLE_COMPLEX"],  # DATATYPE_NULL here
+                 "p": NAMED["AINT"], "P": NAMED["UNSIGNED_LONG"],
+                 "b1": NAMED["C_BOOL"], "f4": NAMED["FLOAT"], "f8": NAMED["DOUBLE"], "c8": NAMED["C_FLOAT_COMPLEX"],
                  "c16": NAMED["C_DOUBLE_COMPLEX"], "f2": NAMED["FLOAT16_T"], "int": NAMED["LONG"],
                  "float": NAMED["DOUBLE"], "complex": NAMED["C_DOUBLE_COMPLEX"], "bool": NAMED["C_BOOL"]})
 

@@ -141,3 +141,10 @@ def test_bottom_messages_reach_only_this_process_memory():
     with pytest.raises(BufferError, match="MPI.BOTTOM"):
         parse_send([MPI.BOTTOM, 1, bogus])
     assert parse_send([MPI.BOTTOM, "B"]).count == 0  # BOTTOM alone holds nothing
+
+
+def test_freeing_the_parts_leaves_a_made_type_whole():
+    inner = MPI.DOUBLE.Create_vector(2, 1, 3)
+    outer = MPI.Datatype.Create_struct([1, 1], [0, 64], [inner, MPI.INT])
+    inner.Free()  # allowed in MPI once outer exists
+    assert outer.decode()[2]["datatypes"][0].size == 16 and pickle.loads(pickle.dumps(outer)).size == outer.size

@@ -29,7 +29,7 @@ def test_the_stand_in_top_level():
         "assert mpi4py.rc.thread_level == 'serialized'\n"
         "for bad in (lambda: mpi4py.rc(bogus=1), mpi4py.get_include, lambda: mpi4py.profile('mpe')):\n"
         "    try:\n        bad()\n    except (TypeError, RuntimeError) as e:\n        print('refused:', e)\n"
-        "for sub in ('util.dtlib',):\n"
+        "for sub in ('util.sync',):\n"
         "    try:\n        __import__('mpi4py.' + sub)\n    except ImportError as e:\n        print('missing:', e)\n"
         "from mpi4py.util import pkl5\n"
         "import commlib.MPI.util.pkl5 as ours\n"
@@ -39,7 +39,7 @@ def test_the_stand_in_top_level():
         "print('pkl5 ok')\n")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("refused:") == 3 and "unexpected argument 'bogus'" in p.stdout
-    assert "missing: No module named 'mpi4py.util.dtlib'" in p.stdout and "pkl5 ok" in p.stdout
+    assert "missing: No module named 'mpi4py.util.sync'" in p.stdout and "pkl5 ok" in p.stdout
 
 
 @pytest.mark.parametrize("argv, want", [
