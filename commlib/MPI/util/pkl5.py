@@ -112,7 +112,17 @@ def _as_u8(b):
     return np.frombuffer(b, np.uint8) if b.nbytes else np.empty(0, np.uint8)
 
 
-class Request:
+class _Handle:
+    """`!=` as the negation of a class's `==` (NotImplemented passed on); handles are not hashable."""
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+
+class Request(_Handle):
     """A pkl5 request: the MPI requests of one object's messages; `wait` and `test` give the object
     a receive made (None for a send)."""
 
@@ -145,11 +155,6 @@ class Request:
             return (not self and not other) or (len(self._reqs) == 1 and self._reqs[0] == other)
         return NotImplemented
 
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
 
     def Free(self):
         for r in self._reqs:
@@ -232,7 +237,7 @@ def _fill_statuses(requests, statuses, get, got=None):
             get(r, statuses[i])
 
 
-class Message:
+class Message(_Handle):
     """A pkl5 matched message: the header a matched probe took; `recv` / `irecv` receive the object."""
 
     def __init__(self, message=None):
@@ -252,11 +257,6 @@ class Message:
             return self._msg == other
         return NotImplemented
 
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
 
     def free(self):
         """Let go of the handle (a received or null message: nothing to do)."""
