@@ -35,6 +35,8 @@ class Request:
         if self._done.is_set():
             return
         self._result, self._error = result, error
+        self._cancel = None  # it referred to what the operation held (a posted receive, its buffer): let go now
+        del result, error  # this thread holds none of it once the waiter wakes
         self._done.set()
         with _completion:
             callbacks, self._callbacks = self._callbacks, None
@@ -75,9 +77,10 @@ class Request:
 
     def cancel(self):
         """Cancel a receive that has not been matched: True if cancelled (wait() then returns None)."""
-        if self._done.is_set() or self._cancel is None:
+        cancel = self._cancel  # None once done (another thread may finish it meanwhile)
+        if self._done.is_set() or cancel is None:
             return False
-        if not self._cancel(self):
+        if not cancel(self):
             return False
         self.cancelled = True
         self._finish(None)

@@ -57,4 +57,6 @@ class Stream:
                     result, error = fn(*args), None
                 except BaseException as exc:  # delivered to the caller by wait()
                     result, error = None, exc
+                del fn, args  # let go of the caller's buffers before it can see the request complete
             req._finish(result, error)
+            del req, result, error

@@ -8,6 +8,10 @@ Sections:
             Allreduce, Allgather, Bcast into them, Fortran order, read-only ones refused for receives
   mpibuf    MPI.buffer from Alloc_mem, frombuffer and fromaddress as messages; a slice as a message;
             Get_address of each matches the memory
+  released  a buffer is let go of as soon as the call that took it completes (Recv, Irecv + Wait,
+            Isend + Wait, Sendrecv, a receive from self, Iallreduce, a persistent Allreduce), not when the garbage collector next runs:
+            with collection off, every buffer's reference count is back where it was (mpi4py's
+            own DLPack test arrays assert on exactly that)
   unreached an interface whose memory the host cannot reach (a real GPU's): a BufferError naming it,
             on the rank that passed it, and the job goes on
 
@@ -15,6 +19,9 @@ Each rank sends to `right` and receives from `left`. Run against the real mpi4py
 COMMLIB_TEST_MPI=mpi4py under mpiexec (validated on mpi4py 4.1.2 + the MPICH 5.0.2 wheel, whose MPI
 reads the fake device memory as host memory; the `unreached` section is commlib's own).
 """
+import gc
+import sys
+
 import numpy as np
 
 from _mpicase import MPI, USING_MPI4PY, Checker
@@ -97,6 +104,41 @@ def mpibuf():
     comm.Barrier()
 
 
+def released():
+    send, got = np.arange(4.0) + me, np.zeros(4)
+    gc.collect()
+    gc.disable()
+    try:
+        before = sys.getrefcount(send), sys.getrefcount(got)
+        comm.Barrier()  # every rank posts its receive before the message leaves: the posted path
+        if me % 2:
+            comm.Recv(got, left, 12)
+            comm.Send(send, right, 12)
+        else:
+            comm.Send(send, right, 12)
+            comm.Recv(got, left, 12)
+        r = comm.Irecv(got, left, 13)
+        comm.Barrier()
+        s = comm.Isend(send, right, 13)
+        MPI.Request.Waitall([r, s])
+        del r, s
+        comm.Sendrecv(send, right, 14, got, left, 14)
+        comm.Iallreduce(send, got).Wait()  # a non-blocking collective, run by the group's stream
+        r = comm.Allreduce_init(send, got)
+        r.Start()
+        r.Wait()
+        r.Free()
+        r = comm.Irecv(got, me, 15)
+        comm.Send(send, me, 15)
+        r.Wait()
+        del r
+        c.equal((sys.getrefcount(send), sys.getrefcount(got)), before,
+                "released: buffers let go of at completion, not at the next garbage collection")
+    finally:
+        gc.enable()
+    c.equal(got, np.arange(4.0) + me, "released: the last message")
+
+
 def unreached():
     if USING_MPI4PY:
         return  # mpi4py hands the pointer to MPI; only commlib probes it
@@ -109,7 +151,7 @@ def unreached():
     c.equal(x, np.array([n * (n - 1) / 2]), "unreached: the job goes on")
 
 
-for fn in (device, mpibuf, unreached):
+for fn in (device, mpibuf, released, unreached):
     c.run([fn])
     comm.Barrier()
 c.finish()
