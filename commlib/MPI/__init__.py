@@ -20,11 +20,15 @@ from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _proce
 from ._bufspec import address as _address
 from ._buffer import buffer
 from ._groups import Group
+from ._info import INFO_ENV, INFO_NULL, Info, fill_env as _fill_env
 from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from ._topology import Compute_dims
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
+from ._attributes import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Add_error_class,
+                          Add_error_code, Add_error_string, Errhandler, Remove_error_class, Remove_error_code,
+                          Remove_error_string, guard_class as _guard_class, on_first_handler as _on_first_handler)
 import inspect as _inspect
 
 from ._datatypes import (DATATYPE_NULL, NAMED as _NAMED, _PAIR_ALIASES, _PAIRS, Datatype,
@@ -45,6 +49,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'commlib.MPI' has no attribute {name!r}")
 
 COMM_WORLD, COMM_SELF = world_comms()
+_fill_env()
 COMM_NULL = Intracomm()
 COMM_NULL._c.name = "MPI_COMM_NULL"
 REQUEST_NULL = Request()
@@ -122,11 +127,18 @@ def Pcontrol(level):
 
 
 def Get_error_class(errorcode):
-    return int(errorcode)
+    """The error class of an error code (a predefined class is its own)."""
+    return MPIException(int(errorcode)).Get_error_class()
 
 
 def Get_error_string(errorcode):
     return MPIException(int(errorcode)).Get_error_string()
+
+
+def _lifecycle_abort(code, why):
+    """ERRORS_ARE_FATAL / ERRORS_ABORT: report and stop the job with the error code (as MPI_Abort)."""
+    from .._api import lifecycle
+    lifecycle.abort(int(code) or 1, why)
 
 
 def Attach_buffer(buf):
@@ -177,72 +189,16 @@ def _not_provided(what):
     return fail
 
 
-class Info:
-    """MPI_Info: accepted and ignored, as commlib takes no hints."""
-
-    def __new__(cls, info=None):
-        self = object.__new__(cls)
-        self._d = None if info is None else info._d
-        return self
-
-    @classmethod
-    def Create(cls, items=None):
-        info = cls()
-        info._d = dict(items or {})
-        return info
-
-    def _items(self):
-        if self._d is None:
-            raise MPIException(ERR_INFO, "operation on MPI.INFO_NULL")
-        return self._d
-
-    def Set(self, key, value):
-        self._items()[key] = value
-
-    def Get(self, key, default=None):
-        return self._items().get(key, default)
-
-    def Delete(self, key):
-        self._items().pop(key, None)
-
-    def Get_nkeys(self):
-        return len(self._items())
-
-    def Get_nthkey(self, n):
-        return list(self._items())[n]
-
-    def Dup(self):
-        return Info.Create(self._items())
-
-    def Free(self):
-        self._items()
-        self._d = None
-
-    def __bool__(self):
-        return self._d is not None
-
-    def __eq__(self, other):
-        return isinstance(other, Info) and self._d is other._d
-
-    __hash__ = object.__hash__
 
 
-ERR_INFO = 28
-INFO_NULL = Info()
-INFO_ENV = Info.Create()
+def _guard_all():
+    """The first error handler other than ERRORS_RETURN was set: from now on every MPI object's methods
+    pass their errors through the object's handler (_attributes.dispatch)."""
+    for cls in (Comm, Intracomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm, Intercomm, Win):
+        _guard_class(cls)
 
 
-class Errhandler:
-    """Errors always raise MPI.Exception here; error handlers are accepted and ignored."""
-
-    def Free(self):
-        return None
-
-
-ERRORS_RETURN = ERRORS_ARE_FATAL = ERRORS_ABORT = ERRHANDLER_NULL = Errhandler()
-Comm.Set_errhandler = lambda self, errhandler: None
-Comm.Get_errhandler = lambda self: ERRORS_RETURN
-Comm.Call_errhandler = lambda self, errorcode: None
+_on_first_handler(_guard_all)
 for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
               "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Neighbor_allgather",
               "Neighbor_alltoall", "Psend_init", "Precv_init"):
@@ -265,8 +221,9 @@ class _OutOfScope:
             setattr(cls, name, staticmethod(_not_provided(f"{cls._what}.{name}")))
 
 
-class Win(_OutOfScope):
-    _what = "MPI.Win (one-sided RMA)"
+from ._win import CONSTANTS as _WIN_CONSTANTS, WIN_NULL, Win  # noqa: E402  (one-sided communication)
+
+globals().update(_WIN_CONSTANTS)  # WIN_BASE ..., WIN_FLAVOR_*, WIN_SEPARATE/UNIFIED, MODE_NO*, LOCK_*, ERR_RMA_*
 
 
 class File(_OutOfScope):
@@ -303,7 +260,7 @@ class Intercomm(Comm):
     __slots__ = ()
 
 
-WIN_NULL = FILE_NULL = SESSION_NULL = None
+FILE_NULL = SESSION_NULL = None
 BUFFER_AUTOMATIC = None
 UNWEIGHTED = WEIGHTS_EMPTY = None
 COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4

@@ -26,12 +26,13 @@ from .._dtypes import DT_BYTES
 from .._kernels import plain, plain_pair
 from .._engine import EAGER_BYTES
 from ._constants import (
-    ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_LASTCODE,
-    ERR_OP, ERR_OTHER, ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO, KEYVAL_INVALID, LASTUSEDCODE,
+    ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OP,
+    ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO, LASTUSEDCODE,
     PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
 from ._collectives import (
     TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allreduce_body, alltoall_body, alltoall_obj_body, exchange_body,
     fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body, scatterv_body)
+from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_code
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
@@ -47,10 +48,11 @@ _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire c
 
 
 class _State:
-    __slots__ = ("g", "name", "topo", "builtin")
+    __slots__ = ("g", "name", "topo", "builtin", "attrs", "errh")
 
     def __init__(self, g, name="", topo=None, builtin=False):
         self.g, self.name, self.topo, self.builtin = g, name, topo, builtin
+        self.attrs, self.errh = None, _RETURN_H  # attributes by keyval (made on first use); the error handler
 
 
 _NULL = _State(None, "MPI_COMM_NULL")
@@ -96,10 +98,11 @@ def _root(g, root, what):
 
 
 # ------------------------------------------------------------------ communicators
-class Comm:
+class Comm(Attributes, ErrorHandling):
     """An MPI communicator handle."""
 
     __slots__ = ("_c", "_buffer", "__weakref__")
+    _kind, _null_error = "Comm", ERR_COMM
 
     def __new__(cls, comm=None):
         if comm is not None and not isinstance(comm, Comm):
@@ -183,7 +186,25 @@ class Comm:
 
     topology = property(Get_topology)
 
-    def Get_attr(self, keyval):
+    # attributes and error handlers (_attributes.py): kept with the communicator, shared by its handles
+    def _attrs(self):
+        c = self._c
+        if c is _NULL:
+            return None
+        if c.attrs is None:
+            c.attrs = {}
+        return c.attrs
+
+    def _errh_get(self):
+        _group(self)
+        return self._c.errh
+
+    def _errh_set(self, h):
+        _group(self)
+        self._c.errh = h
+
+    def _builtin_attr(self, keyval):
+        """The predefined attributes (TAG_UB ...), or _NONE for a keyval of the program's."""
         g = _group(self)
         if keyval == TAG_UB:
             return TAG_UB_VALUE
@@ -196,10 +217,8 @@ class Comm:
         if keyval in (HOST, IO):
             return PROC_NULL if keyval == HOST else g.rank()
         if keyval == LASTUSEDCODE:
-            return ERR_LASTCODE
-        if keyval == KEYVAL_INVALID:
-            raise MPIException(ERR_OTHER, "Get_attr: MPI.KEYVAL_INVALID is not an attribute key")
-        return None
+            return last_used_code()
+        return _NONE
 
     def Compare(self, comm2, comm=None):
         """IDENT, CONGRUENT (a dup), SIMILAR (same ranks, other order) or UNEQUAL.
@@ -218,7 +237,10 @@ class Comm:
             raise MPIException(ERR_COMM, f"cannot free {self._c.name}")
         if self._c is _NULL:
             raise MPIException(ERR_COMM, "cannot free MPI.COMM_NULL")
-        self._c = _NULL
+        try:
+            self._delete_attrs()
+        finally:
+            self._c = _NULL
 
     def Abort(self, errorcode=0):
         """Stop every rank of the job: this process exits with errorcode (1 for 0), and commrun stops the rest."""
@@ -247,6 +269,8 @@ class Comm:
     # ---------------------------------------------------------------- new communicators
 
     def _derive(self, sub, cls=None, topo=None):
+        """A new communicator over group `sub` (None: COMM_NULL), with ERRORS_RETURN as mpi4py gives every
+        new communicator."""
         if sub is None:
             return COMM_NULL_HANDLE()
         return (cls or Intracomm)._of(_State(sub, "", topo))
@@ -264,7 +288,13 @@ class Comm:
     def Dup(self, info=None):
         """A new communicator over the same ranks, with its own matching context; the same class."""
         g = _group(self)
-        return self._derive(g.split(0, g.rank()), type(self), self._c.topo)
+        new = self._derive(g.split(0, g.rank()), type(self), self._c.topo)
+        try:
+            self._copy_attrs(new)
+        except MPIException:
+            new._c = _NULL
+            raise
+        return new
 
     Clone = Dup
     Dup_with_info = Dup

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_code
+from ._attributes import _NONE, Attributes
 from ._constants import (
     COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_F90_REAL,
     COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED, COMBINER_INDEXED_BLOCK,
@@ -23,7 +24,7 @@ _I64 = np.dtype(np.int64)
 _NO_BLOCKS = np.empty((0, 2), np.int64)
 
 
-class Datatype:
+class Datatype(Attributes):
     """An MPI datatype handle (`MPI.DOUBLE`, `MPI.Datatype.fromcode("d")`, derived types).
 
     Every datatype is its typemap, flattened: `_blocks`, rows of (byte displacement, byte length) in
@@ -36,7 +37,8 @@ class Datatype:
 
     __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb",
                  "_tub", "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
-                 "_committed", "__weakref__")
+                 "_committed", "_attr", "__weakref__")
+    _kind, _null_error = "Datatype", ERR_TYPE
 
     def __new__(cls, datatype=None):
         self = object.__new__(cls)
@@ -49,8 +51,21 @@ class Datatype:
         return self
 
     def _copy(self, other):
+        other._attrs()  # made now, so that every handle of the type shares one attribute dict
         for k in Datatype.__slots__[:-1]:
-            setattr(self, k, getattr(other, k))
+            setattr(self, k, getattr(other, k, None))
+
+    def _attrs(self):
+        """Attributes by keyval (_attributes.py), shared by the handles of this type; None for the null type."""
+        if self._base is None and self._predefined and self._name == "MPI_DATATYPE_NULL":
+            return None
+        d = getattr(self, "_attr", None)
+        if d is None:
+            d = self._attr = {}
+        return d
+
+    def _builtin_attr(self, keyval):
+        return _NONE
 
     def _set(self, base, mult, name, code, predefined):
         """A basic type: mult (0 or 1) elements of base at displacement 0."""
@@ -144,14 +159,20 @@ class Datatype:
     def Free(self):
         if self._predefined:
             raise MPIException(ERR_TYPE, f"cannot free the predefined datatype {self._name}")
-        self._set(None, 0, "MPI_DATATYPE_NULL", None, False)
+        try:
+            self._delete_attrs()
+        finally:
+            self._set(None, 0, "MPI_DATATYPE_NULL", None, False)
+            self._attr = None
 
     free = Free
 
     def Dup(self):
         """A new handle for the same type (derived: Free one, the other stays)."""
         self._require()
-        return _derive(COMBINER_DUP, (), (), (self,), [(self, 1, 0)], name=self._name, resized=(self._lb, self._ub))
+        new = _derive(COMBINER_DUP, (), (), (self,), [(self, 1, 0)], name=self._name, resized=(self._lb, self._ub))
+        self._copy_attrs(new)
+        return new
 
     Create_dup = Dup
 
