@@ -24,9 +24,19 @@ import time
 _VERDICT = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
 
 
+def _rank0(out):
+    """Rank 0's own output: every chunk a launcher tagged `[k] ` put back in its rank's stream (Hydra's
+    -prepend-rank tags each write, so one rank's line can be split by another's chunks)."""
+    parts = re.split(r"\[(\d+)\] ", out)
+    if len(parts) == 1:
+        return out  # untagged: a one-rank run
+    return "".join(chunk for rank, chunk in zip(parts[1::2], parts[2::2]) if rank == "0")
+
+
 def run_module(testdir, module, n, timeout, mpiexec=None, python=None):
     if mpiexec:  # the reference run: that Python's own mpi4py under that MPI's launcher
-        argv = [mpiexec, "-n", str(n), python or sys.executable, os.path.join(testdir, "runtests.py"), "-v", module]
+        argv = [mpiexec, "-prepend-rank", "-n", str(n), python or sys.executable, os.path.join(testdir, "runtests.py"),
+                "-v", module]  # Hydra tags each line with its rank, as commrun does
     else:
         argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
                 os.path.join(testdir, "runtests.py"), "-v", module]
@@ -39,10 +49,7 @@ def run_module(testdir, module, n, timeout, mpiexec=None, python=None):
         out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     seen = set()
-    for line in out.splitlines():
-        if not line.startswith("[0] ") and n > 1 and not mpiexec:
-            continue  # rank 0 speaks for the job (an mpiexec run's lines are untagged: each method once)
-        line = line[4:] if line.startswith("[0] ") else line
+    for line in _rank0(out).splitlines():  # rank 0 speaks for the job
         m = re.match(r"^(test\w+) \(([\w.]+)\)", line)
         v = _VERDICT.search(line) if m else None
         if not m or not v or (m.group(1), m.group(2)) in seen:

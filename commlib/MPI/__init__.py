@@ -2,9 +2,9 @@
 
 Change `from mpi4py import MPI` to `from commlib import MPI`, run under
 `commrun -n N`, and the program behaves as it does under mpirun; no MPI
-library is needed. The covered subset and its semantics are those of
-mpi4py 4.1 on intra-communicators (research/mpi4py-subset.md); importing
-initialises, as mpi4py does by default. Outside a launcher COMM_WORLD is a
+library is needed. The semantics are those of mpi4py 4.1 on MPICH
+(`python -m commlib.MPI` lists what is covered); importing initialises, as
+mpi4py does by default. Outside a launcher COMM_WORLD is a
 size-1 singleton.
 
 This is a front-end: parsing of mpi4py's message arguments (`_bufspec`), datatypes,
@@ -16,13 +16,15 @@ import time as _time
 
 from .. import __version__ as _version
 from .._api import finalize as _finalize
-from ._comm import Cartcomm, Comm, Intracomm, Topocomm, processor_name as _processor_name, world_comms
+from ._comm import (Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm, Topocomm, comm_class as _comm_class,
+                    processor_name as _processor_name, world_comms)
+from ._intercomm import Intercomm
 from ._bufspec import address as _address
 from ._buffer import buffer
 from ._groups import Group
 from ._info import INFO_ENV, INFO_NULL, Info, fill_env as _fill_env
 from ._message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
-from ._topology import Compute_dims
+from ._topology import UNWEIGHTED, WEIGHTS_EMPTY, Compute_dims
 from ._p2p import PICKLE, Pickle
 from ._constants import *  # noqa: F401,F403
 from ._constants import MPIException, THREAD_MULTIPLE
@@ -36,6 +38,7 @@ from ._datatypes import (DATATYPE_NULL, NAMED as _NAMED, _PAIR_ALIASES, _PAIRS, 
 from ._ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM,
                    Op)
 from ._requests import Prequest, Request, Status
+from ._grequest import Grequest
 
 Exception = MPIException  # noqa: A001  (mpi4py's name: MPI.Exception)
 
@@ -95,7 +98,8 @@ def Is_thread_main():
 
 
 def Get_version():
-    return (3, 1)
+    """The MPI standard version whose API this follows: 4.1 (MPI-IO and sessions are not provided)."""
+    return (4, 1)
 
 
 def Get_library_version():
@@ -199,26 +203,57 @@ def _guard_all():
 
 
 _on_first_handler(_guard_all)
-for _name in ("Spawn", "Spawn_multiple", "Get_parent", "Accept", "Connect", "Join", "Disconnect", "Isendrecv", "Isendrecv_replace", "Create_intercomm",
-              "Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Neighbor_allgather",
-              "Neighbor_alltoall", "Psend_init", "Precv_init"):
+for _name in ("Accept", "Connect", "Join"):
     setattr(Comm, _name, _not_provided(f"Comm.{_name}"))
 
 
 class _OutOfScope:
-    """A class of mpi4py's that commlib does not provide: making one raises NotImplementedError
-    (mpi4py's own tests skip on it)."""
+    """A class of mpi4py's whose objects commlib does not make (MPI-IO files, sessions): only its null
+    handle exists (FILE_NULL; `MPI.File()` is one, as in mpi4py), and making a real one raises
+    NotImplementedError, on which mpi4py's own tests skip."""
 
+    __slots__ = ("__weakref__",)
     _what = "this class"
 
-    def __new__(cls, *args, **kwargs):
-        raise NotImplementedError(f"{cls._what} is not provided by commlib.MPI (see the README's mpi4py section)")
+    def __new__(cls, other=None):
+        if other is not None and not isinstance(other, cls._base):
+            raise TypeError(f"expected an MPI.{cls._base.__name__}, got {type(other).__name__}")
+        return object.__new__(cls)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in ("Create", "Allocate", "Allocate_shared", "Create_dynamic", "Open", "Init", "Start",
-                     "Create_from_groups"):
-            setattr(cls, name, staticmethod(_not_provided(f"{cls._what}.{name}")))
+        if "_what" in vars(cls):  # File and Session themselves, not a program's subclass of them
+            cls._base = cls
+            for name in ("Open", "Init", "Start", "Create_from_groups", "Delete", "Get_num_psets",
+                         "Get_nth_pset"):
+                setattr(cls, name, staticmethod(_not_provided(f"{cls._what}.{name}")))
+
+    def Free(self):
+        raise MPIException(self._null_error, f"{self._base.__name__}.Free: operation on a null object")
+
+    def free(self):
+        """Nothing to free: every object of this class is null."""
+
+    def __bool__(self):
+        return False
+
+    def __eq__(self, other):
+        return isinstance(other, self._base) if isinstance(other, _OutOfScope) else NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce__(self):
+        if self is globals().get(f"{self._base.__name__.upper()}_NULL"):
+            return (_builtin_null, (f"{self._base.__name__.upper()}_NULL",))
+        return (type(self), ())
+
+
+def _builtin_null(name):
+    return globals()[name]
 
 
 from ._win import CONSTANTS as _WIN_CONSTANTS, WIN_NULL, Win  # noqa: E402  (one-sided communication)
@@ -227,43 +262,17 @@ globals().update(_WIN_CONSTANTS)  # WIN_BASE ..., WIN_FLAVOR_*, WIN_SEPARATE/UNI
 
 
 class File(_OutOfScope):
-    _what = "MPI.File (MPI-IO)"
+    __slots__ = ()
+    _what, _null_error = "MPI.File (MPI-IO)", ERR_FILE
 
 
 class Session(_OutOfScope):
-    _what = "MPI.Session (MPI-4 sessions)"
-
-
-class Grequest(Request):
-    """Generalized requests are out of scope."""
-
     __slots__ = ()
-    Start = staticmethod(_not_provided("MPI.Grequest"))
-
-    def __new__(cls, request=None):
-        if request is not None and not isinstance(request, Grequest):
-            raise TypeError(f"MPI.Grequest() takes a Grequest, got {type(request).__name__}")
-        return super().__new__(cls, request)
+    _what, _null_error = "MPI.Session (MPI-4 sessions)", ERR_SESSION
 
 
-class Graphcomm(Topocomm):
-    __slots__ = ()
-
-
-class Distgraphcomm(Topocomm):
-    __slots__ = ()
-
-
-class Intercomm(Comm):
-    """Intercommunicators are out of scope; none can be made."""
-
-    __slots__ = ()
-
-
-FILE_NULL = SESSION_NULL = None
+FILE_NULL, SESSION_NULL = File(), Session()
 BUFFER_AUTOMATIC = None
-UNWEIGHTED = WEIGHTS_EMPTY = None
-COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4
 
 
 def Get_address(location):
@@ -282,7 +291,14 @@ def Aint_diff(addr1, addr2):
 
 
 Open_port = Close_port = Publish_name = Unpublish_name = Lookup_name = _not_provided("MPI ports (dynamic processes)")
-Get_hw_resource_info = _not_provided("MPI.Get_hw_resource_info")
+def Get_hw_resource_info():
+    """What MPI knows of this process's hardware (MPI-4.1): the host and its processors."""
+    import os
+    import platform
+    info = Info.Create()
+    info.update({"mpi_hw_resource_type": "mpi_shared_memory", "host": _processor_name(), "arch": platform.machine(),
+                 "cpu_count": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())})
+    return info
 memory = buffer
 
 
@@ -334,24 +350,41 @@ def _typealign(datatype):
     return datatype._base.alignment
 
 
+_HANDLE_CLASSES = (Comm, Group, Op, Request, Info, Errhandler, Message, Datatype, Win, File, Session)
+
+
 def _sizeof(obj):
-    """The size in bytes of a datatype (or of a datatype's elements), or of an MPI handle."""
-    if isinstance(obj, Datatype):
-        return obj.Get_size()
-    if isinstance(obj, type) and issubclass(obj, Datatype):
+    """The size in bytes of an MPI handle (a C int, as MPICH's) or of a Status (MPI_Status: five ints)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if issubclass(cls, Status):
+        return 20
+    if issubclass(cls, _HANDLE_CLASSES):
         return 4
-    if isinstance(obj, (Comm, Group, Op, Request, Info, Errhandler, Message)) or (
-            isinstance(obj, type) and issubclass(obj, (Comm, Group, Op, Request, Info, Errhandler, Message))):
-        return 4  # MPICH's handles are C ints
-    raise TypeError(f"_sizeof: expected an MPI type or handle, got {type(obj).__name__}")
+    raise TypeError(f"_sizeof: expected an MPI handle or its class, got {type(obj).__name__}")
+
+
+def _addressof(obj):
+    """Where the handle lives (this process's address of the object: there is no C handle behind it)."""
+    if not isinstance(obj, _HANDLE_CLASSES + (Status,)):
+        raise TypeError(f"_addressof: expected an MPI handle, got {type(obj).__name__}")
+    return id(obj)
+
+
+def _handleof(obj):
+    """The integer handle of an MPI object (a Status has none: 0)."""
+    if isinstance(obj, Status):
+        return 0
+    if not isinstance(obj, _HANDLE_CLASSES):
+        raise TypeError(f"_handleof: expected an MPI handle, got {type(obj).__name__}")
+    return obj.handle
 
 
 def _install_handles():
     from ._handles import install
     from ._comm import _NULL
 
-    install(Comm, lambda c: None if c._c is _NULL else c._c, lambda cls, o: cls._of(o._c) if o._c is not _NULL
-            else cls())
+    install(Comm, lambda c: None if c._c is _NULL else c._c,
+            lambda cls, o: _comm_class(o._c)._of(o._c) if o._c is not _NULL else cls())
     install(Datatype, lambda t: None if t._base is None else (t if t._combiner == COMBINER_NAMED else t._blocks),
             lambda cls, o: o if o._predefined else cls(o))
     install(Op, lambda o: o if o else None, lambda cls, o: o if o.is_predefined else cls(o))
@@ -359,7 +392,9 @@ def _install_handles():
     install(Message, lambda m: m._msg, lambda cls, o: cls(o))
     install(Group, lambda g: g._ranks, lambda cls, o: cls(o))
     install(Info, lambda i: i._d, lambda cls, o: cls(o))
-    install(Errhandler, lambda e: e, lambda cls, o: o)
+    install(Errhandler, lambda e: e._h if e else None, lambda cls, o: cls(o))
+    install(File, lambda f: None, lambda cls, o: cls())
+    install(Session, lambda s: None, lambda cls, o: cls())
 
 
 _install_handles()

@@ -7,17 +7,20 @@ import sys
 from . import Get_library_version, Get_version, get_vendor
 
 _COVERED = """\
-covered (mpi4py 4.1 semantics, intra-communicators):
-  COMM_WORLD / COMM_SELF / COMM_NULL; Send/Recv/Isend/Irecv/Ssend/Sendrecv(_replace)/Probe and the
-  lower-case object methods; every BufSpec form; PROC_NULL, ANY_SOURCE, ANY_TAG; Status; Request
-  Wait*/Test*/Cancel/Free and persistent Send_init/Recv_init; matched probes (Mprobe, Improbe,
-  mprobe, improbe, Message); Bcast, Reduce, Allreduce, Gather(v),
-  Scatter(v), Allgather(v), Alltoall(v), Scan, Exscan, Reduce_scatter(_block), Barrier and their
-  object forms; Ibarrier/Ibcast/Iallreduce/Ireduce/Igather/Iscatter/Iallgather/Ialltoall; IN_PLACE;
-  Op (predefined, Op.Create, Reduce_local); Datatype (predefined, typecodes, Create_contiguous);
-  Split/Dup/Clone/Create/Free/Compare, Create_cart/Cartcomm, Group; Abort; MPI.Exception.
-not provided (NotImplementedError): RMA (Win), MPI-IO (File), dynamic processes (Spawn),
-  intercommunicators, graph topologies, derived datatypes beyond contiguous."""
+covered (mpi4py 4.1 semantics):
+  COMM_WORLD / COMM_SELF / COMM_NULL; every point-to-point call and BufSpec form (buffer and object,
+  blocking, non-blocking, persistent, synchronous, buffered, ready, partitioned), matched probes and
+  Message; Status; Request Wait*/Test*/Cancel/Free, generalized requests (Grequest); every collective
+  (v/w forms, scans, reductions, Barrier) with its I and _init forms and the object forms; IN_PLACE;
+  Op (predefined, Op.Create, Reduce_local); derived datatypes (vector ... struct, subarray, darray,
+  resized), Pack/Unpack; Split/Dup/Create/Compare/Free; Cartesian, graph and distributed-graph
+  topologies with the neighbourhood collectives; intercommunicators (Create_intercomm, Merge, the
+  collectives' intercommunicator semantics); Spawn / Spawn_multiple / Get_parent; one-sided RMA (Win:
+  Create, Allocate, Allocate_shared, Create_dynamic; Put, Get, Accumulate, Get_accumulate,
+  Fetch_and_op, Compare_and_swap; Fence, PSCW, Lock/Unlock, Flush); attributes and keyvals; error
+  handlers; error classes and codes; Info; Abort; mpi4py.futures; mpi4py.util (pkl5, dtlib, pool, sync).
+not provided (NotImplementedError): MPI-IO (File), sessions (Session), ports (Open_port, Accept,
+  Connect, Join), fault tolerance (ULFM); long double."""
 
 
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mpi4py")

@@ -166,7 +166,7 @@ class Errhandler:
     """An error handler handle: ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT, ERRHANDLER_NULL or one
     made by `Comm.Create_errhandler(fn)` (and Win's, File's, Session's)."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("_h", "__weakref__")
 
     def __new__(cls, errhandler=None):
         if errhandler is not None and not isinstance(errhandler, Errhandler):
@@ -188,6 +188,11 @@ class Errhandler:
             return  # freeing a predefined handler itself leaves it usable, as MPI says
         self._h = _NULL_H
 
+    def free(self):
+        """Free() made safe: nothing for ERRHANDLER_NULL."""
+        if self._h is not _NULL_H:
+            self.Free()
+
     def __bool__(self):
         return self._h is not _NULL_H
 
@@ -200,8 +205,7 @@ class Errhandler:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self):
-        return id(self._h)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __reduce__(self):
         name = self._h.name
@@ -209,7 +213,7 @@ class Errhandler:
             raise ValueError(f"cannot pickle a user error handler ({self._h.name})")
         if any(self is p for p in _PREDEFINED_OBJECTS):
             return (_predefined, (name,))
-        return (_predefined_copy, (name,))
+        return (_predefined_copy, (type(self), name))
 
     def __repr__(self):
         return f"<MPI.Errhandler {self._h.name}>"
@@ -241,8 +245,8 @@ def _predefined(name):
     return _BY_NAME[name]
 
 
-def _predefined_copy(name):
-    return Errhandler(_BY_NAME[name])
+def _predefined_copy(cls, name):
+    return cls(_BY_NAME[name])
 
 
 _installers = []  # called once, when some object first gets a handler other than ERRORS_RETURN

@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from .._kernels import cai_view, dlpack_view, host_span, typemap_copy
+from ._buffer import buffer
 from ._constants import BOTTOM, ERR_TRUNCATE, IN_PLACE, MPIException
 from ._datatypes import BY_CHAR, NAMED, Datatype, as_datatype, of_dtype, of_format
 
@@ -503,6 +504,8 @@ def address(location):
     """MPI.Get_address: the address of a buffer's first byte (None and MPI.BOTTOM: 0)."""
     if location is None or (type(location) is int and location == BOTTOM):
         return BOTTOM
+    if isinstance(location, buffer):
+        return location.address  # 0 for an empty one, as mpi4py's
     a, _ = _flat(location, False)
     return a.__array_interface__["data"][0]
 

@@ -1,4 +1,5 @@
-"""Communicators: `Comm`, `Intracomm` and `Cartcomm` (its topology in `_topology.py`), over commlib groups.
+"""Communicators: `Comm`, `Intracomm` and the topology communicators (their topologies in `_topology.py`,
+their neighbourhood collectives in `_neighbor.py`), over commlib groups.
 
 A communicator handle holds a `_State`: the commlib Group (its matching
 context and ordered collective stream), a name and a topology. Handles made
@@ -26,9 +27,11 @@ from .._dtypes import DT_BYTES
 from .._kernels import plain, plain_pair
 from .._engine import EAGER_BYTES
 from ._constants import (
-    ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, CONGRUENT, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OP,
-    ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, HOST, IDENT, IO, LASTUSEDCODE,
-    PROC_NULL, SIMILAR, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL, MPIException)
+    ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
+    COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED, CONGRUENT, DIST_GRAPH, ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OP,
+    ERR_RANK, ERR_ROOT, ERR_TAG, ERR_TYPE, GRAPH, HOST, IDENT, IO, LASTUSEDCODE,
+    PROC_NULL, SIMILAR, SUCCESS, TAG_UB, TAG_UB_VALUE, UNDEFINED, UNEQUAL, UNIVERSE_SIZE, WTIME_IS_GLOBAL,
+    MPIException)
 from ._collectives import (
     TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allreduce_body, alltoall_body, alltoall_obj_body, exchange_body,
     fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body, scatterv_body)
@@ -41,7 +44,11 @@ from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, 
                    recv_obj, send)
 from ._ops import SUM, Op
 from ._requests import Prequest, Request
-from ._topology import Cartesian, cart_map, cart_topology
+from ._neighbor import NEIGHBOR_COLLECTIVES, Neighborhood
+from ._partitioned import precv_init, psend_init
+from ._topology import (Cartesian, DistGraph, DistGraphTopo, Graph, GraphTopo, Topology, adjacent_problem,
+                        cart_map, cart_topology, dist_graph_edges, graph_args, graph_map, graph_problem,
+                        rank_problem, weights_arg)
 
 _ENGINE_ANY_TAG = -1
 _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire code, for the fast paths
@@ -107,6 +114,12 @@ class Comm(Attributes, ErrorHandling):
     def __new__(cls, comm=None):
         if comm is not None and not isinstance(comm, Comm):
             raise TypeError(f"expected an MPI.Comm, got {type(comm).__name__}")
+        inter = getattr(comm._c, "handle_class", None) if comm is not None else None  # an Intercomm's state
+        if inter is not None and not issubclass(cls, inter):
+            if issubclass(cls, Intracomm):
+                raise TypeError("expecting an intracommunicator")
+            if cls is Comm:
+                cls = inter  # Comm(intercomm) is an Intercomm, with an intercommunicator's methods
         self = object.__new__(cls)
         self._c = comm._c if comm is not None else _NULL
         return self
@@ -135,7 +148,18 @@ class Comm(Attributes, ErrorHandling):
 
     @classmethod
     def Create_from_group(cls, group, stringtag="org.mpi4py", info=None, errhandler=None):
-        raise NotImplementedError("Intracomm.Create_from_group (MPI-4 sessions) is not provided by commlib.MPI")
+        """A communicator of group's processes, made by them alone (no parent communicator: MPI-4's
+        way); every member passes the same stringtag, and each call with it makes a new one."""
+        world = _api.init()
+        me, members = world.rank(), list(group._ranks or ())
+        if me not in members:
+            raise MPIException(ERR_GROUP, f"rank {me}: Create_from_group called by a process outside the group")
+        serial = ("MPI.Create_from_group", tuple(members), str(stringtag))
+        n = _GROUP_SERIAL[serial] = _GROUP_SERIAL.get(serial, 0) + 1
+        new = Intracomm._of(_State(world.subgroup(members, serial + (n,))))
+        if errhandler is not None:
+            new.Set_errhandler(errhandler)
+        return new
 
     @classmethod
     def _of(cls, state):
@@ -171,18 +195,17 @@ class Comm(Attributes, ErrorHandling):
 
     def Is_inter(self):
         _group(self)
-        return False
+        return getattr(self._c, "handle_class", None) is not None  # an Intercomm's state (_intercomm.py)
 
     def Is_intra(self):
-        _group(self)
-        return True
+        return not self.Is_inter()
 
     is_inter = property(Is_inter)
     is_intra = property(Is_intra)
 
     def Get_topology(self):
         _group(self)
-        return UNDEFINED if self._c.topo is None else CART
+        return UNDEFINED if self._c.topo is None else self._c.topo.kind
 
     topology = property(Get_topology)
 
@@ -242,6 +265,32 @@ class Comm(Attributes, ErrorHandling):
         finally:
             self._c = _NULL
 
+    def Disconnect(self):
+        """Free this communicator once its communication is done (MPI_Comm_disconnect): the way a
+        spawned program and its parents let go of each other. Sends already made still reach
+        their receivers (the engine finishes them)."""
+        self.Free()
+
+    @classmethod
+    def Get_parent(cls):
+        """In a process started by Spawn: the intercommunicator to its parents; else COMM_NULL."""
+        from ._spawn import get_parent
+        parent = get_parent()
+        if parent is None:
+            from ._intercomm import Intercomm
+            return Intercomm()  # a null intercommunicator, as mpi4py's
+        return parent
+
+    def free(self):
+        """Free() made safe: nothing for COMM_NULL or a predefined communicator (a copy of one is only
+        emptied), Free() otherwise."""
+        if self._c is _NULL or any(self is _builtin(n) for n in ("COMM_WORLD", "COMM_SELF")):
+            return
+        if self._c.builtin:
+            self._c = _NULL
+            return
+        self.Free()
+
     def Abort(self, errorcode=0):
         """Stop every rank of the job: this process exits with errorcode (1 for 0), and commrun stops the rest."""
         g = self._c.g
@@ -257,8 +306,7 @@ class Comm(Attributes, ErrorHandling):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self):
-        return id(self._c)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __bool__(self):
         return self._c is not _NULL
@@ -303,10 +351,23 @@ class Comm(Attributes, ErrorHandling):
         return self.Idup(info)
 
     def Split_type(self, split_type, key=0, info=None):
-        """COMM_TYPE_SHARED (or any type but UNDEFINED): the ranks on this host."""
+        """The ranks that share a resource with this one. The one resource commlib knows is the host
+        (shared memory): COMM_TYPE_SHARED; COMM_TYPE_HW_GUIDED / RESOURCE_GUIDED when info says
+        mpi_hw_resource_type=mpi_shared_memory (COMM_NULL for any other resource); COMM_TYPE_HW_UNGUIDED
+        the host when the communicator spans several, else COMM_NULL (nothing finer is known),
+        saying mpi_shared_memory in info. UNDEFINED: COMM_NULL."""
         g = _group(self)
-        hosts = _api.all_gather_obj(None if split_type == UNDEFINED else socket.gethostname(), group=g)
-        color = -1 if split_type == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g.rank()])
+        kind = split_type
+        if split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+            asked = info.Get("mpi_hw_resource_type") if info else None
+            kind = COMM_TYPE_SHARED if asked == "mpi_shared_memory" else UNDEFINED
+        hosts = _api.all_gather_obj(None if kind == UNDEFINED else socket.gethostname(), group=g)
+        if split_type == COMM_TYPE_HW_UNGUIDED and len({h for h in hosts if h is not None}) <= 1 \
+                and sum(h is not None for h in hosts) == g.size():
+            return COMM_NULL_HANDLE()  # every rank on one host: no smaller hardware group is known
+        if split_type == COMM_TYPE_HW_UNGUIDED and info:
+            info.Set("mpi_hw_resource_type", "mpi_shared_memory")
+        color = -1 if kind == UNDEFINED else sorted(h for h in set(hosts) if h is not None).index(hosts[g.rank()])
         return self._derive(g.split(color, int(key)))
 
     def Create_group(self, group, tag=0):
@@ -355,6 +416,70 @@ class Comm(Attributes, ErrorHandling):
         topo = cart_topology(dims, periods, g.size())
         sub = g.split(0 if g.rank() < math.prod(topo[0]) else -1, g.rank())
         return self._derive(sub, Cartcomm, topo)
+
+    def Graph_map(self, index, edges):
+        """This rank's rank in a graph topology (no reordering), or UNDEFINED."""
+        return graph_map(_group(self).rank(), graph_args(index, edges)[0])
+
+    def Create_graph(self, index, edges, reorder=False):
+        """A Graphcomm over the first len(index) ranks (the others get COMM_NULL); every rank passes the
+        same graph, which is checked."""
+        g = _group(self)
+        graph, error = _checked(lambda: _graph(graph_args(index, edges), g, "Create_graph"))
+        _agree(g, error, "Create_graph", graph and hash(graph))
+        index, edges = graph
+        sub = g.split(0 if g.rank() < len(index) else -1, g.rank())
+        return self._derive(sub, Graphcomm, GraphTopo(tuple(index), tuple(edges[:index[-1] if index else 0])))
+
+    def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, destweights=None, info=None,
+                                   reorder=False):
+        """A Distgraphcomm over the same ranks, each giving its own in- and out-neighbours (PROC_NULL
+        allowed). An edge one end lists must be listed by the other end as often: that is checked here,
+        and a neighbourhood collective on a graph where it fails raises on every rank."""
+        g = _group(self)
+        what = "Create_dist_graph_adjacent"
+
+        def args():
+            src = [] if sources is None else _topo_ints(sources, "sources")
+            dst = [] if destinations is None else _topo_ints(destinations, "destinations")
+            sw = weights_arg(sourceweights, len(src), what, "sourceweights")
+            dw = weights_arg(destweights, len(dst), what, "destweights")
+            if (sw is None) != (dw is None):  # one side weighted: the other's edges weigh 1
+                sw, dw = sw or [1] * len(src), dw or [1] * len(dst)
+            problem = rank_problem(src, g.size(), "sources", True) or rank_problem(dst, g.size(), "destinations", True)
+            if problem:
+                raise MPIException(ERR_RANK, f"rank {g.rank()}: {what}: {problem}")
+            return DistGraphTopo(tuple(src), tuple(dst), sw, dw)
+        topo, error = _checked(args)
+        lists = _agree(g, error, what, None if topo is None else (topo.sources, topo.destinations))
+        topo = topo._replace(problem=adjacent_problem(lists, g.size()))
+        return self._derive(g.split(0, g.rank()), Distgraphcomm, topo)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None, reorder=False):
+        """A Distgraphcomm over the same ranks from edges any rank may give: sources[i] has degrees[i]
+        edges, to the next degrees[i] destinations. Each rank's neighbours are in the order the ranks
+        gave the edges (by rank, then position)."""
+        g = _group(self)
+        what = "Create_dist_graph"
+
+        def args():
+            src, deg = _topo_ints(sources, "sources"), _topo_ints(degrees, "degrees")
+            dst = _topo_ints(destinations, "destinations")
+            if len(deg) != len(src):
+                raise ValueError(f"{what}: {len(deg)} degrees for {len(src)} sources")
+            if any(d < 0 for d in deg):
+                raise MPIException(ERR_ARG, f"rank {g.rank()}: {what}: degrees must be >= 0, got {deg}")
+            if len(dst) != sum(deg):
+                raise ValueError(f"{what}: the degrees add up to {sum(deg)} edges, got {len(dst)} destinations")
+            w = weights_arg(weights, len(dst), what, "weights")
+            problem = rank_problem(src, g.size(), "sources", False) or rank_problem(dst, g.size(), "destinations",
+                                                                                    False)
+            if problem:
+                raise MPIException(ERR_RANK, f"rank {g.rank()}: {what}: {problem}")
+            return src, deg, dst, w
+        spec, error = _checked(args)
+        specs = _agree(g, error, what, spec)
+        return self._derive(g.split(0, g.rank()), Distgraphcomm, dist_graph_edges(specs, g.rank()))
 
     # ---------------------------------------------------------------- point-to-point, buffers
     def Send(self, buf, dest, tag=0):
@@ -438,6 +563,27 @@ class Comm(Attributes, ErrorHandling):
         else:
             fill(status, req)
 
+    def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG):
+        """Sendrecv as one request: it completes once both the send and the receive have (its
+        status is the receive's)."""
+        rreq = self.Irecv(recvbuf, source, recvtag)
+        return Request._both(rreq, self._send_buf(sendbuf, dest, sendtag, False, False, "Isendrecv"), "Isendrecv")
+
+    def Isendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG):
+        """Sendrecv_replace as one request: buf's contents are sent, and the message received
+        replaces them."""
+        g = _group(self)
+        m = parse_recv(buf)
+        copy = m.array.copy()  # what is sent: buf as it is now
+        rreq = self.Irecv(buf, source, recvtag)
+        if dest == PROC_NULL:
+            sreq = Request._completed(fill=done_proc_null)
+        else:
+            sreq = Request._wrap(send(g, copy.view(np.uint8), m.datatype._wire, copy.size,
+                                      _dest(g, dest, "Isendrecv_replace"), _stag(g, sendtag, "Isendrecv_replace"),
+                                      block=False, what="Isendrecv_replace"), done_empty)
+        return Request._both(rreq, sreq, "Isendrecv_replace")
+
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
         g = _group(self)
         m = parse_recv(buf)
@@ -499,6 +645,21 @@ class Comm(Attributes, ErrorHandling):
 
     def Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         return Prequest._make(lambda: self.Irecv(buf, source, tag))
+
+    def Psend_init(self, buf, partitions, dest, tag=0, info=None):
+        """A partitioned send (`_partitioned.py`): Start, then Pready each partition; Wait."""
+        g = _group(self)
+        dest = dest if dest == PROC_NULL else _dest(g, dest, "Psend_init")
+        return psend_init(g, buf, partitions, dest, _stag(g, tag, "Psend_init"))
+
+    def Precv_init(self, buf, partitions, source=ANY_SOURCE, tag=ANY_TAG, info=None):
+        """A partitioned receive (`_partitioned.py`): Start, then Parrived per partition; Wait."""
+        g = _group(self)
+        if source == ANY_SOURCE or tag == ANY_TAG:
+            raise MPIException(ERR_ARG, f"rank {g.rank()}: Precv_init: partitioned communication takes no "
+                                        f"MPI.ANY_SOURCE or MPI.ANY_TAG (source {source}, tag {tag})")
+        source = source if source == PROC_NULL else _dest(g, source, "Precv_init")
+        return precv_init(g, buf, partitions, source, _stag(g, tag, "Precv_init"))
 
     # ---------------------------------------------------------------- point-to-point, objects
     def send(self, obj, dest, tag=0):
@@ -958,12 +1119,13 @@ def _all_gather_into(g, x, out):
     _coll.all_gather(x, out=out, group=g)
 
 
-def _persistent(name):
-    """Comm.<name>_init: a persistent collective, started anew at each Start() by the non-blocking
-    I<name> with the arguments given here (so each Start reads the buffers as they are then). The
-    trailing `info` argument, positional or not, is accepted and unused, as commlib takes no hints."""
+def _persistent(name, cls=None):
+    """<cls, default Comm>.<name>_init: a persistent collective, started anew at each Start() by the
+    non-blocking I<name> with the arguments given here (so each Start reads the buffers as they are
+    then). The trailing `info` argument, positional or not, is accepted and unused, as commlib takes
+    no hints."""
     nonblocking = "I" + name[0].lower() + name[1:]
-    width = len(inspect.signature(getattr(Comm, nonblocking)).parameters) - 1  # without self
+    width = len(inspect.signature(getattr(cls or Comm, nonblocking)).parameters) - 1  # without self
 
     def init(self, *args, info=None, **kwargs):
         if len(args) > width + 1:
@@ -982,26 +1144,144 @@ for _name in ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "A
 
 
 class Intracomm(Comm):
-    """An intra-communicator (every communicator here is one)."""
+    """An intra-communicator."""
 
     __slots__ = ()
+
+    def Create_intercomm(self, local_leader, peer_comm, remote_leader, tag=0):
+        """The intercommunicator of this group and another: collective over this communicator; the
+        local leader and remote_leader (a rank of peer_comm) introduce the two groups over peer_comm."""
+        from ._intercomm import create_intercomm  # _intercomm builds on this module
+        return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
+
+    # dynamic processes (_spawn.py): the children are started by the root, on its host
+    def Spawn(self, command, args=None, maxprocs=1, info=None, root=0, errcodes=None):
+        """Start maxprocs processes running `command args` (significant at the root only); the
+        intercommunicator to them (collective over this communicator). errcodes: a list, filled
+        with one code per child."""
+        from ._spawn import spawn
+        inter, counts = spawn(self, [(command, args, maxprocs)], root, "Spawn")
+        if errcodes is not None:
+            errcodes[:] = [SUCCESS] * sum(counts)
+        return inter
+
+    def Spawn_multiple(self, command, args=None, maxprocs=None, info=None, root=0, errcodes=None):
+        """Spawn of several programs at once, all children in one job (its COMM_WORLD) in program
+        order; errcodes: a list, filled with one list of codes per program."""
+        from ._spawn import programs_of, spawn
+        g = _group(self)
+        root = _root(g, root, "Spawn_multiple")
+        programs = None
+        if g.rank() == root:
+            try:
+                programs = programs_of(command, args, maxprocs, info)
+            except ValueError as exc:
+                programs = exc  # raised on the root, an ERR_ARG on the others
+        inter, counts = spawn(self, programs, root, "Spawn_multiple")
+        if errcodes is not None:
+            errcodes[:] = [[SUCCESS] * n for n in counts]
+        return inter
 
 
 def COMM_NULL_HANDLE():
     return Intracomm._of(_NULL)
 
 
-class Topocomm(Intracomm):
-    """A communicator with a process topology."""
+def _topo_ints(seq, name):
+    try:
+        vals = seq.tolist() if isinstance(seq, np.ndarray) else list(seq)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(seq).__name__}") from None
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in vals):
+        raise TypeError(f"{name} must hold ints, got {vals!r}")
+    return [int(v) for v in vals]
+
+
+def _graph(args, g, what):
+    index, edges = args
+    problem = graph_problem(index, edges, g.size())
+    if problem:
+        raise MPIException(ERR_ARG, f"rank {g.rank()}: {what}: {problem}")
+    return tuple(index), tuple(edges)
+
+
+def _checked(fn):
+    """(fn(), None), or (None, the argument error it raised): a topology's arguments are checked on
+    every rank before any rank raises (`_agree`), so that none is left waiting in the creation."""
+    try:
+        return fn(), None
+    except (MPIException, TypeError, ValueError) as exc:
+        return None, exc
+
+
+def _agree(g, error, what, value):
+    """Every rank's value (each rank's arguments or a signature of them), after each rank has learnt
+    every rank's argument error: a rank raises its own, or one naming the first rank that has one.
+    Signatures (ints) must be equal on every rank."""
+    gathered = _api.all_gather_obj((None if error is None else f"{type(error).__name__}: {error}", value), group=g)
+    if error is not None:
+        raise error
+    for r, (problem, _) in enumerate(gathered):
+        if problem is not None:
+            raise MPIException(ERR_ARG, f"rank {g.rank()}: {what}: rank {r} gave bad arguments ({problem})")
+    values = [v for _, v in gathered]
+    if type(value) is int and any(v != value for v in values):
+        raise MPIException(ERR_ARG, f"rank {g.rank()}: {what}: the ranks passed different graphs (ranks "
+                                    f"{[r for r, v in enumerate(values) if v != values[0]]} differ from rank 0)")
+    return values
+
+
+class Topocomm(Topology, Intracomm):
+    """A communicator with a process topology; MPI.Topocomm(comm) of one without is a TypeError."""
 
     __slots__ = ()
+    _TOPO, _WHAT = None, "topology"
     is_topo = property(lambda self: True)
+
+    def __new__(cls, comm=None):
+        self = super().__new__(cls, comm)
+        topo = self._c.topo
+        if self._c.g is not None and (topo is None or cls._TOPO not in (None, topo.kind)):
+            raise TypeError(f"expecting a {cls._WHAT} communicator, got one with "
+                            f"{'no topology' if topo is None else type(topo).__name__}")
+        return self
+
+
+for _name, _fn in vars(Neighborhood).items():  # Topocomm's own, so that __init__'s unpacking wraps them
+    if not _name.startswith("__"):
+        setattr(Topocomm, _name, _fn)
+for _name in NEIGHBOR_COLLECTIVES:
+    setattr(Topocomm, f"{_name}_init", _persistent(_name, Topocomm))
 
 
 class Cartcomm(Cartesian, Topocomm):
     """A communicator with a Cartesian topology (row-major rank order; the methods are `Cartesian`'s)."""
 
     __slots__ = ()
+    _TOPO, _WHAT = CART, "Cartesian"
+
+
+class Graphcomm(Graph, Topocomm):
+    """A communicator with a general graph topology (the methods are `Graph`'s)."""
+
+    __slots__ = ()
+    _TOPO, _WHAT = GRAPH, "general graph"
+
+
+class Distgraphcomm(DistGraph, Topocomm):
+    """A communicator with a distributed graph topology (the methods are `DistGraph`'s)."""
+
+    __slots__ = ()
+    _TOPO, _WHAT = DIST_GRAPH, "distributed graph"
+
+
+def comm_class(state):
+    """The class of a communicator handle made from a state alone (Comm.fromhandle): its topology's."""
+    topo = state.topo
+    if getattr(state, "handle_class", None) is not None:  # an Intercomm's state (_intercomm.py)
+        return state.handle_class
+    return {None: Intracomm, CART: Cartcomm, GRAPH: Graphcomm, DIST_GRAPH: Distgraphcomm}[
+        None if topo is None else topo.kind]
 
 
 def world_comms():

@@ -165,7 +165,15 @@ class Datatype(Attributes):
             self._set(None, 0, "MPI_DATATYPE_NULL", None, False)
             self._attr = None
 
-    free = Free
+    def free(self):
+        """Free() made safe: nothing for a null or predefined type (a copy of a predefined one is only
+        emptied), Free() otherwise."""
+        if not self or any(self is t for t in _CONSTANTS):
+            return
+        if self._predefined:
+            self._set(None, 0, "MPI_DATATYPE_NULL", None, False)
+            return
+        self.Free()
 
     def Dup(self):
         """A new handle for the same type (derived: Free one, the other stays)."""
@@ -446,8 +454,7 @@ class Datatype(Attributes):
             return self._name == other._name and self._base == other._base
         return self._blocks is other._blocks and self._types == other._types  # one handle: MPI.Datatype(t) copies
 
-    def __hash__(self):
-        return hash((self._name, self._mult))
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __bool__(self):
         return self._base is not None
@@ -456,10 +463,13 @@ class Datatype(Attributes):
         return f"<MPI.Datatype {self._name}>"
 
     def __reduce__(self):
-        if self._predefined and self._combiner == COMBINER_NAMED:
-            return (_restore, (self._name[4:],))
+        if self._predefined and (self._combiner == COMBINER_NAMED or self._base is None):
+            name = "DATATYPE_NULL" if self._base is None else self._name[4:]
+            if any(self is t for t in _CONSTANTS):
+                return (_restore, (name,))  # the predefined object itself
+            return (_restore_copy, (type(self), name))  # a handle of it: a new equal handle, of its class
         if self._base is None:
-            return (_restore, ("DATATYPE_NULL",))
+            return (_restore_copy, (type(self), "DATATYPE_NULL"))
         old, comb, params = self.decode()
         return (_recreate, (old, comb, params))
 
@@ -472,6 +482,10 @@ def _handle(t):
 def _restore(name):
     from .. import MPI  # predefined handles unpickle to the very same object
     return getattr(MPI, name)
+
+
+def _restore_copy(cls, name):
+    return cls(_restore(name))
 
 
 def _recreate(old, combiner, params):
@@ -656,7 +670,11 @@ def _note_derived():
 def _predefined(name, np_name, code=None):
     dt = object.__new__(Datatype)
     dt._set(None if np_name is None else np.dtype(np_name), 1 if np_name else 0, name, code, True)
+    _CONSTANTS.append(dt)
     return dt
+
+
+_CONSTANTS = []  # the predefined datatype objects themselves (free() leaves them alone)
 
 
 DATATYPE_NULL = _predefined("MPI_DATATYPE_NULL", None)
@@ -782,6 +800,7 @@ def pair_type(name):
         t._ints, t._addrs, t._types = (), (), ()
         t._committed = True
         _pair_types[name] = t
+        _CONSTANTS.append(t)
     return t
 
 

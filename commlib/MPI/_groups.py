@@ -11,7 +11,7 @@ def _builtin(name):
 class Group:
     """An ordered set of processes (world ranks). GROUP_NULL holds nothing; GROUP_EMPTY is a group of none."""
 
-    __slots__ = ("_ranks", "_me")
+    __slots__ = ("_ranks", "_me", "__weakref__")
 
     def __new__(cls, group=None):
         if group is not None and not isinstance(group, Group):
@@ -113,6 +113,11 @@ class Group:
         self._r()
         self._ranks = None
 
+    def free(self):
+        """Free() made safe: nothing for GROUP_NULL or GROUP_EMPTY itself."""
+        if self._ranks is not None and self is not _builtin("GROUP_EMPTY"):
+            self.Free()
+
     def __eq__(self, other):
         if not isinstance(other, Group):
             return NotImplemented
@@ -124,9 +129,8 @@ class Group:
         return self._ranks is not None
 
     def __reduce__(self):
-        if self._ranks is None or self._ranks == ():
-            return (_builtin, ("GROUP_NULL" if self._ranks is None else "GROUP_EMPTY",))
-        raise ValueError(f"cannot pickle {self!r}")
+        from ._handles import null_reduce
+        return null_reduce(self, "GROUP_NULL" if self._ranks is None else "GROUP_EMPTY", self._ranks in (None, ()))
 
     def __repr__(self):
         return "<MPI.Group NULL>" if self._ranks is None else f"<MPI.Group of {len(self._ranks)}>"

@@ -42,6 +42,27 @@ def object_of(h, cls):
     return obj
 
 
+def null_reduce(obj, name, null):
+    """__reduce__ of a handle class whose only picklable objects are its predefined ones: the constant
+    itself unpickles to itself, a copy of it to a new handle of the copy's class; others cannot be
+    pickled (they name state in this process)."""
+    const = _constant(name)
+    if obj is const:
+        return (_constant, (name,))
+    if null:
+        return (_constant_copy, (type(obj), name))
+    raise ValueError(f"cannot pickle {obj!r}: it names an object of this process")
+
+
+def _constant(name):
+    from .. import MPI
+    return getattr(MPI, name)
+
+
+def _constant_copy(cls, name):
+    return cls(_constant(name))
+
+
 def install(cls, key, copy):
     """Give cls the handle API: key(obj) names obj's state (None when null); copy(cls, obj) makes a
     new object of cls sharing obj's state."""

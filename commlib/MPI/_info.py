@@ -93,7 +93,7 @@ class Info:
         return keys[n]
 
     def Dup(self):
-        info = Info()
+        info = type(self)()
         info._d = dict(self._items("Dup"))
         return info
 
@@ -102,6 +102,15 @@ class Info:
         if self is INFO_ENV:
             raise MPIException(ERR_INFO, "Info.Free: MPI.INFO_ENV cannot be freed")
         self._d = None
+
+    def free(self):
+        """Free() made safe: nothing for INFO_NULL or INFO_ENV itself (a copy of INFO_ENV is only emptied)."""
+        if self._d is None or self is INFO_ENV:
+            return
+        if self._d is INFO_ENV._d:
+            self._d = None
+            return
+        self.Free()
 
     # ---------------------------------------------------------------- the mapping methods
     def __len__(self):
@@ -160,7 +169,7 @@ class Info:
         return self._d.popitem()
 
     def copy(self):
-        return Info() if self._d is None else self.Dup()
+        return type(self)() if self._d is None else self.Dup()
 
     def clear(self):
         if self._d is not None:
@@ -179,15 +188,14 @@ class Info:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self):
-        return id(self._d)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __reduce__(self):
         if self is INFO_NULL or self is INFO_ENV:
             return (_predefined, ("INFO_NULL" if self is INFO_NULL else "INFO_ENV",))
         if self._d is None or self._d is INFO_ENV._d:
-            return (_predefined_copy, ("INFO_NULL" if self._d is None else "INFO_ENV",))
-        return (_rebuilt, (self.items(),))
+            return (_predefined_copy, (type(self), "INFO_NULL" if self._d is None else "INFO_ENV"))
+        return (_rebuilt, (type(self), self.items()))
 
     def __repr__(self):
         return "<MPI.Info NULL>" if self._d is None else f"<MPI.Info {self._d!r}>"
@@ -204,12 +212,12 @@ def _predefined(name):
     return INFO_NULL if name == "INFO_NULL" else INFO_ENV
 
 
-def _predefined_copy(name):
-    return Info(_predefined(name))
+def _predefined_copy(cls, name):
+    return cls(_predefined(name))
 
 
-def _rebuilt(items):
-    return Info.Create(items)
+def _rebuilt(cls, items):
+    return cls.Create(items)
 
 
 INFO_NULL = Info()

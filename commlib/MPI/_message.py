@@ -18,7 +18,7 @@ _NO_PROC = object()  # the message of a probe of PROC_NULL
 class Message:
     """A message taken by a matched probe: a handle, copied by `Message(other)`."""
 
-    __slots__ = ("_g", "_msg")
+    __slots__ = ("_g", "_msg", "__weakref__")
 
     def __init__(self, message=None):
         if message is not None and not isinstance(message, Message):
@@ -44,8 +44,7 @@ class Message:
             return NotImplemented
         return self._msg is not other._msg
 
-    def __hash__(self):
-        return id(self._msg)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __repr__(self):
         if self._msg is None:
@@ -56,6 +55,11 @@ class Message:
 
     def free(self):
         self._take_handle()
+
+    def __reduce__(self):
+        from ._handles import null_reduce
+        return null_reduce(self, "MESSAGE_NULL" if self._msg is None else "MESSAGE_NO_PROC",
+                           self._msg is None or self._msg is _NO_PROC)
 
     # ------------------------------------------------------------ probes (mpi4py's class methods)
     @classmethod

@@ -13,9 +13,11 @@ from ._constants import ERR_OP, MPIException
 class Op:
     """An MPI reduction operation; callable on objects as op(x, y)."""
 
-    __slots__ = ("_name", "_obj", "_buf", "_kernel", "_commute", "_predefined", "_user")
+    __slots__ = ("_name", "_obj", "_buf", "_kernel", "_commute", "_predefined", "_user", "__weakref__")
 
     def __new__(cls, op=None):
+        if op is not None and not isinstance(op, Op):
+            raise TypeError(f"expected an MPI.Op, got {type(op).__name__}")
         self = object.__new__(cls)
         if op is None:
             self._set("MPI_OP_NULL", None, None, None, True, True, None)
@@ -62,6 +64,15 @@ class Op:
             raise MPIException(ERR_OP, f"cannot free the predefined op {self._name}")
         self._set("MPI_OP_NULL", None, None, None, True, True, None)
 
+    def free(self):
+        """Free() made safe: nothing for OP_NULL or a predefined op (a copy of one is only emptied)."""
+        if self._obj is None and self._name == "MPI_OP_NULL" or self._predefined and self is _named(self._name[4:]):
+            return
+        if self._predefined:
+            self._set("MPI_OP_NULL", None, None, None, True, True, None)
+            return
+        self.Free()
+
     def Get_name(self):
         return self._name
 
@@ -90,8 +101,7 @@ class Op:
             return NotImplemented
         return self is other or (self._name == other._name and self._user is other._user and self._obj is other._obj)
 
-    def __hash__(self):
-        return hash(self._name)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __bool__(self):
         return self._obj is not None

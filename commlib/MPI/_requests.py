@@ -6,6 +6,8 @@ fills the Status and gives the received object (lower case) or None.
 Completion mutates the request in place: it becomes inactive, falsy and
 equal to REQUEST_NULL, as mpi4py's do.
 """
+import threading
+
 from .._engine import Request as _EngineRequest, wait_any as _wait_any
 from ._constants import ANY_SOURCE, ANY_TAG, ERR_REQUEST, SUCCESS, UNDEFINED, MPIException
 from ._datatypes import NAMED
@@ -14,7 +16,7 @@ from ._datatypes import NAMED
 class Status:
     """What a receive or probe matched: source, tag, error and the byte count."""
 
-    __slots__ = ("source", "tag", "error", "_nbytes", "_cancelled")
+    __slots__ = ("source", "tag", "error", "_nbytes", "_cancelled", "__weakref__")
 
     def __init__(self, status=None):
         if status is not None and not isinstance(status, Status):
@@ -81,6 +83,26 @@ class Status:
     def __repr__(self):
         return f"<MPI.Status source={self.source} tag={self.tag} error={self.error} count={self._nbytes}>"
 
+    def __reduce__(self):
+        return (_status, (type(self), self.source, self.tag, self.error, self._nbytes, self._cancelled))
+
+    def py2f(self):
+        """The status as Fortran's integer array (MPI.F_SOURCE, F_TAG, F_ERROR index it)."""
+        return [self._nbytes & 0x7FFFFFFF, self._nbytes >> 31, self.source, self.tag, self.error, int(self._cancelled)]
+
+    @classmethod
+    def f2py(cls, arg):
+        st = cls()
+        n_lo, n_hi, st.source, st.tag, st.error, cancelled = (int(x) for x in arg)
+        st._nbytes, st._cancelled = n_lo | (n_hi << 31), bool(cancelled)
+        return st
+
+
+def _status(cls, source, tag, error, nbytes, cancelled):
+    st = cls()
+    st.source, st.tag, st.error, st._nbytes, st._cancelled = source, tag, error, nbytes, cancelled
+    return st
+
 
 _BYTE = NAMED["BYTE"]
 
@@ -97,6 +119,8 @@ class Request:
     __slots__ = ("_r", "_done", "_value", "_persist", "__weakref__")
 
     def __new__(cls, request=None):
+        if request is not None and not isinstance(request, Request):
+            raise TypeError(f"expected an MPI.Request, got {type(request).__name__}")
         self = object.__new__(cls)
         if request is None:
             self._r, self._done, self._value, self._persist = None, None, None, None
@@ -121,6 +145,34 @@ class Request:
                 fn()
             return value
         self._done = then
+
+    @classmethod
+    def _both(cls, first, second, what):
+        """One request for two (Isendrecv): complete once both are; waiting completes both and gives
+        the first's status and value."""
+        r = _EngineRequest(what, timeout=max((x._r.timeout or 0 for x in (first, second) if x._r is not None),
+                                             default=None) or None)
+        inner = [x._r for x in (first, second) if x._r is not None]
+        left, lock = [len(inner)], threading.Lock()
+
+        def one(_req):
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                r._finish(None)
+        if not inner:
+            r._finish(None)
+        for x in inner:
+            x.add_done_callback(one)
+
+        def done(_result, status):
+            try:
+                second._complete(None)
+            finally:
+                value = first._complete(status)
+            return value
+        return cls._wrap(r, done)
 
     @classmethod
     def _completed(cls, value=None, fill=None):
@@ -188,7 +240,14 @@ class Request:
         self._r = None
         self._persist = None
 
-    free = Free  # mpi4py spells it both ways
+    def __reduce__(self):
+        from ._handles import null_reduce
+        return null_reduce(self, "REQUEST_NULL", self._r is None and self._persist is None)
+
+    def free(self):
+        """Free() made safe: nothing for REQUEST_NULL."""
+        if self._r is not None or self._persist is not None:
+            self.Free()
 
     # ------------------------------------------------------------ lower case
     def wait(self, status=None):
@@ -301,8 +360,7 @@ class Request:
             return NotImplemented
         return self._r is other._r
 
-    def __hash__(self):
-        return id(self._r)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
     def __repr__(self):
         return f"<MPI.Request {'inactive' if self._r is None else self._r.what}>"
@@ -312,6 +370,11 @@ class Prequest(Request):
     """A persistent request (Send_init/Recv_init): inactive until Start(), restartable."""
 
     __slots__ = ()
+
+    def __new__(cls, request=None):
+        if request is not None and type(request).__name__ == "Grequest":
+            raise TypeError("a generalized request is not a persistent one")
+        return super().__new__(cls, request)
 
     @classmethod
     def _make(cls, start):
@@ -336,6 +399,13 @@ class Prequest(Request):
 
     startall = Startall
 
+    # partitioned requests (`_partitioned.Partitioned`) mark and ask about their parts; others have none
+    def _not_partitioned(self, *args):
+        raise MPIException(ERR_REQUEST, "Pready/Parrived on a request that is not partitioned "
+                                        "(made by Psend_init / Precv_init)")
+
+    Pready = Pready_range = Pready_list = Parrived = _not_partitioned
+
     def Free(self):
         if self._persist is None:
             raise MPIException(ERR_REQUEST, "Free() of MPI.REQUEST_NULL")
@@ -352,8 +422,7 @@ class Prequest(Request):
             return not self and not other
         return self._persist is other._persist
 
-    def __hash__(self):
-        return id(self._persist)
+    __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
 
 def _status_at(statuses, i):

@@ -1,20 +1,38 @@
-"""Process topologies: Cartesian grids (`Cartesian`, mixed into `Cartcomm`) and `Compute_dims`.
+"""Process topologies: Cartesian grids, graphs and distributed graphs, as data on a communicator.
 
-A Cartesian topology is data on the communicator, `(dims, periods)`, over
-its ranks in row-major order: no reordering, so rank r of the new
-communicator is rank r of the old one and `Create_cart` is one split. Every
-query (coordinates, shifts, neighbours) is arithmetic on that pair; only
-`Sub` makes a communicator. Graph and distributed-graph topologies are out
-of scope: their classes exist (isinstance checks work) but none can be made.
+A topology is a small immutable value kept on the communicator's state
+(`_c.topo`): `CartTopo(dims, periods)`, `GraphTopo(index, edges)` or
+`DistGraphTopo(sources, destinations, sourceweights, destweights)`. None
+reorders ranks, so rank r of the new communicator is rank r of the old one
+and making one is one split. Every query is arithmetic on that value; the
+mixins here (`Topology`, `Cartesian`, `Graph`, `DistGraph`) give mpi4py's
+methods over it.
 
-This module knows nothing of groups or messages: `_comm.py` builds the
-communicators and mixes `Cartesian` into its `Cartcomm`.
+Each topology also says who this rank's neighbours are, in MPI's order, and
+which tag each neighbour message carries (`neighbors(rank)`), which is all
+the neighbourhood collectives (`_neighbor.py`) need. Tags make the k-th
+message to a peer match the k-th receive from it that MPI pairs it with:
+for a graph, the k-th time a peer appears in a list; for a Cartesian grid,
+the direction, so that a block sent towards -1 is received as coming from
++1 even where both neighbours are one process (a periodic dimension of
+size 1 or 2), as MPI 4 specifies and MPICH does.
+
+The argument checks are pure functions of the arguments (and, for the
+distributed graph, of every rank's arguments gathered): `_comm.py` gathers
+and builds the communicators.
 """
+import collections
 import math
 
 import numpy as np
 
-from ._constants import ERR_ARG, ERR_RANK, ERR_TOPOLOGY, PROC_NULL, UNDEFINED, MPIException
+from ._constants import CART, DIST_GRAPH, ERR_ARG, ERR_RANK, ERR_TOPOLOGY, GRAPH, PROC_NULL, UNDEFINED, MPIException
+
+# MPI.UNWEIGHTED and MPI.WEIGHTS_EMPTY: opaque ints, as mpi4py's (addresses in C), told from any weights list.
+UNWEIGHTED = 0x4D504957  # "MPIW"
+WEIGHTS_EMPTY = 0x4D504945  # "MPIE"
+
+Neighbors = collections.namedtuple("Neighbors", "sources destinations rtags stags")
 
 
 def Compute_dims(nnodes, dims):
@@ -60,7 +78,7 @@ def cart_topology(dims, periods, size):
     n = math.prod(dims)
     if n > size:
         raise MPIException(ERR_ARG, f"Create_cart: dims {dims} need {n} ranks, the communicator has {size}")
-    return tuple(dims), tuple(periods)
+    return CartTopo(tuple(dims), tuple(periods))
 
 
 def cart_map(rank, dims):
@@ -68,8 +86,210 @@ def cart_map(rank, dims):
     return rank if rank < math.prod(int(d) for d in dims) else UNDEFINED
 
 
+def _occurrences(ranks):
+    """For each entry, how many times the same rank came before it: the tag that pairs duplicates in order."""
+    seen = collections.Counter()
+    tags = []
+    for r in ranks:
+        tags.append(seen[r])
+        seen[r] += 1
+    return tags
+
+
+class CartTopo(collections.namedtuple("CartTopo", "dims periods")):
+    """Create_cart's dims and periods (tuples); ranks in row-major order of the coordinates."""
+
+    __slots__ = ()
+    kind = CART
+
+    def coords(self, rank):
+        coords = []
+        for d in reversed(self.dims):
+            coords.append(rank % d)
+            rank //= d
+        return coords[::-1]
+
+    def shift(self, coords, direction, step):
+        """The rank `step` away from coords along direction (PROC_NULL past a non-periodic edge)."""
+        c = list(coords)
+        c[direction] += step
+        d = self.dims[direction]
+        if not self.periods[direction] and not 0 <= c[direction] < d:
+            return PROC_NULL
+        rank = 0
+        for x, n in zip(c, self.dims):
+            rank = rank * n + x % n
+        return rank
+
+    def neighbors(self, rank):
+        """Per dimension the neighbour at -1, then at +1; a block sent towards -1 carries tag 2d and is
+        received from the +1 side, so receive slot k expects tag k ^ 1."""
+        coords = self.coords(rank)
+        ranks = [self.shift(coords, d, step) for d in range(len(self.dims)) for step in (-1, 1)]
+        tags = list(range(len(ranks)))
+        return Neighbors(ranks, ranks, [t ^ 1 for t in tags], tags)
+
+
+class GraphTopo(collections.namedtuple("GraphTopo", "index edges")):
+    """MPI_Graph_create's arrays: index[i] is the end of node i's neighbours in edges."""
+
+    __slots__ = ()
+    kind = GRAPH
+
+    def adjacent(self, rank):
+        return list(self.edges[self.index[rank - 1] if rank else 0:self.index[rank]])
+
+    def neighbors(self, rank):
+        ranks = self.adjacent(rank)
+        tags = _occurrences(ranks)
+        return Neighbors(ranks, ranks, tags, tags)
+
+
+class DistGraphTopo(collections.namedtuple("DistGraphTopo", "sources destinations sourceweights destweights problem",
+                                           defaults=(None,))):
+    """This rank's in- and out-neighbours; the weights are lists, or None for an unweighted graph.
+    `problem`: why the ranks' adjacency lists disagree (MPI lets such a graph be made, as MPICH does;
+    a neighbourhood collective on it is refused on every rank rather than left to hang)."""
+
+    __slots__ = ()
+    kind = DIST_GRAPH
+
+    def neighbors(self, rank):
+        return Neighbors(list(self.sources), list(self.destinations), _occurrences(self.sources),
+                         _occurrences(self.destinations))
+
+
+# ------------------------------------------------------------------ argument checks (pure)
+def _ints(seq, what, name):
+    try:
+        vals = seq.tolist() if isinstance(seq, np.ndarray) else list(seq)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be a sequence of ints, got {type(seq).__name__}") from None
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{what}: {name} must hold ints, got {v!r}")
+    return [int(v) for v in vals]
+
+
+def graph_args(index, edges):
+    """Create_graph's (index, edges) as lists; an index that starts with 0 and ends at len(edges) (the
+    'standard' adjacency array, one entry longer) loses its leading 0, as mpi4py's."""
+    index, edges = _ints(index, "Create_graph", "index"), _ints(edges, "Create_graph", "edges")
+    if len(index) > 1 and index[0] == 0 and index[-1] == len(edges):
+        index = index[1:]
+    return index, edges
+
+
+def graph_problem(index, edges, size):
+    """What is wrong with a graph of len(index) nodes for a communicator of `size` ranks, or None."""
+    nnodes = len(index)
+    if nnodes > size:
+        return f"the graph has {nnodes} nodes, the communicator {size} ranks"
+    prev = 0
+    for i, end in enumerate(index):
+        if end < prev:
+            return f"index must not decrease: index[{i}] = {end} after {prev}"
+        prev = end
+    if prev > len(edges):
+        return f"index ends at {prev} but there are only {len(edges)} edges"
+    bad = [e for e in edges[:prev] if not 0 <= e < nnodes]
+    if bad:
+        return f"edge {bad[0]} is not a node of the graph (0..{nnodes - 1})"
+    return None
+
+
+def graph_map(rank, index):
+    """This rank's rank in a graph topology of len(index) nodes (no reordering), or UNDEFINED."""
+    return rank if rank < len(index) else UNDEFINED
+
+
+def weights_arg(weights, n, what, name):
+    """A weights argument as a list of n ints, [] for MPI.WEIGHTS_EMPTY, or None for unweighted."""
+    if weights is None or (type(weights) is int and weights == UNWEIGHTED):
+        return None
+    if type(weights) is int and weights == WEIGHTS_EMPTY:
+        if n > 0:
+            raise ValueError(f"{what}: {name} is MPI.WEIGHTS_EMPTY but the degree is {n}")
+        return []
+    vals = _ints(weights, what, name)
+    if len(vals) != n:
+        raise ValueError(f"{what}: {len(vals)} {name} for {n} edges")
+    return vals
+
+
+def rank_problem(ranks, size, name, proc_null):
+    """The first entry of ranks that names no rank of a communicator of `size` (PROC_NULL where allowed)."""
+    for r in ranks:
+        if not (0 <= r < size or (proc_null and r == PROC_NULL)):
+            return f"{name} holds {r}, not a rank of the communicator (size {size})"
+    return None
+
+
+def adjacent_problem(lists, size):
+    """What makes the ranks' (sources, destinations) disagree, or None: every edge i -> j must be listed
+    as often among i's destinations as among j's sources."""
+    out_edges, in_edges = collections.Counter(), collections.Counter()
+    for i, (sources, destinations) in enumerate(lists):
+        out_edges.update((i, j) for j in destinations if j != PROC_NULL)
+        in_edges.update((j, i) for j in sources if j != PROC_NULL)
+    for (i, j) in sorted(set(out_edges) | set(in_edges)):
+        if out_edges[i, j] != in_edges[i, j]:
+            return (f"rank {i} lists rank {j} as a destination {out_edges[i, j]} time(s) but rank {j} lists "
+                    f"rank {i} as a source {in_edges[i, j]} time(s)")
+    return None
+
+
+def dist_graph_edges(specs, me):
+    """This rank's DistGraphTopo from every rank's (sources, degrees, destinations, weights) of
+    Create_dist_graph: its in- and out-edges in the order the ranks gave them (rank, then position)."""
+    sources, destinations, sw, dw = [], [], [], []
+    weighted = specs[me][3] is not None
+    for srcs, degrees, dsts, weights in specs:
+        pos = 0
+        for s, deg in zip(srcs, degrees):
+            for k in range(pos, pos + deg):
+                w = 1 if weights is None else weights[k]
+                if s == me:
+                    destinations.append(dsts[k])
+                    dw.append(w)
+                if dsts[k] == me:
+                    sources.append(s)
+                    sw.append(w)
+            pos += deg
+    return DistGraphTopo(sources, destinations, sw if weighted else None, dw if weighted else None)
+
+
+# ------------------------------------------------------------------ mixins
+class Topology:
+    """Topocomm's neighbour queries, over the communicator's `_c.topo` (any kind)."""
+
+    __slots__ = ()
+
+    def _neighbors(self):
+        topo = self._c.topo
+        if topo is None:
+            raise MPIException(ERR_TOPOLOGY, "the communicator has no topology")
+        return topo.neighbors(self.Get_rank())
+
+    @property
+    def degrees(self):
+        nb = self._neighbors()
+        return len(nb.sources), len(nb.destinations)
+
+    indegree = property(lambda self: self.degrees[0])
+    outdegree = property(lambda self: self.degrees[1])
+
+    @property
+    def inoutedges(self):
+        nb = self._neighbors()
+        return list(nb.sources), list(nb.destinations)
+
+    inedges = property(lambda self: self.inoutedges[0])
+    outedges = property(lambda self: self.inoutedges[1])
+
+
 class Cartesian:
-    """mpi4py's Cartcomm methods, over the communicator's `_c.topo` = (dims, periods).
+    """mpi4py's Cartcomm methods, over the communicator's `_c.topo`, a CartTopo (dims, periods).
 
     The class it is mixed into provides Get_rank, Get_size, `_c.g` (the commlib Group) and
     `_derive(group, cls, topo)`, which wraps a new group as a communicator.
@@ -77,32 +297,11 @@ class Cartesian:
 
     __slots__ = ()
 
-    # Neighbours, as MPI orders them for a Cartesian topology: per dimension, the one below, then
-    # the one above (PROC_NULL past a non-periodic edge).
-    @property
-    def inedges(self):
-        return [r for d in range(self.Get_dim()) for r in self.Shift(d, 1)]
-
-    outedges = inedges
-
-    @property
-    def inoutedges(self):
-        return self.inedges, self.outedges
-
-    @property
-    def indegree(self):
-        return 2 * self.Get_dim()
-
-    outdegree = indegree
-
-    @property
-    def degrees(self):
-        return self.indegree, self.outdegree
-
     def _topo(self):
-        if self._c.topo is None:
+        topo = self._c.topo
+        if type(topo) is not CartTopo:
             raise MPIException(ERR_TOPOLOGY, "communicator has no Cartesian topology")
-        return self._c.topo
+        return topo
 
     def Get_dim(self):
         return len(self._topo()[0])
@@ -119,14 +318,10 @@ class Cartesian:
     coords = property(lambda self: self.Get_coords(self.Get_rank()))
 
     def Get_coords(self, rank):
-        dims, _ = self._topo()
+        topo = self._topo()
         if not 0 <= rank < self.Get_size():
             raise MPIException(ERR_RANK, f"Get_coords: {rank} is not a rank of this communicator")
-        coords = []
-        for d in reversed(dims):
-            coords.append(rank % d)
-            rank //= d
-        return coords[::-1]
+        return topo.coords(rank)
 
     def Get_cart_rank(self, coords):
         dims, periods = self._topo()
@@ -170,5 +365,72 @@ class Cartesian:
         for c, d, k in zip(coords, dims, keep):
             if k:
                 key = key * d + c
-        topo = (tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
+        topo = CartTopo(tuple(d for d, k in zip(dims, keep) if k), tuple(p for p, k in zip(periods, keep) if k))
         return self._derive(self._c.g.split(color, key), type(self), topo)
+
+
+class Graph:
+    """mpi4py's Graphcomm methods, over the communicator's `_c.topo`, a GraphTopo (index, edges)."""
+
+    __slots__ = ()
+
+    def _topo(self):
+        topo = self._c.topo
+        if type(topo) is not GraphTopo:
+            raise MPIException(ERR_TOPOLOGY, "communicator has no graph topology")
+        return topo
+
+    def Get_dims(self):
+        topo = self._topo()
+        return len(topo.index), len(topo.edges)
+
+    dims = property(Get_dims)
+    nnodes = property(lambda self: self.Get_dims()[0])
+    nedges = property(lambda self: self.Get_dims()[1])
+
+    def Get_topo(self):
+        topo = self._topo()
+        return list(topo.index), list(topo.edges)
+
+    topo = property(Get_topo)
+    index = property(lambda self: self.Get_topo()[0])
+    edges = property(lambda self: self.Get_topo()[1])
+
+    def _node(self, rank, what):
+        topo = self._topo()
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < len(topo.index):
+            raise MPIException(ERR_RANK, f"rank {self.Get_rank()}: {what}: {rank!r} is not a node of the graph "
+                                         f"(0..{len(topo.index) - 1})")
+        return topo, int(rank)
+
+    def Get_neighbors_count(self, rank):
+        topo, rank = self._node(rank, "Get_neighbors_count")
+        return len(topo.adjacent(rank))
+
+    def Get_neighbors(self, rank):
+        topo, rank = self._node(rank, "Get_neighbors")
+        return topo.adjacent(rank)
+
+    nneighbors = property(lambda self: self.Get_neighbors_count(self.Get_rank()))
+    neighbors = property(lambda self: self.Get_neighbors(self.Get_rank()))
+
+
+class DistGraph:
+    """mpi4py's Distgraphcomm methods, over the communicator's `_c.topo`, a DistGraphTopo."""
+
+    __slots__ = ()
+
+    def _topo(self):
+        topo = self._c.topo
+        if type(topo) is not DistGraphTopo:
+            raise MPIException(ERR_TOPOLOGY, "communicator has no distributed graph topology")
+        return topo
+
+    def Get_dist_neighbors_count(self):
+        topo = self._topo()
+        return len(topo.sources), len(topo.destinations), topo.sourceweights is not None
+
+    def Get_dist_neighbors(self):
+        topo = self._topo()
+        weights = None if topo.sourceweights is None else (list(topo.sourceweights), list(topo.destweights))
+        return list(topo.sources), list(topo.destinations), weights

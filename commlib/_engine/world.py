@@ -23,13 +23,15 @@ def alone(timeout):
     return Group(None, Engine(None), 0, [0], 0, timeout)
 
 
-def join(env, timeout, coordinator=None):
+def join(env, timeout, coordinator=None, eager=True):
     """Join the job `env` describes (a `_rendezvous.JobEnv`).
 
     Args:
         env: this rank, the job's size, the coordinator's address, the secret.
         timeout: the world group's deadline for every blocking call, in seconds.
         coordinator: a `_rendezvous.Coordinator` this rank already started, when it hosts it.
+        eager: start connecting to the ring neighbour at once (a job that runs large collectives);
+            False for short-lived jobs whose ranks may leave before a neighbour's connection lands.
 
     Returns:
         (world Group, coordinator Client): the client stays connected for the job's life and
@@ -60,7 +62,7 @@ def join(env, timeout, coordinator=None):
     client.start_listener(ep.notices.on_notice)
     transport = Transport(ep)
     world = Group(transport, Engine(transport), 0, list(range(env.size)), env.rank, timeout)
-    if env.size > 1:  # every large collective needs the ring neighbour: start connecting now
+    if env.size > 1 and eager:  # every large collective needs the ring neighbour: start connecting now
         transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
     world._coordinator = coordinator
     if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):

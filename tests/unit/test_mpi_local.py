@@ -2,6 +2,8 @@
 requests and Compute_dims, checked in-process on the size-1 world."""
 import array
 import pickle
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -195,12 +197,16 @@ def test_exceptions_and_constants():
     e = MPI.Exception(MPI.ERR_TRUNCATE)
     assert e.Get_error_class() == MPI.ERR_TRUNCATE and e == MPI.ERR_TRUNCATE and "TRUNCATE" in e.Get_error_string()
     assert len({MPI.ANY_SOURCE, MPI.PROC_NULL, MPI.ROOT, MPI.ANY_TAG}) == 4
-    assert MPI.Get_version() == (3, 1) and MPI.get_vendor()[0] == "commlib" and MPI.Is_initialized()
+    assert MPI.Get_version() == (4, 1) and MPI.get_vendor()[0] == "commlib" and MPI.Is_initialized()
     assert MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) >= 32767
     with pytest.raises(MPI.Exception):
         MPI.COMM_WORLD.Free()
-    with pytest.raises(NotImplementedError):
-        MPI.Win.Create(None)
+    names = [n for n in dir(MPI) if n.startswith("ERR_") and n != "ERR_LASTCODE"]
+    assert len({getattr(MPI, n) for n in names}) == len(names)  # every error class its own number
+    win = MPI.Win.Create(None)  # a window of no memory, on COMM_SELF
+    assert win.Get_attr(MPI.WIN_SIZE) == 0 and win.Get_attr(MPI.WIN_CREATE_FLAVOR) == MPI.WIN_FLAVOR_CREATE
+    win.Free()
+    assert win == MPI.WIN_NULL
 
 
 @pytest.mark.parametrize("n, dims, want", [(12, 2, [4, 3]), (16, 2, [4, 4]), (6, 3, [3, 2, 1]),
@@ -223,9 +229,17 @@ def test_truncation_to_self_is_the_receivers_error():
 
 
 def test_out_of_scope_features_raise_not_implemented():
-    for call in (lambda: MPI.File.Open(MPI.COMM_SELF, "x"), lambda: MPI.COMM_WORLD.Spawn("python")):
-        with pytest.raises(NotImplementedError):
-            call()
+    with pytest.raises(NotImplementedError):
+        MPI.File.Open(MPI.COMM_SELF, "x")
+
+
+def test_a_spawned_program_that_exits_before_joining_fails_spawn_at_once():
+    t0 = time.monotonic()
+    with pytest.raises(MPI.Exception, match="exited with code 3 before it joined") as info:
+        MPI.COMM_SELF.Spawn(sys.executable, ["-c", "raise SystemExit(3)"])
+    assert info.value.Get_error_class() == MPI.ERR_SPAWN and time.monotonic() - t0 < 10
+    with pytest.raises(MPI.Exception, match="cannot start"):
+        MPI.COMM_SELF.Spawn("/nonexistent/program")
 
 
 def test_a_matched_probe_on_one_rank_takes_a_message_to_self_or_refuses_to_wait_forever():

@@ -1,9 +1,11 @@
 """The pool behind mpi4py.futures: a manager thread on the root, a serving loop on each worker."""
+import atexit
 import collections
 import itertools
 import threading
 import time
 import traceback
+import weakref
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor  # noqa: F401
 
 from commlib._errors import CommError
@@ -235,11 +237,6 @@ def _world_manager(initializer, initargs):
     """The one manager over COMM_WORLD's ranks 1 ... N-1, when run under -m mpi4py.futures."""
     with _world["lock"]:
         if _world["manager"] is None:
-            if not _world["served"]:
-                raise RuntimeError(
-                    "MPIPoolExecutor: commlib.MPI cannot spawn worker processes; start the job as "
-                    "`commrun -n N --mpi4py -m mpi4py.futures script.py` (rank 0 runs the script, ranks 1 ... N-1 "
-                    "are its workers) or use `with MPICommExecutor(comm) as executor:`")
             comm = _world["comm"]
             if comm.Get_size() < 2:
                 raise RuntimeError("MPIPoolExecutor: -m mpi4py.futures needs at least 2 ranks (1 would have no "
@@ -249,25 +246,79 @@ def _world_manager(initializer, initargs):
 
 
 class MPIPoolExecutor(_Base):
-    """A pool of MPI workers: COMM_WORLD's ranks 1 ... N-1 under `-m mpi4py.futures`.
+    """A pool of MPI workers: COMM_WORLD's ranks 1 ... N-1 under `-m mpi4py.futures`; otherwise
+    max_workers processes it spawns on first use (`MPI.COMM_SELF.Spawn`), which serve only it.
 
-    max_workers, path, env, main and the other spawn arguments of mpi4py are accepted; the workers
-    are those the job started with. initializer(*initargs) runs once on each worker.
+    Spawning takes mpi4py's arguments: max_workers (default: MPI4PY_FUTURES_MAX_WORKERS, else 1),
+    python_exe, python_args, path (directories put first on the workers' sys.path), wdir, env
+    (variables set in the workers) and main (True: the workers import this program's `__main__`
+    script first, so functions defined in it are found). initializer(*initargs) runs once on each
+    worker.
     """
 
     def __init__(self, max_workers=None, initializer=None, initargs=(), **kwargs):
         if max_workers is not None and max_workers < 1:
             raise ValueError("max_workers must be >= 1")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
         self._init = (initializer, initargs)
+        self._workers_wanted, self._spawn_args = max_workers, kwargs
         self._started = None
+        self._spawned = None  # (intercommunicator, merged communicator) of the workers this pool spawned
+        self._start_lock = threading.Lock()
         self._shutdown = False
         self._futures = set()
 
     @property
     def _manager(self):
-        if self._started is None:
-            self._started = _world_manager(*self._init)
-        return self._started
+        with self._start_lock:
+            if self._started is None:
+                if self._shutdown:
+                    raise RuntimeError("cannot schedule new futures after shutdown")
+                self._started = _world_manager(*self._init) if _world["served"] else self._spawn()
+            return self._started
+
+    def _spawn(self):
+        import os
+        import sys
+
+        from commlib import MPI
+        kw = self._spawn_args
+        n = self._workers_wanted or int(os.environ.get("MPI4PY_FUTURES_MAX_WORKERS", "0") or 0) or 1
+        python = kw.get("python_exe") or sys.executable
+        args = list(kw.get("python_args") or ()) + ["-m", "commlib.MPI.futures._spawned"]
+        inter = MPI.COMM_SELF.Spawn(python, args, maxprocs=n)
+        comm = inter.Merge(high=False)  # this process is rank 0, the workers 1 ... n
+        main = sys.modules.get("__main__")
+        main_path = getattr(main, "__file__", None) if kw.get("main", True) else None
+        setup = {"path": [str(p) for p in kw.get("path") or ()], "wdir": kw.get("wdir"),
+                 "env": {str(k): str(v) for k, v in (kw.get("env") or {}).items()}, "main": main_path}
+        for w in range(1, n + 1):
+            comm.send(setup, w, TAG_TASK)
+        self._spawned = (inter, comm)
+        _live_pools.add(self)
+        _at_exit()
+        return _Manager(comm, range(1, n + 1), *self._init)
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        super().shutdown(wait, cancel_futures=cancel_futures)
+        with self._start_lock:
+            spawned, self._spawned = self._spawned, None
+        if spawned is None:
+            return
+        _live_pools.discard(self)
+
+        def stop():
+            manager = self._started
+            manager.close(wait=True)
+            if manager.broken is None:
+                manager.stop_workers()
+            for c in reversed(spawned):
+                c.Free()
+        if wait:
+            stop()
+        else:
+            threading.Thread(target=stop, name="commlib-futures-shutdown", daemon=True).start()
 
     def bootup(self, wait=True):
         """Make sure the workers are there (they are, under -m mpi4py.futures); returns self."""
@@ -275,6 +326,18 @@ class MPIPoolExecutor(_Base):
             raise RuntimeError("cannot bootup after shutdown")
         self._manager  # noqa: B018 - starts the pool
         return self
+
+
+_live_pools = weakref.WeakSet()  # pools with spawned workers: shut down at exit
+_exit_registered = []
+
+
+def _at_exit():
+    """Shut down spawned pools at exit, before commlib.MPI waits for the spawned processes to end
+    (atexit runs the last registered first)."""
+    if not _exit_registered:
+        _exit_registered.append(True)
+        atexit.register(lambda: [p.shutdown(wait=True, cancel_futures=True) for p in list(_live_pools)])
 
 
 def _main_served(run_script, import_script=None):

@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from .. import (ANY_SOURCE, ANY_TAG, BYTE, COMM_NULL, MESSAGE_NO_PROC, MESSAGE_NULL, PROC_NULL,
+from .. import (ANY_SOURCE, ANY_TAG, BYTE, COMM_NULL, MESSAGE_NO_PROC, MESSAGE_NULL, PROC_NULL, ROOT,
                 Comm as _MPIComm, Intercomm as _MPIIntercomm, Intracomm as _MPIIntracomm, Message as _MPIMessage,
                 Request as _MPIRequest, Status, buffer)
 
@@ -460,6 +460,32 @@ class Intracomm(Comm, _MPIIntracomm):
 
 
 class Intercomm(Comm, _MPIIntercomm):
-    """An inter-communicator with pkl5 object messages (commlib.MPI makes no inter-communicators yet)."""
+    """An inter-communicator with pkl5 object messages: the collectives have the intercommunicator's
+    semantics (the root's side passes MPI.ROOT or MPI.PROC_NULL; data flows between the groups),
+    each object pickled with its out-of-band buffers and moved by the intercommunicator's own
+    object collectives."""
 
     __slots__ = ()
+
+    def bcast(self, obj, root=0):
+        got = _MPIIntercomm.bcast(self, self._pack_obj(obj) if root == ROOT else None, root)
+        return None if root in (ROOT, PROC_NULL) else pickle.loads_oob(*got)
+
+    def gather(self, sendobj, root=0):
+        got = _MPIIntercomm.gather(self, None if root in (ROOT, PROC_NULL) else self._pack_obj(sendobj), root)
+        return None if got is None else [pickle.loads_oob(d, b) for d, b in got]
+
+    def scatter(self, sendobj, root=0):
+        packed = None
+        if root == ROOT:
+            objs = [None] * self.Get_remote_size() if sendobj is None else list(sendobj)
+            packed = [self._pack_obj(o) for o in objs]
+        got = _MPIIntercomm.scatter(self, packed, root)
+        return None if root in (ROOT, PROC_NULL) else pickle.loads_oob(*got)
+
+    def allgather(self, sendobj):
+        return [pickle.loads_oob(d, b) for d, b in _MPIIntercomm.allgather(self, self._pack_obj(sendobj))]
+
+    def alltoall(self, sendobj):
+        objs = [None] * self.Get_remote_size() if sendobj is None else list(sendobj)
+        return [pickle.loads_oob(d, b) for d, b in _MPIIntercomm.alltoall(self, [self._pack_obj(o) for o in objs])]

@@ -442,7 +442,7 @@ def contiguous_rows():
 
 
 def environment():
-    ck.equal(tuple(MPI.Get_version()), (3, 1), "Get_version() == (3, 1)")  # Open MPI 4.1 reports (3, 1) too
+    ck.ok(tuple(MPI.Get_version()) >= (3, 1), "Get_version() is at least (3, 1)", str(MPI.Get_version()))
     vendor = MPI.get_vendor()
     ck.ok(isinstance(vendor[0], str) and len(vendor[1]) == 3 and all(isinstance(v, int) for v in vendor[1]),
           "get_vendor() -> (str, (x, y, z))", repr(vendor))

@@ -1,0 +1,250 @@
+"""Dynamic processes: `Intracomm.Spawn` / `Spawn_multiple` and `Comm.Get_parent`.
+
+The spawning root starts the children itself, on its own host, as its child processes. They form
+a job of their own (their COMM_WORLD, whose coordinator the root hosts), and parents and children
+together join a second job, this spawn's "universe" (its coordinator also hosted by the root): the
+parents are its ranks 0..p-1 in their communicator's order, the children p..p+k-1. The
+intercommunicator both sides get is built over the universe's world group as Create_intercomm's is
+over the job's (`_intercomm._Inter`). Each job has a fresh secret, which the children learn from
+their environment (COMMLIB_PARENT*).
+
+A child that dies is PeerLost on the parents (the universe's coordinator sees it go); every child
+is started with PR_SET_PDEATHSIG, so none outlives the root's process, and the root, at exit,
+waits for its children (bounded by the job's timeout) before stopping any left.
+"""
+import atexit
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+
+from .. import _api
+from .._api.lifecycle import default_timeout
+from .._errors import CommError
+from .._engine import world as _world
+from .._rendezvous import Coordinator
+from .._rendezvous.discovery import JobEnv
+from ._comm import _group, _root
+from ._constants import ERR_ARG, ERR_SPAWN, MPIException
+
+_PARENT = "COMMLIB_PARENT"  # host:port of the universe's coordinator, in a child's environment
+_lock = threading.Lock()
+_universes = []  # (world group, client) of every universe this process joined: closed at exit
+_children = []  # (Popen, child-world Coordinator) this process started as a root
+_parent = None  # the intercommunicator to the parents, in a spawned child (None elsewhere)
+
+
+def _die_with_parent():
+    """In the child, before exec: a SIGKILL when the spawning process dies (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _commands(what, command, args, maxprocs):
+    """[(argv, maxprocs)] of one Spawn (or each of Spawn_multiple's), checked on the root."""
+    if isinstance(command, os.PathLike):
+        command = os.fspath(command)
+    if not isinstance(command, str) or not command:
+        raise MPIException(ERR_SPAWN, f"{what}: command must be a non-empty str, got {command!r}")
+    if args is None:
+        args = []
+    elif isinstance(args, str):
+        args = [args]
+    args = [str(a) for a in args]
+    if isinstance(maxprocs, bool) or not isinstance(maxprocs, int) or maxprocs < 0:
+        raise MPIException(ERR_ARG, f"{what}: maxprocs must be an int >= 0, got {maxprocs!r}")
+    return [command, *args], maxprocs
+
+
+def _launch(programs, p, root, timeout):
+    """The root's part: the children's job and the universe, their coordinators, the processes.
+    Returns (universe address, universe secret, universe coordinator)."""
+    k = sum(n for _argv, n in programs)
+    child_secret, universe_secret = secrets.token_bytes(32), secrets.token_bytes(32)
+    children_coord = Coordinator(k, child_secret, host="127.0.0.1")
+    universe_coord = Coordinator(p + k, universe_secret, host="127.0.0.1")
+    children_coord.start()
+    universe_coord.start()
+    rank, started = 0, []
+    try:
+        for argv, n in programs:
+            for _ in range(n):
+                env = dict(os.environ)
+                env.update({
+                    "COMMLIB_RANK": str(rank), "COMMLIB_SIZE": str(k), "COMMLIB_LOCAL_RANK": str(rank),
+                    "COMMLIB_LOCAL_SIZE": str(k), "COMMLIB_COORDINATOR": "127.0.0.1:%d" % children_coord.address[1],
+                    "COMMLIB_SECRET": child_secret.hex(), "RANK": str(rank), "WORLD_SIZE": str(k),
+                    "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(k),
+                    _PARENT: "127.0.0.1:%d" % universe_coord.address[1],
+                    _PARENT + "_SECRET": universe_secret.hex(), _PARENT + "_SIZE": str(p),
+                    _PARENT + "_ROOT": str(root),
+                    "COMMLIB_TIMEOUT": str(timeout)})
+                try:
+                    proc = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                except OSError as exc:
+                    raise MPIException(ERR_SPAWN, f"Spawn: cannot start {argv[0]!r}: {exc}") from None
+                started.append(proc)
+                rank += 1
+    except BaseException:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+        universe_coord.close()
+        children_coord.close()
+        raise
+    with _lock:
+        _at_exit()
+        _children.extend((proc, children_coord) for proc in started)
+    return universe_coord.address, universe_secret, universe_coord
+
+
+def _join_universe(rank, size, address, secret, coordinator, host_rank, timeout):
+    env = JobEnv(rank=rank, size=size, local_rank=rank, local_size=size, coordinator=tuple(address),
+                 secret=secret, host_coordinator=False, source="spawn")
+    group, client = _world.join(env, timeout, coordinator, eager=False)  # children may come and go quickly
+    group.transport.ep.notices.coordinator_rank = host_rank  # its coordinator lives in the spawning root
+    with _lock:
+        _at_exit()
+        _universes.append((group, client))
+    return group
+
+
+def _intercomm(universe, mine, remote):
+    from ._intercomm import Intercomm, _Inter
+    local = universe.subgroup(list(mine), ("MPI.Spawn.local", min(mine)))
+    lo, ro = (0, len(mine)) if min(mine) == 0 else (len(remote), 0)
+    return Intercomm._of(_Inter(local, universe, lo, ro, list(remote)))
+
+
+def programs_of(command, args, maxprocs, info):
+    """Spawn_multiple's arguments (on the root) as [(command, args, maxprocs)]: one entry per command;
+    args None or one list per command, maxprocs None (1 each), an int (each) or one per command."""
+    if isinstance(command, str) or not isinstance(command, (list, tuple)):
+        raise ValueError(f"Spawn_multiple: command must be a sequence of str, got {type(command).__name__}")
+    n = len(command)
+
+    def per_command(value, name, default):
+        if value is None or (name != "args" and not isinstance(value, (list, tuple))):
+            return [default if value is None else value] * n
+        if isinstance(value, str) or len(value) != n:
+            raise ValueError(f"Spawn_multiple: {name} must have one entry per command ({n})")
+        return list(value)
+    per_command(info, "info", None)  # hints are taken and ignored, but must be one per command when a list
+    return list(zip(command, per_command(args, "args", None), per_command(maxprocs, "maxprocs", 1)))
+
+
+def spawn(comm, programs, root, what):
+    """Intracomm.Spawn / Spawn_multiple: (the intercommunicator to the children, the number started
+    for each program), collective over comm. `programs` matters on the root only:
+    [(command, args, maxprocs)]."""
+    g = _group(comm)
+    root = _root(g, root, what)
+    p, me, timeout = g.size(), g.rank(), default_timeout()
+    reply, coordinator = None, None
+    if me == root and isinstance(programs, Exception):
+        reply = ("error", ERR_ARG, f"{what}: {programs}")
+    elif me == root:
+        try:
+            checked = [_commands(what, *prog) for prog in programs]
+            if sum(n for _a, n in checked) < 1:
+                raise MPIException(ERR_SPAWN, f"{what}: maxprocs adds up to 0: there is nothing to start")
+            address, secret, coordinator = _launch(checked, p, root, timeout)
+            reply = ("ok", tuple(address), secret.hex(), [n for _a, n in checked])
+        except MPIException as exc:
+            reply = ("error", exc.Get_error_class(), str(exc))
+    reply = _api.broadcast_obj(reply, root, group=g)
+    if reply[0] == "error":
+        if isinstance(programs, Exception):
+            raise programs
+        raise MPIException(reply[1], reply[2] if me == root else f"rank {me}: {what}: the root failed: {reply[2]}")
+    _ok, address, secret, counts = reply
+    k = sum(counts)
+    watch = _Watch(_children[-k:], coordinator) if me == root else None
+    try:
+        universe = _join_universe(me, p + k, address, bytes.fromhex(secret), coordinator, root, timeout)
+    except CommError as exc:
+        gone = watch.gone if watch is not None else None
+        if gone is not None:  # the root knows why: a child ended before it joined
+            raise MPIException(ERR_SPAWN, f"rank {me}: {what}: {gone}") from None
+        raise MPIException(ERR_SPAWN, f"rank {me}: {what}: the spawned processes did not all join: {exc}") from None
+    finally:
+        if watch is not None:
+            watch.stop()
+    return _intercomm(universe, range(p), range(p, p + k)), counts
+
+
+class _Watch:
+    """On the root, while parents and children join the universe: a child that exits first (a
+    program that is not an MPI program, or one that failed at start) closes the universe's
+    coordinator, so that every parent's join fails at once instead of at the timeout."""
+
+    def __init__(self, children, coordinator):
+        self.gone, self._stop = None, threading.Event()
+        self._children, self._coordinator = [proc for proc, _c in children], coordinator
+        threading.Thread(target=self._run, name="commlib-spawn-watch", daemon=True).start()
+
+    def _run(self):
+        while not self._stop.wait(0.05):
+            for proc in self._children:
+                code = proc.poll()
+                if code is not None:
+                    self.gone = f"spawned process {proc.pid} ({' '.join(map(str, proc.args))}) exited with code " \
+                                f"{code} before it joined"
+                    self._coordinator.close()
+                    return
+
+    def stop(self):
+        self._stop.set()
+
+
+def get_parent():
+    """In a spawned child: the intercommunicator to the parents (joined at start-up); else None."""
+    global _parent
+    with _lock:
+        if _parent is not None or _PARENT not in os.environ:
+            return _parent
+        env = os.environ
+        p = int(env[_PARENT + "_SIZE"])
+    me_world = _api.init()
+    k, i = me_world.size(), me_world.rank()
+    host, port = env[_PARENT].rsplit(":", 1)
+    universe = _join_universe(p + i, p + k, (host, int(port)), bytes.fromhex(env[_PARENT + "_SECRET"]), None,
+                              int(env[_PARENT + "_ROOT"]), default_timeout())
+    _parent = _intercomm(universe, range(p, p + k), range(p))
+    return _parent
+
+
+def _at_exit():
+    global _registered
+    if not _registered:
+        _registered = True
+        atexit.register(_close_all)
+
+
+_registered = False
+
+
+def _close_all():
+    """At exit: leave every universe, then wait for this root's children (bounded), stop any left."""
+    for group, client in reversed(_universes):
+        with contextlib.suppress(Exception):
+            _world.close(group, client)
+    _universes.clear()
+    if not _children:
+        return
+    deadline = default_timeout()
+    for proc, _c in _children:
+        try:
+            proc.wait(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            print(f"commlib: spawned process {proc.pid} ({proc.args[0]}) still running at exit: stopping it",
+                  file=sys.stderr, flush=True)
+            proc.kill()
+            proc.wait()
+    for coord in {id(c): c for _p, c in _children}.values():
+        coord.close()
+    _children.clear()

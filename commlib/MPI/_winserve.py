@@ -1,0 +1,282 @@
+"""The target side of one-sided communication: a window's memory, its locks, and the service thread.
+
+What: every rank of a window (of more than one rank) runs one daemon thread that serves the
+requests other ranks send to its memory, so that passive-target RMA progresses while the program
+computes and never calls MPI. The requests travel on the window's own communication context (a
+split of the creating communicator's group), so they never meet a user message.
+
+Protocol (one message per request, to tag TAG_REQ; `_win.py` is the other end):
+    message  = 4-byte little-endian header length, pickled header tuple, payload bytes
+    header   = (kind, reply tag, disp, target datatype descriptor, target count, op name)
+    reply    = one status byte (0: done; else an MPI error class and the text), then the data
+Requests from one origin are served in the order they were sent (the engine keeps each pair's
+messages in order), so an acknowledgement (FLUSH, UNLOCK, COMPLETE) proves that everything the
+origin sent before it has been applied. PUT and ACC have no reply: the origin counts them and a
+fence compares the counts (`applied`). Every access to the memory from this thread, and every
+access a rank makes to its own window through RMA calls, holds the window's lock: accumulates
+are atomic per operation, as MPI requires.
+
+Plan: `Target` holds the memory and the lock table; `serve()` is the thread's loop; `apply()`
+does one operation on the memory and is also what an origin calls for its own rank.
+"""
+import collections
+import pickle
+import struct
+import threading
+
+import numpy as np
+
+from .._dtypes import DT_BYTES
+from .._errors import CommError, PeerLost
+from .._kernels import typemap_copy
+from . import _ops
+from ._constants import ANY_SOURCE, ERR_OP, ERR_OTHER, ERR_RMA_ATTACH, ERR_RMA_RANGE, MPIException
+
+TAG_REQ, TAG_POST = 1, 2
+FIRST_REPLY_TAG = 16
+PUT, ACC, GET, GACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE = range(9)
+LOCK_EXCLUSIVE, LOCK_SHARED = 301, 302  # the MPI-5 ABI values
+POLL_S = 0.05  # how often a waiting thread looks for a lost peer or a stop request
+_UNBOUNDED = 1 << 62
+_LEN = struct.Struct("<I")
+_OK = np.zeros(1, np.uint8)
+
+
+def encode(header):
+    """The header part of a request message (uint8 array)."""
+    h = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
+    return np.frombuffer(_LEN.pack(len(h)) + h, np.uint8)
+
+
+def decode(payload):
+    """(header tuple, payload bytes after it) of a request message."""
+    n = _LEN.unpack_from(payload, 0)[0]
+    return pickle.loads(payload[4:4 + n].tobytes()), payload[4 + n:]
+
+
+def describe(dt):
+    """A datatype as the target needs it, small and picklable: (base dtype, elements per item,
+    bytes per item, runs or None when contiguous, extent, true lb, true ub, name)."""
+    return (dt._base.str, dt._mult, dt._bytes, None if dt._simple else dt._runs, dt._ub - dt._lb, dt._tlb, dt._tub,
+            dt.Get_name())
+
+
+def span(desc, count):
+    """(lowest, highest) byte offsets that count items of desc touch, from the first item's origin."""
+    _, _, nbytes, runs, ext, tlb, tub, _ = desc
+    if count == 0 or nbytes == 0:
+        return 0, 0
+    if runs is None:
+        return 0, count * nbytes
+    reach = (count - 1) * ext
+    return tlb + min(0, reach), tub + max(0, reach)
+
+
+def read(mem, origin, desc, count):
+    """A copy of count items of desc at byte `origin` of mem, packed, as a flat array of the base dtype."""
+    base, _, nbytes, runs, ext, _, _, _ = desc
+    if runs is None:
+        return mem[origin:origin + count * nbytes].view(base).copy()
+    packed = np.empty(count * nbytes, np.uint8)
+    typemap_copy(mem, packed, runs, count, ext, origin, True)
+    return packed.view(base)
+
+
+def write(mem, origin, desc, count, packed):
+    """Store the packed items (any array of count * nbytes bytes) at byte `origin` of mem."""
+    _, _, nbytes, runs, ext, _, _, _ = desc
+    u8 = packed.view(np.uint8) if packed.size else np.empty(0, np.uint8)
+    if runs is None:
+        mem[origin:origin + count * nbytes] = u8
+    else:
+        typemap_copy(mem, np.ascontiguousarray(u8), runs, count, ext, origin, False)
+
+
+class Target:
+    """This rank's side of a window: memory (or attached regions), locks, PSCW and fence counts."""
+
+    def __init__(self, g, mem, disp_unit, dynamic):
+        self.g, self.mem, self.disp_unit, self.dynamic = g, mem, disp_unit, dynamic
+        self.regions = {}  # a dynamic window's attached memory: address -> uint8 array
+        self.cv = threading.Condition()  # guards the memory, the counters and the lock table
+        self.applied = 0  # PUT and ACC requests applied from other ranks (a fence waits for its share)
+        self.completes = collections.Counter()  # PSCW: Complete() calls received, by origin rank
+        self.excl, self.shared, self.queue = None, 0, collections.deque()
+        self.failed = {}  # origin rank -> the error of a request it gets no reply to (reported at its next ack)
+        self.thread, self.req, self.stopping = None, None, False
+
+    # ------------------------------------------------------------ memory
+    def locate(self, disp, desc, count):
+        """(memory, byte origin) of count items of desc at target displacement disp; raises when
+        they fall outside the window (or outside every attached region of a dynamic window)."""
+        lo, hi = span(desc, count)
+        if not self.dynamic:
+            origin = disp * self.disp_unit
+            if hi > lo and (origin + lo < 0 or origin + hi > self.mem.nbytes):
+                raise MPIException(ERR_RMA_RANGE, f"rank {self.g.rank()}: RMA target: {count} x {desc[7]} at "
+                                                  f"displacement {disp} reach bytes [{origin + lo}, {origin + hi}) of "
+                                                  f"a {self.mem.nbytes}-byte window")
+            return self.mem, origin
+        if hi == lo:
+            return self.mem, 0
+        for base, region in self.regions.items():
+            if base <= disp + lo and disp + hi <= base + region.nbytes:
+                return region, disp - base
+        raise MPIException(ERR_RMA_ATTACH, f"rank {self.g.rank()}: RMA target: bytes [{disp + lo:#x}, {disp + hi:#x}) "
+                                           f"are not inside memory attached to this dynamic window")
+
+    def apply(self, kind, disp, desc, count, opname, data):
+        """One operation on this rank's memory (the window lock held by the caller): the packed
+        bytes it returns (GET, GACC, CAS), or None."""
+        mem, origin = self.locate(disp, desc, count)
+        if kind == PUT:
+            write(mem, origin, desc, count, data)
+            return None
+        old = read(mem, origin, desc, count)
+        if kind == GET:
+            return old
+        if kind == CAS:  # data: the new value, then the compare value
+            item = data.nbytes // 2
+            new, cmp = data[:item].view(old.dtype), data[item:].view(old.dtype)
+            if np.array_equal(old, cmp):
+                write(mem, origin, desc, count, new)
+            return old
+        if opname == "NO_OP":  # the origin sent no data: the target stays as it is
+            return old if kind == GACC else None
+        op = getattr(_ops, opname)
+        acc = np.array(data.view(old.dtype)) if data.size else np.empty(0, old.dtype)
+        if acc.size != old.size:
+            raise MPIException(ERR_OP, f"rank {self.g.rank()}: accumulate: {acc.size} origin elements for "
+                                       f"{old.size} target elements")
+        op.combine(old, acc, None)  # acc = old op acc: REPLACE keeps the origin's, NO_OP the target's
+        write(mem, origin, desc, count, acc)
+        return old if kind == GACC else None
+
+    # ------------------------------------------------------------ locks
+    def lock(self, src, lock_type, grant):
+        """Queue src's lock request; grant() is called (now or at a later release) once it holds it."""
+        with self.cv:
+            self.queue.append((src, lock_type, grant))
+            self._grant()
+
+    def unlock(self, src):
+        with self.cv:
+            if self.excl == src:
+                self.excl = None
+            elif self.shared:
+                self.shared -= 1
+            self._grant()
+
+    def _grant(self):
+        """Grant queued requests in arrival order while they are compatible (fair: no overtaking)."""
+        while self.queue and self.excl is None:
+            src, lock_type, grant = self.queue[0]
+            if lock_type == LOCK_EXCLUSIVE:
+                if self.shared:
+                    return
+                self.excl = src
+            else:
+                self.shared += 1
+            self.queue.popleft()
+            grant()
+            self.cv.notify_all()  # a grant to this rank's own main thread is an Event it waits for under cv
+
+    # ------------------------------------------------------------ the service thread
+    def start(self):
+        self.thread = threading.Thread(target=self.serve, name=f"commlib-rma-{self.g.gid}", daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        """End the service thread (every other rank has stopped sending: Win.Free synchronised first)."""
+        thread = self.thread
+        if thread is None:
+            return
+        self.stopping = True
+        req = self.req
+        if req is not None:
+            req.cancel()
+        if thread is not threading.current_thread():
+            thread.join()
+        self.thread = None
+
+    def serve(self):
+        g = self.g
+        eng = g.engine
+        while not self.stopping:
+            req = self.req = eng.recv(g.p2p, ANY_SOURCE, TAG_REQ, None, _keep, what="RMA service", block=False,
+                                      check=(DT_BYTES, _UNBOUNDED), raw=True)
+            if self.stopping:
+                req.cancel()
+            while not req._done.wait(POLL_S):
+                if self.stopping:
+                    req.cancel()
+            try:
+                got = req.wait()
+            except (CommError, PeerLost):  # finalize closed the engine, or every other rank has left
+                return
+            if req.cancelled or got is None:
+                return
+            msg, payload = got
+            self.handle(msg.source, payload)
+
+    def handle(self, src, payload):
+        (kind, tag, disp, desc, count, opname), data = decode(payload)
+        if kind in (PUT, ACC):
+            with self.cv:
+                try:
+                    self.apply(kind, disp, desc, count, opname, data)
+                except Exception as exc:  # reported to the origin at its next acknowledgement
+                    self.failed.setdefault(src, _as_mpi(exc))
+                self.applied += 1
+                self.cv.notify_all()
+            return
+        if kind == LOCK:
+            self.lock(src, disp, lambda: self.reply(src, tag, None))
+            return
+        if kind == UNLOCK:
+            self.unlock(src)
+        elif kind == COMPLETE:
+            with self.cv:
+                self.completes[src] += 1
+                self.cv.notify_all()
+        elif kind in (GET, GACC, CAS):
+            with self.cv:
+                try:
+                    out = self.apply(kind, disp, desc, count, opname, data)
+                except Exception as exc:
+                    self.reply(src, tag, _as_mpi(exc))
+                    return
+            self.reply(src, tag, None, out)
+            return
+        with self.cv:  # UNLOCK, FLUSH, COMPLETE: acknowledged, with the error of an earlier PUT or ACC
+            exc = self.failed.pop(src, None)
+        self.reply(src, tag, exc)
+
+    def reply(self, dst, tag, exc, data=None):
+        if exc is not None:
+            text = str(exc).encode()
+            parts = [np.frombuffer(bytes([exc.Get_error_class() & 0xFF]) + text, np.uint8)]
+        else:
+            parts = [_OK] if data is None or not data.size else [_OK, data.view(np.uint8)]
+        try:  # never blocks: the origin posted its receive before it sent the request
+            self.g.engine.send(self.g.p2p, dst, parts, tag=tag, dtype=DT_BYTES, count=sum(p.nbytes for p in parts),
+                               what="RMA reply", block=False)
+        except CommError:  # the origin is gone: nobody waits for this reply
+            pass
+
+
+def _as_mpi(exc):
+    """An error of an operation as the MPI error its origin gets (a bug here still reaches the origin)."""
+    return exc if isinstance(exc, MPIException) else MPIException(ERR_OTHER, f"RMA target: {type(exc).__name__}: {exc}")
+
+
+def _keep(msg, payload):
+    return msg, payload
+
+
+def reply_data(payload, what):
+    """The data of a reply (raising the target's error, if it sent one)."""
+    status = int(payload[0]) if payload.size else 0
+    if status:
+        raise MPIException(status, payload[1:].tobytes().decode(errors="replace"))
+    return payload[1:]

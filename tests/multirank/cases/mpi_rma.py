@@ -1,0 +1,229 @@
+"""One-sided communication (MPI.Win) and mpi4py.util.sync as programs use them, checked on every rank.
+
+usage: mpi_rma.py SEED [die]
+
+Sections:
+  counter   a work-sharing counter: Fetch_and_op under Lock/Unlock on rank 0 hands out every task
+            index exactly once
+  halo      a halo exchange with Put under Fence, then the same halos read back with Get
+  pscw      Get and Accumulate between Start/Complete and Post/Wait (each rank exposes its window
+            to its left neighbour and accesses its right one)
+  passive   passive target while the target sleeps in time.sleep: the others' Lock/Accumulate/Get/
+            Unlock complete meanwhile (the timing check is commlib's own: MPICH progresses only
+            where its transport allows)
+  shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
+            is left in /dev/shm (commlib's own check)
+  sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
+  errors    Unlock without Lock, a bad lock type, Sync outside a passive epoch, and (commlib's own
+            check) a Put outside the target's window: MPI.Exception
+The last window made is never freed: the job must still exit at once with 0.
+
+With `die` (commlib only), the last rank leaves during the job while the others wait in Fence on
+a window: they get PeerLost (an MPI.Exception) instead of a hang.
+
+Validated against mpi4py 4.1.2 on MPICH (COMMLIB_TEST_MPI=mpi4py under mpiexec).
+"""
+import glob
+import os
+import sys
+import time
+
+import numpy as np
+
+from _mpicase import MPI, USING_MPI4PY, Checker
+
+if USING_MPI4PY:
+    from mpi4py.util import sync
+else:
+    from commlib.MPI.util import sync
+
+comm = MPI.COMM_WORLD
+me, n = comm.Get_rank(), comm.Get_size()
+right, left = (me + 1) % n, (me - 1) % n
+c = Checker()
+NTASKS = 23
+
+
+def counter():
+    win = MPI.Win.Allocate(8 if me == 0 else 0, 8, comm=comm)
+    if me == 0:
+        np.frombuffer(win.tomemory(), np.int64)[:] = 0
+    comm.Barrier()
+    mine, one, got = [], np.ones(1, np.int64), np.empty(1, np.int64)
+    while True:
+        win.Lock(0)
+        win.Fetch_and_op(one, got, 0)
+        win.Unlock(0)
+        if got[0] >= NTASKS:
+            break
+        mine.append(int(got[0]))
+    everyone = sorted(sum(comm.allgather(mine), []))
+    c.equal(everyone, list(range(NTASKS)), "counter: every task index handed out exactly once")
+    win.Fence()
+    if me == 0:
+        c.equal(int(np.frombuffer(win.tomemory(), np.int64)[0]), NTASKS + n, "counter: the final count")
+    win.Free()
+
+
+def halo():
+    local = np.full(6, -1.0)  # [left halo, 4 interior points, right halo]
+    local[1:5] = 10 * me + np.arange(4)
+    win = MPI.Win.Create(local, local.itemsize, comm=comm)
+    win.Fence()
+    win.Put(local[1:2], left, 5)  # my first point is my left neighbour's right halo
+    win.Put(local[4:5], right, 0)
+    win.Fence()
+    c.equal(local[0], 10.0 * left + 3, "halo: left halo from Put")
+    c.equal(local[5], 10.0 * right, "halo: right halo from Put")
+    back = np.empty(4)
+    win.Get(back, right, 1)
+    win.Fence()
+    c.equal(back, 10.0 * right + np.arange(4), "halo: Get of the right neighbour's interior")
+    c.equal(win.Get_attr(MPI.WIN_SIZE), local.nbytes, "halo: WIN_SIZE")
+    c.equal(win.Get_attr(MPI.WIN_DISP_UNIT), local.itemsize, "halo: WIN_DISP_UNIT")
+    c.equal(win.Get_attr(MPI.WIN_CREATE_FLAVOR), MPI.WIN_FLAVOR_CREATE, "halo: the flavor")
+    win.Free()
+    c.ok(not win and win == MPI.WIN_NULL, "halo: a freed window is MPI.WIN_NULL")
+
+
+def pscw():
+    data = np.arange(8, dtype=np.int32) + 100 * me
+    win = MPI.Win.Create(data, data.itemsize, comm=comm)
+    group = win.Get_group()
+    exposed_to, access = group.Incl([left]), group.Incl([right])
+    got = np.empty(8, np.int32)
+    win.Post(exposed_to)
+    win.Start(access)
+    win.Get(got, right)
+    win.Accumulate(np.full(2, me + 1, np.int32), right, (6, 2, MPI.INT), MPI.SUM)
+    win.Complete()
+    win.Wait()
+    c.equal(got, np.arange(8, dtype=np.int32) + 100 * right, "pscw: Get of the right neighbour's window")
+    want = np.arange(8, dtype=np.int32) + 100 * me
+    want[6:] += left + 1
+    c.equal(data, want, "pscw: Accumulate from the left neighbour")
+    win.Free()
+
+
+def passive():
+    buf = np.zeros(n, np.float64)
+    win = MPI.Win.Create(buf, buf.itemsize, comm=comm)
+    comm.Barrier()
+    if me == 0:
+        time.sleep(1.0)  # computing: no MPI call while the others use this window
+        win.Lock(0)  # then read what they left (the lock waits for any epoch still open)
+        seen = buf.copy()
+        win.Unlock(0)
+    else:
+        t0 = time.perf_counter()
+        win.Lock(0, MPI.LOCK_SHARED)
+        win.Accumulate(np.array([float(me)]), 0, (me, 1, MPI.DOUBLE), MPI.REPLACE)
+        win.Flush(0)
+        back = np.empty(1)
+        win.Get(back, 0, (me, 1, MPI.DOUBLE))
+        win.Unlock(0)
+        took = time.perf_counter() - t0
+        c.equal(back[0], float(me), "passive: Get sees the rank's own Accumulate")
+        if not USING_MPI4PY:
+            c.ok(took < 0.8, "passive: the epoch completes while the target sleeps", f"took {took:.2f} s")
+    comm.Barrier()
+    if me == 0:
+        c.equal(seen, np.arange(n, dtype=np.float64), "passive: every rank's value arrived")
+    win.Free()
+
+
+def shared():
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    r, size = node.Get_rank(), node.Get_size()
+    win = MPI.Win.Allocate_shared(16 + 8 * r, 8, comm=node)
+    mine = np.frombuffer(win.tomemory(), np.int64)
+    mine[:] = r
+    win.Lock_all()
+    win.Sync()  # stores to the window become visible to the other ranks (a passive epoch is needed)
+    win.Unlock_all()
+    node.Barrier()
+    nb = (r + 1) % size
+    mem, unit = win.Shared_query(nb)
+    theirs = np.frombuffer(mem, np.int64)
+    c.equal(unit, 8, "shared: the neighbour's disp_unit")
+    c.equal(theirs, np.full(2 + nb, nb, np.int64), "shared: the neighbour's part, read directly")
+    c.equal(win.Get_attr(MPI.WIN_CREATE_FLAVOR), MPI.WIN_FLAVOR_SHARED, "shared: the flavor")
+    node.Barrier()
+    theirs[0] = -r  # written directly into the neighbour's memory
+    node.Barrier()
+    c.equal(int(mine[0]), -((r - 1) % size), "shared: a direct store by the previous rank")
+    del mine, theirs, mem
+    win.Free()
+    node.Free()
+    if not USING_MPI4PY:
+        c.equal(glob.glob("/dev/shm/commlib-win-*"), [], "shared: nothing left in /dev/shm")
+
+
+def sync_tools():
+    counter = sync.Counter(comm=comm)
+    values = comm.allgather(next(counter))
+    c.equal(sorted(values), list(range(n)), "sync: Counter values are distinct")
+    counter.free()
+    total = MPI.Win.Allocate(8 if me == 0 else 0, 8, comm=comm)
+    if me == 0:
+        np.frombuffer(total.tomemory(), np.int64)[:] = 0
+    comm.Barrier()
+    mutex = sync.Mutex(comm=comm)
+    x = np.empty(1, np.int64)
+    for _ in range(5):
+        with mutex:  # a non-atomic read-modify-write: only mutual exclusion makes it right
+            total.Lock(0, MPI.LOCK_SHARED)
+            total.Get(x, 0)
+            total.Unlock(0)
+            x += 1
+            total.Lock(0, MPI.LOCK_SHARED)
+            total.Put(x, 0)
+            total.Unlock(0)
+    mutex.free()
+    comm.Barrier()
+    if me == 0:
+        c.equal(int(np.frombuffer(total.tomemory(), np.int64)[0]), 5 * n, "sync: no update lost under Mutex")
+    total.Free()
+    counter = sync.Counter(comm=comm)
+    with sync.Sequential(comm):
+        turn = next(counter)
+    counter.free()
+    c.equal(turn, me, "sync: Sequential runs the ranks in order")
+
+
+def errors():
+    mem = np.zeros(4, np.int32)
+    win = MPI.Win.Create(mem, mem.itemsize, comm=comm)
+    win.Fence()
+    if not USING_MPI4PY:  # MPICH does not check the target's range
+        c.raises(MPI.Exception, lambda: win.Put(np.ones(2, np.int32), right, 3), "errors: Put outside the window")
+    win.Fence()
+    c.raises(MPI.Exception, lambda: win.Unlock(right), "errors: Unlock without Lock")
+    c.raises(MPI.Exception, lambda: win.Lock(right, 12345), "errors: a bad lock type")
+    c.raises(MPI.Exception, win.Sync, "errors: Sync outside a passive epoch")
+    win.Free()
+
+
+def die():
+    win = MPI.Win.Allocate(8, comm=comm)
+    comm.Barrier()
+    if me == n - 1:
+        os._exit(3)
+    t0 = time.perf_counter()
+    try:
+        win.Fence()
+        win.Fence()
+        print(f"NOERROR rank {me}", flush=True)
+    except MPI.Exception as e:
+        print(f"PEERLOST rank {me} after {time.perf_counter() - t0:.1f} s: {type(e).__name__}: {e}", flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if "die" in sys.argv[2:]:
+    die()
+for fn in (counter, halo, pscw, passive, shared, sync_tools, errors):
+    c.run([fn])
+    comm.Barrier()
+forgotten = MPI.Win.Allocate(64, comm=comm)  # never freed: the exit must not wait for it
+c.finish()
