@@ -114,6 +114,16 @@ def Get_abi_version():
     return (-1, -1)
 
 
+def Get_abi_info():
+    """The sizes of MPI's integer types here (MPI-5's MPI_Abi_get_info)."""
+    return Info.Create({f"mpi_{t.lower()}_size": str(_NAMED[t].Get_size()) for t in ("AINT", "COUNT", "OFFSET")})
+
+
+def Get_abi_fortran_info():
+    """MPI.INFO_NULL: there is no Fortran binding behind commlib.MPI."""
+    return INFO_NULL
+
+
 def Get_processor_name():
     return _processor_name()
 

@@ -130,7 +130,7 @@ class Comm(Attributes, ErrorHandling):
             if self is h:
                 return (_builtin, (name,))  # the predefined handle itself
             if self._c is h._c:
-                return (_builtin_handle, (name,))  # a new handle, equal to the predefined one
+                return (_builtin_handle, (name, type(self)))  # a new handle of its class, equal to the predefined one
         raise ValueError(f"cannot pickle {self!r}: only COMM_WORLD, COMM_SELF and COMM_NULL can be pickled")
 
     def Attach_buffer(self, buf):
@@ -1292,9 +1292,9 @@ def world_comms():
             Intracomm._of(_State(self_group, "MPI_COMM_SELF", builtin=True)))
 
 
-def _builtin_handle(name):
+def _builtin_handle(name, cls=None):
     h = _builtin(name)
-    return type(h)(h)
+    return (cls or type(h))(h)
 
 
 def _builtin(name):

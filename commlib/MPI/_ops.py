@@ -47,7 +47,7 @@ class Op:
 
     def __reduce__(self):
         if self._predefined:
-            return (_restore, (self._name[4:], self is _named(self._name[4:])))
+            return (_restore, (self._name[4:], self is _named(self._name[4:]), type(self)))
         return (Op.Create, (self._user, self._commute))
 
     def Is_commutative(self):
@@ -183,6 +183,6 @@ def _named(name):
     return getattr(MPI, name)
 
 
-def _restore(name, same):
-    """A predefined op unpickles to itself, a copy of its handle to a new equal handle."""
-    return _named(name) if same else Op(_named(name))
+def _restore(name, same, cls=None):
+    """A predefined op unpickles to itself, a copy of its handle to a new equal handle (of its class)."""
+    return _named(name) if same else (cls or Op)(_named(name))

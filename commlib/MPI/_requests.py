@@ -6,6 +6,7 @@ fills the Status and gives the received object (lower case) or None.
 Completion mutates the request in place: it becomes inactive, falsy and
 equal to REQUEST_NULL, as mpi4py's do.
 """
+import array
 import threading
 
 from .._engine import Request as _EngineRequest, wait_any as _wait_any
@@ -16,19 +17,28 @@ from ._datatypes import NAMED
 class Status:
     """What a receive or probe matched: source, tag, error and the byte count."""
 
-    __slots__ = ("source", "tag", "error", "_nbytes", "_cancelled", "__weakref__")
+    __slots__ = ("_m", "_nbytes", "_cancelled", "__weakref__")
 
     def __init__(self, status=None):
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"expected an MPI.Status, got {type(status).__name__}")
         if status is None:
-            self.source, self.tag, self.error, self._nbytes, self._cancelled = ANY_SOURCE, ANY_TAG, SUCCESS, 0, False
+            self._m, self._nbytes, self._cancelled = array.array("i", (ANY_SOURCE, ANY_TAG, SUCCESS)), 0, False
         else:
-            self.source, self.tag, self.error = status.source, status.tag, status.error
-            self._nbytes, self._cancelled = status._nbytes, status._cancelled
+            self._m, self._nbytes, self._cancelled = array.array("i", status._m), status._nbytes, status._cancelled
 
     def _fill(self, source, tag, nbytes, cancelled=False):
-        self.source, self.tag, self.error, self._nbytes, self._cancelled = source, tag, SUCCESS, nbytes, cancelled
+        m = self._m
+        m[0], m[1], m[2], self._nbytes, self._cancelled = source, tag, SUCCESS, nbytes, cancelled
+
+    # source, tag and error live in one int array, which tomemory() exposes as MPI_Status's fields
+    source = property(lambda self: self._m[0], lambda self, v: self._m.__setitem__(0, v))
+    tag = property(lambda self: self._m[1], lambda self, v: self._m.__setitem__(1, v))
+    error = property(lambda self: self._m[2], lambda self, v: self._m.__setitem__(2, v))
+
+    def tomemory(self):
+        """The status's source, tag and error as a writable memory of C ints (writing it sets them)."""
+        return memoryview(self._m)
 
     def Get_source(self):
         return self.source

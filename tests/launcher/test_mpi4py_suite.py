@@ -28,11 +28,11 @@ FLOORS = {
     "test_cco_pr_vec": 62, "test_cco_vec": 62, "test_cco_vec_inter": 12, "test_comm": 101, "test_comm_inter": 29,
     "test_comm_topo": 32, "test_datatype": 47, "test_environ": 14, "test_errhandler": 14, "test_errorcode": 6,
     "test_exceptions": 44, "test_grequest": 7, "test_group": 52, "test_handle": 31, "test_info": 17,
-    "test_mpiabi": 1, "test_mpimem": 2, "test_msgspec": 142, "test_msgzero": 8, "test_objmodel": 14, "test_op": 10,
+    "test_mpiabi": 3, "test_mpimem": 2, "test_msgspec": 142, "test_msgzero": 8, "test_objmodel": 15, "test_op": 10,
     "test_p2p_buf": 52, "test_p2p_buf_matched": 11, "test_p2p_buf_part": 12, "test_p2p_obj": 88,
     "test_p2p_obj_matched": 10, "test_pack": 6, "test_package": 2, "test_pickle": 4, "test_request": 12,
-    "test_rma": 36, "test_rma_nb": 14, "test_spawn": 43, "test_status": 10, "test_subclass": 37,
-    "test_toplevel": 3, "test_util_pkl5": 114, "test_util_pool": 20, "test_util_sync": 78, "test_win": 100,
+    "test_rma": 36, "test_rma_nb": 14, "test_spawn": 43, "test_status": 11, "test_subclass": 37,
+    "test_threads": 3, "test_toplevel": 5, "test_util_pkl5": 114, "test_util_pool": 20, "test_util_sync": 78, "test_win": 100,
 }
 
 

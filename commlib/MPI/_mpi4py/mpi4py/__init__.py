@@ -24,21 +24,33 @@ class _RC:
     """mpi4py.rc: runtime settings read when MPI initialises. commlib initialises on first use with
     full thread support and raises exceptions on errors, so the settings are kept but change nothing."""
 
-    def __init__(self):
-        self.initialize, self.threads, self.thread_level, self.finalize = True, True, "multiple", None
-        self.fast_reduce, self.recv_mprobe, self.irecv_bufsz, self.errors = True, True, 32768, "exception"
+    _KEYS = ("initialize", "threads", "thread_level", "finalize", "fast_reduce", "recv_mprobe", "irecv_bufsz",
+             "errors")
+
+    def __init__(self, **kwargs):
+        d = self.__dict__
+        d.update(initialize=True, threads=True, thread_level="multiple", finalize=None, fast_reduce=True,
+                 recv_mprobe=True, irecv_bufsz=32768, errors="exception")
+        self(**kwargs)
 
     def __call__(self, **kwargs):
         for key, value in kwargs.items():
-            if not hasattr(self, key):
-                raise TypeError(f"mpi4py.rc: unexpected argument {key!r}")
             setattr(self, key, value)
+
+    def __setattr__(self, key, value):
+        if key not in self._KEYS:
+            raise TypeError(f"mpi4py.rc: unexpected argument {key!r}")
+        self.__dict__[key] = value
+
+    def __getattr__(self, key):  # only for names that are not settings
+        raise AttributeError(f"mpi4py.rc has no setting {key!r}")
 
     def __repr__(self):
         return f"<mpi4py.rc (commlib stand-in): {self.__dict__}>"
 
 
 rc = _RC()
+sys.modules[__name__ + ".rc"] = rc  # `import mpi4py.rc` gives the settings object, as in mpi4py
 
 
 def get_config():
