@@ -198,6 +198,10 @@ def test_generalized_request_is_completed_by_the_program(capfd):
     assert info.value.Get_error_class() == MPI.ERR_OTHER and "ZeroDivisionError" in capfd.readouterr().err
 
 
+class MyComm(MPI.Intracomm):
+    """A program's subclass (module level, so pickle finds it)."""
+
+
 def test_status_memory_and_subclass_pickles():
     st = MPI.Status()
     st.source, st.tag, st.error = 11, 22, 33
@@ -205,15 +209,7 @@ def test_status_memory_and_subclass_pickles():
     mem[list(mem).index(22)] = 222  # the memory is the status's own fields
     assert (st.source, st.tag, st.error) == (11, 222, 33)
 
-    class MyComm(MPI.Intracomm):
-        pass
-    import __main__
-    __main__.MyComm = MyComm
-    MyComm.__module__ = "__main__"
-    try:
-        copy = pickle.loads(pickle.dumps(MyComm(MPI.COMM_WORLD)))
-        assert type(copy) is MyComm and copy == MPI.COMM_WORLD
-    finally:
-        del __main__.MyComm
+    copy = pickle.loads(pickle.dumps(MyComm(MPI.COMM_WORLD)))
+    assert type(copy) is MyComm and copy == MPI.COMM_WORLD
     info = MPI.Get_abi_info()
     assert info.Get("mpi_aint_size") == str(MPI.AINT.Get_size()) and MPI.Get_abi_fortran_info() == MPI.INFO_NULL
