@@ -35,6 +35,27 @@ FLOORS = {
     "test_threads": 3, "test_toplevel": 5, "test_util_pkl5": 114, "test_util_pool": 20, "test_util_sync": 78, "test_win": 100,
 }
 
+FLOORS_OTHER_SIZES = {  # the same at n = 1, 3 and 4, for a named subset (the multi-rank heavy modules)
+    "test_cco_buf": {1: 72, 3: 72, 4: 72},
+    "test_cco_buf_inter": {3: 16, 4: 16},
+    "test_cco_ngh_buf": {1: 16, 3: 16, 4: 16},
+    "test_cco_obj": {1: 40, 3: 40, 4: 40},
+    "test_cco_obj_inter": {3: 24, 4: 24},
+    "test_cco_vec": {1: 62, 3: 62, 4: 62},
+    "test_cco_vec_inter": {3: 12, 4: 12},
+    "test_comm": {1: 101, 3: 101, 4: 101},
+    "test_comm_inter": {3: 29, 4: 29},
+    "test_comm_topo": {1: 32, 3: 32, 4: 32},
+    "test_p2p_buf": {1: 52, 3: 52, 4: 52},
+    "test_p2p_buf_matched": {1: 11, 3: 11, 4: 11},
+    "test_p2p_obj": {1: 88, 3: 88, 4: 88},
+    "test_p2p_obj_matched": {1: 10, 3: 10, 4: 10},
+    "test_request": {1: 12, 3: 12, 4: 12},
+    "test_util_pkl5": {1: 102, 3: 114, 4: 114},
+    "test_util_sync": {1: 78, 3: 78, 4: 78},
+    "test_win": {1: 100, 3: 100, 4: 100},
+}
+
 
 def _suite_runner():
     spec = importlib.util.spec_from_file_location("mpi4py_suite", REPO / "benchmarks" / "mpi4py_suite.py")
@@ -70,3 +91,13 @@ def test_module_keeps_its_floor(module, mpi4py_tests):
     assert got["passed"] >= FLOORS[module], (
         f"{module}: {got['passed']} passed, the floor is {FLOORS[module]} ({got}); rerun it with "
         f"`commrun -n 2 --mpi4py {mpi4py_tests}/runtests.py -v {module}` from {mpi4py_tests}")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("module, n", sorted((m, n) for m, by_n in FLOORS_OTHER_SIZES.items() for n in by_n))
+def test_module_keeps_its_floor_at_other_sizes(module, n, mpi4py_tests):
+    got = _suite_runner().run_module(str(mpi4py_tests), module, n, 120)
+    want = FLOORS_OTHER_SIZES[module][n]
+    assert got["passed"] >= want, (
+        f"{module} at n = {n}: {got['passed']} passed, the floor is {want} ({got}); rerun it with "
+        f"`commrun -n {n} --mpi4py {mpi4py_tests}/runtests.py -v {module}` from {mpi4py_tests}")
