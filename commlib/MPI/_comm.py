@@ -336,7 +336,11 @@ class Comm(Attributes, ErrorHandling):
     def Dup(self, info=None):
         """A new communicator over the same ranks, with its own matching context; the same class."""
         g = _group(self)
-        new = self._derive(g.split(0, g.rank()), type(self), self._c.topo)
+        return self._dup_attrs(self._derive(g.split(0, g.rank()), type(self), self._c.topo))
+
+    def _dup_attrs(self, new):
+        """new, a Dup of this communicator, given this one's attributes as their keyvals say (a copy
+        callback that fails leaves new freed and raises)."""
         try:
             self._copy_attrs(new)
         except MPIException:

@@ -421,14 +421,9 @@ class Intercomm(Comm):
         both sides derive the same keys)."""
         c = self._state()
         key = c.derive("Dup")
-        new = type(self)._of(_Inter(c.local.subgroup(list(range(c.local.size())), key),
-                                    c.union.subgroup(list(range(c.union.size())), key), c.lo, c.ro, c.remote))
-        try:
-            self._copy_attrs(new)
-        except MPIException:
-            new._c = _NULL
-            raise
-        return new
+        return self._dup_attrs(type(self)._of(_Inter(c.local.subgroup(list(range(c.local.size())), key),
+                                                     c.union.subgroup(list(range(c.union.size())), key), c.lo,
+                                                     c.ro, c.remote)))
 
     Clone = Dup
     Dup_with_info = Dup

@@ -101,6 +101,17 @@ class _Shared:
         self.win.Free()
 
 
+class _Held:
+    """`with x:` acquires x and releases it at the end of the block."""
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
 class Counter:
     """A global counter: each next() returns its value and adds `step` (an atomic fetch-and-add on root)."""
 
@@ -127,7 +138,7 @@ class Counter:
             shared.free()
 
 
-class Mutex:
+class Mutex(_Held):
     """Mutual exclusion among the ranks of comm (recursive: the holder may acquire it again)."""
 
     _TAIL, _NEXT = 0, 1  # rank 0's slot 0 is the queue's tail; every rank's slot 1 its successor
@@ -136,13 +147,6 @@ class Mutex:
         self._recursive, self._count = bool(recursive), 0
         self._comm = comm.Dup()
         self._shared = _Shared(self._comm, 2, "i", info, _NONE)
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
     def _live(self):
         if self._shared is None:
@@ -211,7 +215,7 @@ class Mutex:
         self._comm.Free()
 
 
-class Condition:
+class Condition(_Held):
     """A condition variable among the ranks of comm (or of mutex's communicator)."""
 
     def __init__(self, mutex=None, *, recursive=True, comm=COMM_SELF, info=INFO_NULL):
@@ -220,13 +224,6 @@ class Condition:
         self._comm = self._mutex._comm.Dup()
         size = self._comm.Get_size()
         self._queue = _Shared(self._comm, 1 + size, "i", info, 0, ranks=(0,))  # [n waiting, their ranks...]
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
     def _live(self):
         if self._queue is None:
@@ -308,7 +305,7 @@ class Condition:
             self._mutex.free()
 
 
-class Semaphore:
+class Semaphore(_Held):
     """A counting semaphore among the ranks of comm (bounded: release never raises it above value)."""
 
     def __init__(self, value=1, *, bounded=True, comm=COMM_SELF, info=INFO_NULL):
@@ -317,13 +314,6 @@ class Semaphore:
         self._bounded, self._value = bool(bounded), value
         self._counter = Counter(value, comm=comm, info=info)
         self._condition = Condition(comm=comm, info=info)
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
     def _live(self):
         if self._counter is None:
