@@ -168,6 +168,8 @@ def spawn(comm, programs, root, what):
         universe = _join_universe(me, p + k, address, bytes.fromhex(secret), coordinator, root, timeout)
     except CommError as exc:
         gone = watch.gone if watch is not None else None
+        if watch is not None:
+            watch.abandon()  # the others of this spawn would wait for their job's missing rank: stop them now
         if gone is not None:  # the root knows why: a child ended before it joined
             raise MPIException(ERR_SPAWN, f"rank {me}: {what}: {gone}") from None
         raise MPIException(ERR_SPAWN, f"rank {me}: {what}: the spawned processes did not all join: {exc}") from None
@@ -199,6 +201,19 @@ class _Watch:
 
     def stop(self):
         self._stop.set()
+
+    def abandon(self):
+        """The spawn failed: stop this spawn's children and close their job's coordinator."""
+        self.stop()
+        with _lock:
+            mine = [(proc, c) for proc, c in _children if proc in self._children]
+            _children[:] = [entry for entry in _children if entry not in mine]
+        for proc, _c in mine:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for coord in {id(c): c for _p, c in mine}.values():
+            coord.close()
 
 
 def get_parent():

@@ -2,6 +2,7 @@
 requests and Compute_dims, checked in-process on the size-1 world."""
 import array
 import pickle
+import subprocess
 import sys
 import time
 
@@ -240,6 +241,13 @@ def test_a_spawned_program_that_exits_before_joining_fails_spawn_at_once():
     assert info.value.Get_error_class() == MPI.ERR_SPAWN and time.monotonic() - t0 < 10
     with pytest.raises(MPI.Exception, match="cannot start"):
         MPI.COMM_SELF.Spawn("/nonexistent/program")
+    # one child of three fails: the other two, waiting for their job's missing rank, are stopped at once
+    code = ("import os, sys, time\nif os.environ['COMMLIB_RANK'] == '0':\n    sys.exit(4)\n"
+            "time.sleep(0.2)\nfrom commlib import MPI  # commlib-spawn-test-child")
+    with pytest.raises(MPI.Exception, match="exited with code 4"):
+        MPI.COMM_SELF.Spawn(sys.executable, ["-c", code], maxprocs=3)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "commlib-spawn-test-child" not in ps
 
 
 def test_a_matched_probe_on_one_rank_takes_a_message_to_self_or_refuses_to_wait_forever():
