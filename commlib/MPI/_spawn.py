@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from .. import _api
 from .._api.lifecycle import default_timeout
@@ -251,10 +252,10 @@ def _close_all():
     _universes.clear()
     if not _children:
         return
-    deadline = default_timeout()
+    deadline = time.monotonic() + default_timeout()  # one bound for all of them, not one each
     for proc, _c in _children:
         try:
-            proc.wait(timeout=deadline)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             print(f"commlib: spawned process {proc.pid} ({proc.args[0]}) still running at exit: stopping it",
                   file=sys.stderr, flush=True)
