@@ -53,6 +53,19 @@ def typemap_copy(user: Any, packed: Any, runs: np.ndarray, count: int, extent: i
     repetitions) between user memory (element i at origin + i * extent) and its packed form."""
     ...
 
+def derived_pack(a: Any, plan: tuple, count: int) -> np.ndarray | None:
+    """count elements of a derived datatype (plan: runs, extent, true lb, true ub, packed bytes per
+    element) packed from the start of the C-contiguous array a; None when that does not apply."""
+    ...
+
+def derived_space(a: Any, plan: tuple, count: int) -> np.ndarray | None:
+    """Uninitialised packed bytes for receiving count elements into the writable C-contiguous array a."""
+    ...
+
+def derived_unpack(a: Any, plan: tuple, count: int, packed: np.ndarray, nbytes: int) -> int:
+    """The first nbytes of packed written into a, element by element (a partial last element too)."""
+    ...
+
 def host_span(address: int, nbytes: int, writable: bool) -> np.ndarray:
     """A uint8 view of nbytes at an absolute address, probed first (BufferError if not this process's)."""
     ...

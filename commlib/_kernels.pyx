@@ -626,23 +626,26 @@ cdef inline Py_ssize_t _run_copy(char* u, char* packed, Py_ssize_t pos, Py_ssize
     return pos
 
 
-cdef inline void _runs_copy(char* user, char* packed, const long long[:, ::1] runs, Py_ssize_t count,
+cdef inline void _runs_copy(char* user, char* packed, const long long* runs, Py_ssize_t nr, Py_ssize_t count,
                             Py_ssize_t extent, Py_ssize_t origin, bint pack) noexcept nogil:
-    cdef Py_ssize_t i, k, pos = 0, length, nr = runs.shape[0]
+    """count elements; runs: nr rows of 4 (displacement, length, stride, repetitions)."""
+    cdef Py_ssize_t i, k, pos = 0, length
     cdef char* u
+    cdef const long long* r
     for i in range(count):
         for k in range(nr):
-            u = user + origin + i * extent + runs[k, 0]
-            length = runs[k, 1]
+            r = runs + 4 * k
+            u = user + origin + i * extent + r[0]
+            length = r[1]
             # a constant length, once inlined, makes each copy one load and one store
             if length == 8:
-                pos = _run_copy(u, packed, pos, 8, runs[k, 2], runs[k, 3], pack)
+                pos = _run_copy(u, packed, pos, 8, r[2], r[3], pack)
             elif length == 4:
-                pos = _run_copy(u, packed, pos, 4, runs[k, 2], runs[k, 3], pack)
+                pos = _run_copy(u, packed, pos, 4, r[2], r[3], pack)
             elif length == 16:
-                pos = _run_copy(u, packed, pos, 16, runs[k, 2], runs[k, 3], pack)
+                pos = _run_copy(u, packed, pos, 16, r[2], r[3], pack)
             else:
-                pos = _run_copy(u, packed, pos, length, runs[k, 2], runs[k, 3], pack)
+                pos = _run_copy(u, packed, pos, length, r[2], r[3], pack)
 
 
 def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, Py_ssize_t extent,
@@ -656,6 +659,8 @@ def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, P
     cdef const unsigned char[::1] ro
     cdef unsigned char[::1] rw
     cdef Py_ssize_t k, total = 0
+    if runs.shape[1] != 4:
+        raise ValueError("typemap_copy: runs must have 4 columns")
     for k in range(runs.shape[0]):
         total += runs[k, 1] * runs[k, 3]
     if pack:
@@ -669,8 +674,89 @@ def typemap_copy(user, packed, const long long[:, ::1] runs, Py_ssize_t count, P
     cdef char* up = <char*>&ro[0] if pack else <char*>&rw[0]
     cdef char* pp = <char*>&rw[0] if pack else <char*>&ro[0]
     with nogil:
-        _runs_copy(up, pp, runs, count, extent, origin, pack)
+        _runs_copy(up, pp, &runs[0, 0], runs.shape[0], count, extent, origin, pack)
     return total * count
+
+
+# The one-call forms of a derived message of `count` elements at the start of a C-contiguous NumPy
+# array, for the common point-to-point call ([array, count, datatype]). `plan` is the datatype's
+# (runs, extent, true lb, true ub, packed bytes per element), runs a C-contiguous int64 (r, 4) array.
+# Each returns None (the caller's general path then copes, or names the problem) unless the array is
+# a C-contiguous ndarray (writable for a receive) that every element's blocks lie inside.
+
+cdef inline char* _plan_target(object a, tuple plan, Py_ssize_t count, bint writable,
+                               Py_ssize_t* nruns, const long long** runs) except? NULL:
+    cdef cnp.ndarray arr, r
+    cdef Py_ssize_t extent, tlb, tub, span, lo, hi, nbytes
+    if not cnp.PyArray_CheckExact(a) or count < 0:
+        return NULL
+    arr = <cnp.ndarray>a
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or (writable and not cnp.PyArray_ISWRITEABLE(arr)):
+        return NULL
+    r = <cnp.ndarray>plan[0]
+    extent, tlb, tub = plan[1], plan[2], plan[3]
+    nbytes = cnp.PyArray_NBYTES(arr)
+    if count:
+        span = (count - 1) * extent
+        lo, hi = tlb + (span if span < 0 else 0), tub + (span if span > 0 else 0)
+        if lo < 0 or hi > nbytes:
+            return NULL
+    nruns[0] = cnp.PyArray_DIM(r, 0)
+    runs[0] = <const long long*>cnp.PyArray_DATA(r)
+    return <char*>cnp.PyArray_DATA(arr)
+
+
+def derived_pack(object a, tuple plan, Py_ssize_t count):
+    """A new uint8 array: count elements of the plan's datatype packed from a (None: see above)."""
+    cdef Py_ssize_t nr = 0
+    cdef const long long* runs = NULL
+    cdef char* user = _plan_target(a, plan, count, False, &nr, &runs)
+    if user == NULL:
+        return None
+    cdef cnp.npy_intp dims[1]
+    dims[0] = count * <Py_ssize_t>plan[4]
+    cdef cnp.ndarray out = cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
+    cdef char* p = <char*>cnp.PyArray_DATA(out)
+    cdef Py_ssize_t extent = plan[1]
+    with nogil:
+        _runs_copy(user, p, runs, nr, count, extent, 0, True)
+    return out
+
+
+def derived_space(object a, tuple plan, Py_ssize_t count):
+    """A new, uninitialised uint8 array for receiving count packed elements of the plan's datatype
+    into a (None: see above); `derived_unpack` then writes what arrived into a."""
+    cdef Py_ssize_t nr = 0
+    cdef const long long* runs = NULL
+    if _plan_target(a, plan, count, True, &nr, &runs) == NULL:
+        return None
+    cdef cnp.npy_intp dims[1]
+    dims[0] = count * <Py_ssize_t>plan[4]
+    return cnp.PyArray_SimpleNew(1, dims, cnp.NPY_UINT8)
+
+
+def derived_unpack(object a, tuple plan, Py_ssize_t count, cnp.ndarray packed, Py_ssize_t nbytes):
+    """Write the first nbytes of packed (from `derived_space`) into a, element by element: whole
+    elements first, then the leading bytes of a partial one (an MPI message may end inside an element;
+    the rest of that element is left as it was)."""
+    cdef Py_ssize_t nr = 0, whole, rest, eb = plan[4], extent = plan[1]
+    cdef const long long* runs = NULL
+    cdef char* user = _plan_target(a, plan, count, True, &nr, &runs)
+    if user == NULL or nbytes < 0 or nbytes > count * eb or nbytes > cnp.PyArray_NBYTES(packed):
+        raise ValueError("derived_unpack: the buffer or the byte count does not match the receive")
+    cdef char* p = <char*>cnp.PyArray_DATA(packed)
+    cdef unsigned char[::1] tmp
+    whole = nbytes // eb if eb else 0
+    rest = nbytes - whole * eb
+    with nogil:
+        _runs_copy(user, p, runs, nr, whole, extent, 0, False)
+    if rest:
+        tmp = np.empty(eb, np.uint8)  # the partial element: its old bytes, overlaid with what arrived
+        with nogil:
+            _runs_copy(user, <char*>&tmp[0], runs, nr, 1, extent, whole * extent, True)
+            memcpy(<char*>&tmp[0], p + whole * eb, rest)
+            _runs_copy(user, <char*>&tmp[0], runs, nr, 1, extent, whole * extent, False)
+    return nbytes
 
 
 def host_span(Py_ssize_t address, Py_ssize_t nbytes, bint writable):

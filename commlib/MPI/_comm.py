@@ -24,7 +24,7 @@ from .. import _api
 from .._api import collectives as _coll
 from .._api import lifecycle as _lifecycle
 from .._dtypes import DT_BYTES
-from .._kernels import plain, plain_pair
+from .._kernels import derived_pack, derived_space, derived_unpack, plain, plain_pair
 from .._engine import EAGER_BYTES
 from ._constants import (
     ANY_SOURCE, ANY_TAG, APPNUM, CART, COMBINER_NAMED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
@@ -39,7 +39,7 @@ from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
-from ._bufspec import blocks, is_in_place, parse_recv, parse_send, parse_vector, parse_vectorw
+from ._bufspec import blocks, is_in_place, parse_recv, unpacking, parse_send, parse_vector, parse_vectorw
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
 from ._ops import SUM, Op
@@ -490,13 +490,24 @@ class Comm(Attributes, ErrorHandling):
         g = _group(self)
         if dest == PROC_NULL:
             return
-        if type(buf) is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
+        tb = type(buf)
+        if tb is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
             wire = _WIRE.get(buf.dtype)
             if wire is not None:
                 send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, _dest(g, dest, "Send"),
                      _stag(g, tag, "Send"))
                 return
+        elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: packed in one C call
+            a, count, dt = buf
+            plan = getattr(dt, "_plan", None)
+            if plan is not None and type(count) is int:
+                packed = derived_pack(a, plan, count)
+                if packed is not None:
+                    send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+                    return
         self._send_buf(buf, dest, tag, False, True, "Send")
+
+    Send._unpacking = True  # it receives nothing: never wrapped by _install_unpacking
 
     Bsend = Rsend = Send
 
@@ -508,16 +519,33 @@ class Comm(Attributes, ErrorHandling):
         if source == PROC_NULL:
             proc_null(status)
             return
-        if type(buf) is np.ndarray:  # the common case, with the least Python
+        tb = type(buf)
+        if tb is np.ndarray:  # the common case, with the least Python
             f = buf.flags
             wire = _WIRE.get(buf.dtype)
             if f.c_contiguous and f.writeable and wire is not None:
                 u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
                 fill(status, recv_into(g, u8, wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
                 return
+        elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: unpacked in one C call
+            a, count, dt = buf
+            plan = getattr(dt, "_plan", None)
+            if plan is not None and type(count) is int:
+                packed = derived_space(a, plan, count)
+                if packed is not None:
+                    msg = recv_into(g, packed, dt._wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True,
+                                    "Recv")
+                    derived_unpack(a, plan, count, packed, msg.nbytes)
+                    fill(status, msg)
+                    return
+        self._recv_general(g, buf, source, tag, status)
+
+    Recv._unpacking = True  # its general path below is the one that needs the wrapper
+
+    @unpacking
+    def _recv_general(self, g, buf, source, tag, status):
         m = parse_recv(buf)
-        msg = recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
-        fill(status, msg)
+        fill(status, recv_buf(g, m, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
 
     def Isend(self, buf, dest, tag=0):
         return self._send_buf(buf, dest, tag, False, False, "Isend")

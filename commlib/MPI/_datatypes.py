@@ -36,7 +36,7 @@ class Datatype(Attributes):
     """
 
     __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb",
-                 "_tub", "_bytes", "_simple", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
+                 "_tub", "_bytes", "_simple", "_plan", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
                  "_committed", "_attr", "__weakref__")
     _kind, _null_error = "Datatype", ERR_TYPE
 
@@ -75,7 +75,7 @@ class Datatype(Attributes):
         self._bytes, self._lb, self._ub, self._tlb, self._tub = size, 0, size, 0, size
         self._blocks = np.array([[0, size]], np.int64) if size else _NO_BLOCKS
         self._runs = _runs_of(self._blocks)
-        self._simple, self._mixed = True, False
+        self._simple, self._mixed, self._plan = True, False, None
         self._align = 0 if base is None else (base.itemsize // 2 if base.kind == "c" else base.itemsize)
         self._x32 = None if base is None else base.itemsize
         self._combiner, self._ints, self._addrs, self._types = COMBINER_NAMED, (), (), ()
@@ -594,6 +594,8 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
     dt._runs = _runs_of(blocks)
     dt._simple = (lb == 0 and ub == size and
                   (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
+    # what _kernels.derived_pack/space/unpack need, in one tuple: a packed message in one C call
+    dt._plan = None if dt._simple else (dt._runs, ub - lb, tlb, tub, size)
     dt._align = align
     dt._x32 = x32.pop() if len(x32) == 1 else (types[0]._x32 if not x32 and types else None)
     # its own handles of the types it was made from: freeing those later leaves this one whole, as in MPI

@@ -148,3 +148,45 @@ def test_freeing_the_parts_leaves_a_made_type_whole():
     outer = MPI.Datatype.Create_struct([1, 1], [0, 64], [inner, MPI.INT])
     inner.Free()  # allowed in MPI once outer exists
     assert outer.decode()[2]["datatypes"][0].size == 16 and pickle.loads(pickle.dumps(outer)).size == outer.size
+
+
+def test_one_call_pack_and_unpack_of_an_array_message():
+    """derived_pack/space/unpack, the point-to-point fast path: the same bytes as typemap_copy, a
+    partial last element written only as far as it arrived, and None wherever the general path
+    must decide (not an ndarray, not C-contiguous, read-only for a receive, reaching outside)."""
+    from commlib._kernels import derived_pack, derived_space, derived_unpack
+    a = np.arange(48.0).reshape(6, 8)
+    col = MPI.DOUBLE.Create_vector(6, 1, 8)
+    packed = derived_pack(a, col._plan, 1)
+    assert packed.dtype == np.uint8 and packed.view(np.float64).tolist() == a[:, 0].tolist()
+    pair = MPI.DOUBLE.Create_vector(2, 1, 3).Create_resized(0, 8)  # 2 doubles each, one row apart
+    assert derived_pack(a, pair._plan, 3).view(np.float64).tolist() == [0, 3, 1, 4, 2, 5]
+
+    out = np.full((6, 8), -1.0)
+    space = derived_space(out, col._plan, 1)
+    assert space.nbytes == 48
+    space[:] = packed
+    assert derived_unpack(out, col._plan, 1, space, 48) == 48
+    assert (out[:, 0] == a[:, 0]).all() and (out[:, 1:] == -1).all()
+
+    b = a + 0.1  # low bytes that are not zero: a half-written double shows
+    out[:] = -1
+    space = derived_space(out, pair._plan, 3)
+    space[:] = derived_pack(b, pair._plan, 3)
+    derived_unpack(out, pair._plan, 3, space, 2 * 16 + 4)  # two whole elements, then half a double
+    flat, src = out.reshape(-1), b.reshape(-1)
+    assert flat[[0, 3, 1, 4]].tolist() == src[[0, 3, 1, 4]].tolist() and flat[5] == -1
+    half = flat[2:3].view(np.uint8)
+    assert half[:4].tolist() == src[2:3].view(np.uint8)[:4].tolist()  # what arrived of element 2
+    assert half[4:].tolist() == np.array([-1.0]).view(np.uint8)[4:].tolist()  # the rest left as it was
+
+    assert derived_pack(a[:, ::2], col._plan, 1) is None  # not C-contiguous
+    assert derived_pack(a.reshape(-1).tolist(), col._plan, 1) is None  # not an ndarray
+    assert derived_pack(a, col._plan, 2) is None  # 2 columns of 6 rows reach past 48 doubles
+    assert derived_pack(a, col._plan, -1) is None
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert derived_pack(ro, col._plan, 1) is not None and derived_space(ro, col._plan, 1) is None
+    with pytest.raises(ValueError):
+        derived_unpack(out, col._plan, 1, np.empty(48, np.uint8), 56)  # more bytes than the receive holds
+    assert MPI.DOUBLE._plan is None and MPI.DOUBLE.Create_contiguous(3)._plan is None  # plain views: no plan

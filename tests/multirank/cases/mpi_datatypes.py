@@ -48,6 +48,24 @@ def halo():
     want = np.arange(rows * cols).reshape(rows, cols)[:, 0] + 1000 * right
     c.equal(grid[:, cols + 1], want.astype(float), "halo: right ghost column from Isend/Irecv")
     c.equal(grid[:, 1:-1], np.arange(rows * cols).reshape(rows, cols) + 1000.0 * me, "halo: the interior unchanged")
+    # blocking Send/Recv (packed and unpacked in one call each); the receive has room for two
+    # columns (a column type resized to one double's extent) and gets one, then one and a bit
+    cols2 = column.Create_resized(0, 8).Commit()
+    ghosts = np.full((rows, cols + 2), -1.0)
+    st = MPI.Status()
+    comm.Send([flat[cols:], 1, column], right, 2)  # 48 bytes: eager, so every rank sends, then receives
+    comm.Recv([ghosts, 2, cols2], left, 2, st)
+    c.equal(ghosts[:, 0], np.arange(rows * cols).reshape(rows, cols)[:, -1] + 1000.0 * left,
+            "halo: the column from Send/Recv")
+    c.equal(ghosts[:, 1:], np.full((rows, cols + 1), -1.0), "halo: Recv of a short message leaves the rest")
+    c.equal((st.Get_count(cols2), st.Get_elements(MPI.DOUBLE)), (1, rows), "halo: the short message's counts")
+    comm.Send(np.arange(rows + 2.0), right, 3)  # one column and two doubles of the next
+    comm.Recv([ghosts, 2, cols2], left, 3, st)
+    want = np.concatenate([np.arange(rows + 2.0), np.full(rows - 2, -1.0)])
+    c.equal(np.concatenate([ghosts[:, 0], ghosts[:, 1]]), want, "halo: a message ending inside an element")
+    c.equal((st.Get_count(cols2), st.Get_elements(MPI.DOUBLE)), (MPI.UNDEFINED, rows + 2),
+            "halo: counts of a partial element")
+    cols2.Free()
     column.Free()
 
 
