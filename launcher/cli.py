@@ -1,10 +1,11 @@
 """The click command: options, program passthrough, calls supervise.run()."""
 import os
 import shutil
-import socket
 import sys
 
 import click
+
+from commlib._hosts import route_address
 
 from . import __version__, hosts, spawn, supervise
 
@@ -26,14 +27,6 @@ class _Command(click.Command):
         n = len(ctx.params.get("program") or ())
         ctx.meta["commrun.direct"] = len(args) > n and args[len(args) - n - 1] == "--"
         return rest
-
-
-def _route_address(host):
-    """This machine's address on the route to `host` (no packet is sent)."""
-    family, _, _, _, addr = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect(addr)
-        return s.getsockname()[0]
 
 
 def _ifname_address(ifname, routed):
@@ -148,7 +141,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         coordinator_host = "127.0.0.1"
         if remote:
             try:
-                coordinator_host = _route_address(remote[0])
+                coordinator_host = route_address(remote[0])
             except OSError as e:
                 if not ifname:
                     raise click.UsageError(f"cannot tell which address {remote[0]} reaches this machine by ({e}); "
@@ -157,7 +150,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             if ifname:
                 coordinator_host = _ifname_address(ifname, coordinator_host)
     argv = spawn.program_argv(program, module, direct)
-    extra = {}
+    extra = {"COMMLIB_RSH": rsh}  # MPI.Spawn starts children on other hosts the way commrun starts ranks
     if ifname:
         extra["COMMLIB_IFNAME"] = ifname
     if mpi4py:

@@ -1,76 +1,7 @@
 """--hosts / --hostfile -> ordered (host, slots) -> rank placement."""
-import re
-import socket
-
 import click
 
-_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
-
-
-def parse_hosts(text):
-    """'a:2,b:2,c' -> [("a", 2), ("b", 2), ("c", 1)]."""
-    hosts = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, slots = item.rpartition(":") if ":" in item else (item, "", "1")
-        if host.startswith("[") and host.endswith("]"):  # [v6]:n
-            host = host[1:-1]
-        if not host or not slots.isdigit() or int(slots) < 1:
-            raise ValueError(f"bad host entry {item!r} (expected host or host:slots, slots >= 1)")
-        hosts.append((host, int(slots)))
-    if not hosts:
-        raise ValueError("no hosts given")
-    return hosts
-
-
-def parse_hostfile(text):
-    """Lines 'host slots=N', 'host:N' or 'host'; '#' starts a comment."""
-    hosts = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.fullmatch(r"(\S+)\s+slots\s*=\s*(\d+)", line)
-        try:
-            if m:
-                if int(m[2]) < 1:
-                    raise ValueError("slots must be >= 1")
-                hosts.append((m[1], int(m[2])))
-            elif len(line.split()) == 1:
-                hosts += parse_hosts(line)
-            else:
-                raise ValueError("expected 'host slots=N', 'host:N' or 'host'")
-        except ValueError as e:
-            raise ValueError(f"line {lineno}: {line!r}: {e}") from None
-    if not hosts:
-        raise ValueError("no hosts in the host file")
-    return hosts
-
-
-def place(n, hosts):
-    """Rank r -> (host, local_rank, local_size), filling each host's slots in order.
-
-    More ranks than slots wraps around the host list again (oversubscription).
-    """
-    order = []
-    while len(order) < n:
-        for host, slots in hosts:
-            order += [host] * slots
-    order = order[:n]
-    local_size = {h: order.count(h) for h in order}
-    seen = {}
-    placement = []
-    for host in order:
-        placement.append((host, seen.get(host, 0), local_size[host]))
-        seen[host] = seen.get(host, 0) + 1
-    return placement
-
-
-def is_local(host):
-    name = socket.gethostname()
-    return host in _LOCAL_NAMES or host in (name, name.split(".")[0])
+from commlib._hosts import is_local, parse_hostfile, parse_hosts, place  # noqa: F401 -- commrun's names for them
 
 
 class HostsType(click.ParamType):

@@ -4,14 +4,14 @@ import dataclasses
 import gc
 import io
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 
-DEFAULT_RSH = "ssh -o BatchMode=yes {host}"
+from commlib._hosts import DEFAULT_RSH, forwarded_env, remote_argv  # noqa: F401 -- commrun's names for them
+
 _PR_SET_PDEATHSIG = 1
 
 # Resolved before any fork: the child only calls it.
@@ -88,23 +88,6 @@ def master_vars(rank0, coordinator, environ):
     return {"MASTER_ADDR": rank0.host, "MASTER_PORT": str(coordinator[1] % 65535 + 1)}
 
 
-def remote_argv(rsh, host, argv, env, cwd):
-    """The remote-shell command that runs `argv` with `env` in `cwd` on `host`.
-
-    ssh-like templates get the command as one shell string; anything else
-    (`ip netns exec {host}`, `docker exec {host}`) gets `sh -c <string>`.
-    `exec` keeps the program in the remote shell's process, so signals reach it.
-    """
-    words = [w.replace("{host}", host) for w in shlex.split(rsh)]
-    if "{host}" not in rsh:
-        words.append(host)
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
-    command = f"cd {shlex.quote(cwd)} && exec env {assignments} {shlex.join(argv)}"
-    if os.path.basename(words[0]).endswith(("ssh", "rsh")):
-        return words + [command]
-    return words + ["sh", "-c", command]
-
-
 def mpi4py_standin():
     """The directory whose `mpi4py` package is commlib's stand-in (commrun --mpi4py puts it first on
     PYTHONPATH), found without importing commlib."""
@@ -114,11 +97,6 @@ def mpi4py_standin():
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("--mpi4py: commlib is not importable from this Python")
     return os.path.join(list(spec.submodule_search_locations)[0], "MPI", "_mpi4py")
-
-
-def forwarded_env(environ=os.environ):
-    """The local variables remote ranks also get: PYTHONPATH and the user's COMMLIB_* settings."""
-    return {k: v for k, v in environ.items() if k == "PYTHONPATH" or (k.startswith("COMMLIB_") and k != "COMMLIB_RSH")}
 
 
 def _child_setup(parent_pid):

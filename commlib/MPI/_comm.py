@@ -1190,9 +1190,12 @@ class Intracomm(Comm):
     def Spawn(self, command, args=None, maxprocs=1, info=None, root=0, errcodes=None):
         """Start maxprocs processes running `command args` (significant at the root only); the
         intercommunicator to them (collective over this communicator). errcodes: a list, filled
-        with one code per child."""
+        with one code per child. info: `host` ('node1' or 'node1:2,node2:2', filled in order) or
+        `hostfile` places the children on those hosts (started as commrun starts ranks there,
+        through COMMLIB_RSH); `wdir` is their working directory; without `host`, they run on the
+        root's host."""
         from ._spawn import spawn
-        inter, counts = spawn(self, [(command, args, maxprocs)], root, "Spawn")
+        inter, counts = spawn(self, [(command, args, maxprocs, info)], root, "Spawn")
         if errcodes is not None:
             errcodes[:] = [SUCCESS] * sum(counts)
         return inter

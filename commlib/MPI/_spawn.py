@@ -1,6 +1,9 @@
 """Dynamic processes: `Intracomm.Spawn` / `Spawn_multiple` and `Comm.Get_parent`.
 
-The spawning root starts the children itself, on its own host, as its child processes. They form
+The spawning root starts the children itself, as its child processes: on its own host, or on the
+hosts its info names (MPI's reserved keys `host` and `hostfile`, in commrun's --hosts and
+--hostfile forms), through the remote shell commrun uses (COMMLIB_RSH, which commrun passes to its
+ranks; ssh by default), with `wdir` as their working directory when given. They form
 a job of their own (their COMM_WORLD, whose coordinator the root hosts), and parents and children
 together join a second job, this spawn's "universe" (its coordinator also hosted by the root): the
 parents are its ranks 0..p-1 in their communicator's order, the children p..p+k-1. The
@@ -8,8 +11,12 @@ intercommunicator both sides get is built over the universe's world group as Cre
 over the job's (`_intercomm._Inter`). Each job has a fresh secret, which the children learn from
 their environment (COMMLIB_PARENT*).
 
+Both coordinators listen on 127.0.0.1 when parents and children share the root's host, else on the
+address the root's own job reaches it by (or, for a one-host job spawning elsewhere, its address on
+the route to the first remote host).
+
 A child that dies is PeerLost on the parents (the universe's coordinator sees it go); every child
-is started with PR_SET_PDEATHSIG, so none outlives the root's process, and the root, at exit,
+(for a remote one, its remote shell) is started with PR_SET_PDEATHSIG, so none outlives the root's process, and the root, at exit,
 waits for its children (bounded by the job's timeout) before stopping any left.
 """
 import atexit
@@ -25,12 +32,13 @@ import time
 
 from .. import _api
 from .._api.lifecycle import default_timeout
+from .._hosts import DEFAULT_RSH, forwarded_env, is_local, parse_hostfile, parse_hosts, place, remote_argv, route_address
 from .._errors import CommError
 from .._engine import world as _world
 from .._rendezvous import Coordinator
 from .._rendezvous.discovery import JobEnv
 from ._comm import _group, _root
-from ._constants import ERR_ARG, ERR_SPAWN, MPIException
+from ._constants import ERR_ARG, ERR_INFO, ERR_SPAWN, MPIException
 
 _PARENT = "COMMLIB_PARENT"  # host:port of the universe's coordinator, in a child's environment
 _lock = threading.Lock()
@@ -45,8 +53,8 @@ def _die_with_parent():
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _commands(what, command, args, maxprocs):
-    """[(argv, maxprocs)] of one Spawn (or each of Spawn_multiple's), checked on the root."""
+def _commands(what, command, args, maxprocs, info=None):
+    """(argv, maxprocs, hosts, wdir) of one Spawn (or each of Spawn_multiple's), checked on the root."""
     if isinstance(command, os.PathLike):
         command = os.fspath(command)
     if not isinstance(command, str) or not command:
@@ -58,38 +66,111 @@ def _commands(what, command, args, maxprocs):
     args = [str(a) for a in args]
     if isinstance(maxprocs, bool) or not isinstance(maxprocs, int) or maxprocs < 0:
         raise MPIException(ERR_ARG, f"{what}: maxprocs must be an int >= 0, got {maxprocs!r}")
-    return [command, *args], maxprocs
+    return ([command, *args], maxprocs, *_placement(what, info))
 
 
-def _launch(programs, p, root, timeout):
+def _info_items(info):
+    """An info argument's keys and values: MPI.Info (INFO_NULL: none), a mapping, or None."""
+    if info is None:
+        return {}
+    d = getattr(info, "_d", info)  # MPI.Info keeps its items in _d (None for INFO_NULL)
+    if d is None:
+        return {}
+    if not hasattr(d, "get"):
+        raise MPIException(ERR_INFO, f"info must be an MPI.Info or a mapping, got {type(info).__name__}")
+    return d
+
+
+def _placement(what, info):
+    """(hosts [(host, slots)] or None for the root's own host, working directory or None) from the
+    reserved info keys `host`, `hostfile` and `wdir`; the other keys are hints, taken and ignored."""
+    items = _info_items(info)
+    host, hostfile, wdir = items.get("host"), items.get("hostfile"), items.get("wdir")
+    if host is not None and hostfile is not None:
+        raise MPIException(ERR_INFO, f"{what}: info gives both 'host' and 'hostfile'; give one")
+    try:
+        if host is not None:
+            hosts = parse_hosts(str(host))
+        elif hostfile is not None:
+            try:
+                with open(hostfile) as f:
+                    text = f.read()
+            except OSError as exc:
+                raise ValueError(f"cannot read hostfile {hostfile!r}: {exc.strerror}") from None
+            hosts = parse_hostfile(text)
+        else:
+            hosts = None
+    except ValueError as exc:
+        raise MPIException(ERR_INFO, f"{what}: info {'host' if host is not None else 'hostfile'}: {exc}") from None
+    if wdir is not None and not os.path.isdir(wdir) and (hosts is None or all(is_local(h) for h, _n in hosts)):
+        raise MPIException(ERR_SPAWN, f"{what}: info wdir {wdir!r} is not a directory")
+    return hosts, wdir
+
+
+def _listen_host(g, placed):
+    """Where the coordinators listen: 127.0.0.1 when every parent and child is on this host, else
+    the address the root's job reaches it by, or this host's address on the route to the first
+    remote child's host (CommError-free: an unroutable host fails the spawn with ERR_SPAWN)."""
+    ep = getattr(g.transport, "ep", None)
+    mine = getattr(ep, "tcp_address", None)
+    job_address = mine[0] if mine else "127.0.0.1"
+    remote = [host for host, local in placed if not local]
+    if job_address not in ("127.0.0.1", "::1", "localhost") or not remote:
+        return job_address
+    try:
+        return route_address(remote[0])
+    except OSError as exc:
+        raise MPIException(ERR_SPAWN, f"Spawn: no route from this host to {remote[0]!r}: {exc}") from None
+
+
+def _child_env(rank, k, local_rank, local_size, coordinator, secret, universe, universe_secret, p, root, timeout):
+    host = f"[{coordinator[0]}]" if ":" in coordinator[0] else coordinator[0]
+    uhost = f"[{universe[0]}]" if ":" in universe[0] else universe[0]
+    return {
+        "COMMLIB_RANK": str(rank), "COMMLIB_SIZE": str(k), "COMMLIB_LOCAL_RANK": str(local_rank),
+        "COMMLIB_LOCAL_SIZE": str(local_size), "COMMLIB_COORDINATOR": f"{host}:{coordinator[1]}",
+        "COMMLIB_SECRET": secret.hex(), "RANK": str(rank), "WORLD_SIZE": str(k),
+        "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_size),
+        _PARENT: f"{uhost}:{universe[1]}", _PARENT + "_SECRET": universe_secret.hex(), _PARENT + "_SIZE": str(p),
+        _PARENT + "_ROOT": str(root), "COMMLIB_TIMEOUT": str(timeout)}
+
+
+def _launch(g, programs, p, root, timeout):
     """The root's part: the children's job and the universe, their coordinators, the processes.
     Returns (universe address, universe secret, universe coordinator)."""
-    k = sum(n for _argv, n in programs)
+    k = sum(prog[1] for prog in programs)
+    slots = []  # per child: (argv, host or None for this one, wdir)
+    for argv, n, hosts, wdir in programs:
+        where = [(h, is_local(h)) for h, _lr, _ls in place(n, hosts)] if hosts else [(None, True)] * n
+        slots += [(argv, host, local, wdir) for host, local in where]
+    listen = _listen_host(g, [(h, local) for _a, h, local, _w in slots])
+    per_host = {}
+    for _a, h, local, _w in slots:
+        per_host[None if local else h] = per_host.get(None if local else h, 0) + 1
     child_secret, universe_secret = secrets.token_bytes(32), secrets.token_bytes(32)
-    children_coord = Coordinator(k, child_secret, host="127.0.0.1")
-    universe_coord = Coordinator(p + k, universe_secret, host="127.0.0.1")
+    children_coord = Coordinator(k, child_secret, host=listen)
+    universe_coord = Coordinator(p + k, universe_secret, host=listen)
     children_coord.start()
     universe_coord.start()
-    rank, started = 0, []
+    rsh = os.environ.get("COMMLIB_RSH") or DEFAULT_RSH
+    started, seen = [], {}
     try:
-        for argv, n in programs:
-            for _ in range(n):
-                env = dict(os.environ)
-                env.update({
-                    "COMMLIB_RANK": str(rank), "COMMLIB_SIZE": str(k), "COMMLIB_LOCAL_RANK": str(rank),
-                    "COMMLIB_LOCAL_SIZE": str(k), "COMMLIB_COORDINATOR": "127.0.0.1:%d" % children_coord.address[1],
-                    "COMMLIB_SECRET": child_secret.hex(), "RANK": str(rank), "WORLD_SIZE": str(k),
-                    "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(k),
-                    _PARENT: "127.0.0.1:%d" % universe_coord.address[1],
-                    _PARENT + "_SECRET": universe_secret.hex(), _PARENT + "_SIZE": str(p),
-                    _PARENT + "_ROOT": str(root),
-                    "COMMLIB_TIMEOUT": str(timeout)})
-                try:
-                    proc = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509
-                except OSError as exc:
-                    raise MPIException(ERR_SPAWN, f"Spawn: cannot start {argv[0]!r}: {exc}") from None
-                started.append(proc)
-                rank += 1
+        for rank, (argv, host, local, wdir) in enumerate(slots):
+            key = None if local else host
+            local_rank = seen[key] = seen.get(key, -1) + 1
+            job = _child_env(rank, k, local_rank, per_host[key], children_coord.address, child_secret,
+                             universe_coord.address, universe_secret, p, root, timeout)
+            if local:
+                run, env, cwd = argv, {**os.environ, **job}, wdir
+            else:
+                run = remote_argv(rsh, host, argv, {**forwarded_env(), **job}, wdir or os.getcwd())
+                env, cwd = None, None
+            try:
+                proc = subprocess.Popen(run, env=env, cwd=cwd, preexec_fn=_die_with_parent)  # noqa: PLW1509
+            except OSError as exc:
+                on = "" if local else f" on {host} (through {run[0]!r})"
+                raise MPIException(ERR_SPAWN, f"Spawn: cannot start {argv[0]!r}{on}: {exc}") from None
+            started.append(proc)
     except BaseException:
         for proc in started:
             proc.kill()
@@ -122,8 +203,9 @@ def _intercomm(universe, mine, remote):
 
 
 def programs_of(command, args, maxprocs, info):
-    """Spawn_multiple's arguments (on the root) as [(command, args, maxprocs)]: one entry per command;
-    args None or one list per command, maxprocs None (1 each), an int (each) or one per command."""
+    """Spawn_multiple's arguments (on the root) as [(command, args, maxprocs, info)]: one entry per
+    command; args None or one list per command, maxprocs None (1 each), an int (each) or one per
+    command, info None / one info (each) or one per command."""
     if isinstance(command, str) or not isinstance(command, (list, tuple)):
         raise ValueError(f"Spawn_multiple: command must be a sequence of str, got {type(command).__name__}")
     n = len(command)
@@ -134,8 +216,8 @@ def programs_of(command, args, maxprocs, info):
         if isinstance(value, str) or len(value) != n:
             raise ValueError(f"Spawn_multiple: {name} must have one entry per command ({n})")
         return list(value)
-    per_command(info, "info", None)  # hints are taken and ignored, but must be one per command when a list
-    return list(zip(command, per_command(args, "args", None), per_command(maxprocs, "maxprocs", 1)))
+    return list(zip(command, per_command(args, "args", None), per_command(maxprocs, "maxprocs", 1),
+                    per_command(info, "info", None)))
 
 
 def spawn(comm, programs, root, what):
@@ -151,10 +233,10 @@ def spawn(comm, programs, root, what):
     elif me == root:
         try:
             checked = [_commands(what, *prog) for prog in programs]
-            if sum(n for _a, n in checked) < 1:
+            if sum(c[1] for c in checked) < 1:
                 raise MPIException(ERR_SPAWN, f"{what}: maxprocs adds up to 0: there is nothing to start")
-            address, secret, coordinator = _launch(checked, p, root, timeout)
-            reply = ("ok", tuple(address), secret.hex(), [n for _a, n in checked])
+            address, secret, coordinator = _launch(g, checked, p, root, timeout)
+            reply = ("ok", tuple(address), secret.hex(), [c[1] for c in checked])
         except MPIException as exc:
             reply = ("error", exc.Get_error_class(), str(exc))
     reply = _api.broadcast_obj(reply, root, group=g)

@@ -220,3 +220,43 @@ def test_doctor_reports_an_unreachable_pair_and_checks_the_rest():
         assert bw[1][2] == "x" and bw[2][1] == "x", out
         assert float(bw[0][1]) > 0 and float(bw[0][2]) > 0 and float(bw[2][0]) > 0, out
         assert "2 problem(s)" in out, out
+
+
+def _netns_inode(fab, i):
+    return subprocess.run(["ip", "netns", "exec", fab.hosts[i], "readlink", "/proc/self/ns/net"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("layout", ["job across hosts", "one-host job"])
+def test_spawn_places_children_on_the_hosts_info_names(layout, tmp_path):
+    """MPI.Spawn with info host='h1,h2' starts one child on each of those hosts, through the remote
+    shell the rank was given (COMMLIB_RSH, from commrun), in info wdir; parents and children talk
+    over the intercommunicator. Parents on two hosts (the coordinators listen on the root's job
+    address), or one parent on a one-host job listening on loopback, whose children's hosts are
+    given by address (the coordinators listen on its address on the route to them)."""
+    with Fabric(3, "10.236.9" if layout == "one-host job" else "10.236.8") as fab:
+        case = os.path.join(CASES, "spawn_hosts.py")
+        env = base_env(COMMLIB_TIMEOUT=60)
+        if layout == "job across hosts":
+            where = f"{fab.hosts[1]},{fab.hosts[2]}"
+            argv = fab.commrun("--hosts", f"{fab.hosts[0]}:1,{fab.hosts[1]}:1", "--ifname", "fab0", case, where,
+                               str(tmp_path))
+            parents = 2
+        else:
+            where = f"{fab.addr(1)},{fab.addr(2)}"
+            nsexec = tmp_path / "nsexec"  # a remote shell that knows hosts by address
+            nsexec.write_text("#!/bin/sh\ncase $1 in\n" + "".join(f"{fab.addr(i)}) ns={fab.hosts[i]};;\n" for i in (1, 2))
+                              + "*) echo no such host $1 >&2; exit 1;;\nesac\nshift\nexec ip netns exec $ns \"$@\"\n")
+            nsexec.chmod(0o755)
+            argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", f"{nsexec} {{host}}",
+                    "-n", "1", case, where, str(tmp_path)]
+            parents = 1
+        rc, out, err, _ = run_job(argv, env, timeout=200)
+        assert rc == 0, f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        placed = dict(re.findall(r"parent 0: child (\d) in (\S+) at " + re.escape(str(tmp_path)), out))
+        assert placed == {"0": _netns_inode(fab, 1), "1": _netns_inode(fab, 2)}, out
+        want = sum(range(1, parents + 1))
+        assert sorted(re.findall(r"child (\d): parents' sum (\d+), world sum 1", out)) == \
+            [("0", str(want)), ("1", str(want))], out
+        assert len(re.findall(r"parent \d: children's sum 300, remote size 2", out)) == parents, out
+        assert not leftovers(case), leftovers(case)

@@ -44,4 +44,4 @@ def test_comm_executor(n, run, assert_ranks_ok):
 def test_pool_from_a_plain_script_spawns_its_workers():
     argv = [sys.executable, os.path.join(_harness.CASES, "mpi_futures.py"), "1", "plain"]
     rc, out, err = _harness._communicate(argv, _harness.base_env(_standin_env()), 50)
-    assert rc == 0 and "rank 0: 2 checks ok" in out, f"rc {rc}\n{out}\n{err}"
+    assert rc == 0 and "rank 0: 4 checks ok" in out, f"rc {rc}\n{out}\n{err}"

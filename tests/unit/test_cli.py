@@ -94,7 +94,8 @@ def test_rsh_from_the_environment_and_ssh_style(invoke):
                            env={"COMMLIB_RSH": "ssh -p 2222 {host}"})
     argv = ranks[0].argv
     assert argv[:4] == ["ssh", "-p", "2222", "nodeb"] and len(argv) == 5  # one string for the remote shell
-    assert "COMMLIB_COORDINATOR=127.0.0.1:4242" in argv[4] and "COMMLIB_RSH" not in argv[4]
+    assert "COMMLIB_COORDINATOR=127.0.0.1:4242" in argv[4]
+    assert "'COMMLIB_RSH=ssh -p 2222 {host}'" in argv[4]  # MPI.Spawn on that rank starts children the same way
 
 
 def test_hostfile_and_default_n(invoke, tmp_path):

@@ -250,6 +250,27 @@ def test_a_spawned_program_that_exits_before_joining_fails_spawn_at_once():
     assert "commlib-spawn-test-child" not in ps
 
 
+def test_spawn_info_places_children_and_bad_placements_are_info_errors(tmp_path):
+    """info host/hostfile/wdir: a child on this host (by name, from a host file) runs in wdir; a
+    malformed host list, both keys, an unreadable host file and a missing wdir are refused before
+    anything starts, with the key named."""
+    (tmp_path / "hosts").write_text("# this host only\nlocalhost slots=1\n")
+    code = "import os\nfrom commlib import MPI\np = MPI.Comm.Get_parent()\np.send(os.getcwd(), 0)\np.Disconnect()"
+    for info in ({"host": "localhost", "wdir": str(tmp_path)},
+                 MPI.Info.Create({"hostfile": str(tmp_path / "hosts"), "wdir": str(tmp_path)})):
+        inter = MPI.COMM_SELF.Spawn(sys.executable, ["-c", code], info=info)
+        assert inter.recv(source=0) == str(tmp_path)
+        inter.Disconnect()
+    bad = [({"host": "a:0"}, MPI.ERR_INFO, "info host: bad host entry 'a:0'"),
+           ({"host": "a", "hostfile": "h"}, MPI.ERR_INFO, "both 'host' and 'hostfile'"),
+           ({"hostfile": str(tmp_path / "none")}, MPI.ERR_INFO, "cannot read hostfile"),
+           ({"wdir": str(tmp_path / "none")}, MPI.ERR_SPAWN, "wdir .* is not a directory")]
+    for info, cls, match in bad:
+        with pytest.raises(MPI.Exception, match=match) as err:
+            MPI.COMM_SELF.Spawn(sys.executable, ["-c", "pass"], info=info)
+        assert err.value.Get_error_class() == cls
+
+
 def test_a_matched_probe_on_one_rank_takes_a_message_to_self_or_refuses_to_wait_forever():
     comm = MPI.COMM_WORLD
     comm.send("x", 0, 3)

@@ -250,8 +250,8 @@ class MPIPoolExecutor(_Base):
     max_workers processes it spawns on first use (`MPI.COMM_SELF.Spawn`), which serve only it.
 
     Spawning takes mpi4py's arguments: max_workers (default: MPI4PY_FUTURES_MAX_WORKERS, else 1),
-    python_exe, python_args, path (directories put first on the workers' sys.path), wdir, env
-    (variables set in the workers) and main (True: the workers import this program's `__main__`
+    python_exe, python_args, mpi_info (Spawn's info: `host` places the workers on other hosts),
+    path (directories put first on the workers' sys.path), wdir, env (variables set in the workers) and main (True: the workers import this program's `__main__`
     script first, so functions defined in it are found). initializer(*initargs) runs once on each
     worker.
     """
@@ -287,7 +287,8 @@ class MPIPoolExecutor(_Base):
         n = self._workers_wanted or int(os.environ.get("MPI4PY_FUTURES_MAX_WORKERS", "0") or 0) or 1
         python = kw.get("python_exe") or sys.executable
         args = list(kw.get("python_args") or ()) + ["-m", "commlib.MPI.futures._spawned"]
-        inter = MPI.COMM_SELF.Spawn(python, args, maxprocs=n)
+        info = dict(kw.get("mpi_info") or {})  # mpi4py's: a mapping or (key, value) pairs, e.g. host
+        inter = MPI.COMM_SELF.Spawn(python, args, maxprocs=n, info=info)
         comm = inter.Merge(high=False)  # this process is rank 0, the workers 1 ... n
         main = sys.modules.get("__main__")
         main_path = getattr(main, "__file__", None) if kw.get("main", True) else None

@@ -120,6 +120,15 @@ def plain():
         c.equal(list(ex.map(square, range(30), chunksize=4)), [x * x for x in range(30)],
                 "plain: the pool spawned its workers; map")
         c.equal(ex.submit(_workers_size).result(), 2, "plain: get_comm_workers is the spawned workers' world")
+    here = os.path.dirname(os.path.abspath(__file__))
+    with MPIPoolExecutor(max_workers=1, mpi_info={"host": "localhost", "wdir": here}) as ex:
+        c.equal(ex.submit(os.getcwd).result(), here, "plain: mpi_info reaches Spawn (host, wdir)")
+    try:
+        with MPIPoolExecutor(max_workers=1, mpi_info=[("host", "nowhere:0")]) as ex:
+            ex.submit(os.getcwd).result()
+        c.equal("no error", "MPI.Exception", "plain: a bad mpi_info host is refused")
+    except MPI.Exception as exc:
+        c.equal(exc.Get_error_class(), MPI.ERR_INFO, "plain: a bad mpi_info host is an info error")
     c.finish()
 
 
