@@ -97,6 +97,14 @@ def _rtag(g, tag, what):
     return _ENGINE_ANY_TAG if tag == ANY_TAG else _stag(g, tag, what)
 
 
+def _derived_triple(buf):
+    """(array, count, datatype, its packing plan) of [array, count, datatype]; the plan is None
+    unless the datatype is a packed one and count a plain int (the one-call Send/Recv path)."""
+    a, count, dt = buf
+    plan = getattr(dt, "_plan", None)
+    return a, count, dt, plan if type(count) is int else None
+
+
 def _root(g, root, what):
     if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < g.size():
         return int(root)
@@ -498,13 +506,11 @@ class Comm(Attributes, ErrorHandling):
                      _stag(g, tag, "Send"))
                 return
         elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: packed in one C call
-            a, count, dt = buf
-            plan = getattr(dt, "_plan", None)
-            if plan is not None and type(count) is int:
-                packed = derived_pack(a, plan, count)
-                if packed is not None:
-                    send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
-                    return
+            a, count, dt, plan = _derived_triple(buf)
+            packed = None if plan is None else derived_pack(a, plan, count)
+            if packed is not None:
+                send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+                return
         self._send_buf(buf, dest, tag, False, True, "Send")
 
     Send._unpacking = True  # it receives nothing: never wrapped by _install_unpacking
@@ -528,16 +534,13 @@ class Comm(Attributes, ErrorHandling):
                 fill(status, recv_into(g, u8, wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
                 return
         elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: unpacked in one C call
-            a, count, dt = buf
-            plan = getattr(dt, "_plan", None)
-            if plan is not None and type(count) is int:
-                packed = derived_space(a, plan, count)
-                if packed is not None:
-                    msg = recv_into(g, packed, dt._wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True,
-                                    "Recv")
-                    derived_unpack(a, plan, count, packed, msg.nbytes)
-                    fill(status, msg)
-                    return
+            a, count, dt, plan = _derived_triple(buf)
+            packed = None if plan is None else derived_space(a, plan, count)
+            if packed is not None:
+                msg = recv_into(g, packed, dt._wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv")
+                derived_unpack(a, plan, count, packed, msg.nbytes)
+                fill(status, msg)
+                return
         self._recv_general(g, buf, source, tag, status)
 
     Recv._unpacking = True  # its general path below is the one that needs the wrapper
