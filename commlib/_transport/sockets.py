@@ -268,7 +268,8 @@ class Endpoint:
             return fd
         notices = self.notices
         notices.current = (what, src, hdr)
-        next_check = time.monotonic() + check_s
+        start = time.monotonic()
+        next_check = start + check_s
         try:
             while True:
                 with self._cond:
@@ -279,7 +280,7 @@ class Endpoint:
                     now = time.monotonic()
                     if now >= deadline:
                         raise self.fail(CommTimeout(
-                            f"rank {self.rank}: {what} waited {self.timeout:g} s for rank {src} to connect "
+                            f"rank {self.rank}: {what} waited {now - start:.3g} s for rank {src} to connect "
                             f"({CHANNEL_NAMES[channel]} channel)" + self.stall_report(), rank=src))
                     self._cond.wait(min(deadline - now, 0.05))
                 if check is not None and check_s > 0 and time.monotonic() >= next_check:

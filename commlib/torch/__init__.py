@@ -36,6 +36,32 @@ def register():
     """
     if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
         dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True, devices=["cpu"])
+    _open_monitored_barrier()
+
+
+def _open_monitored_barrier():
+    """torch's dist.monitored_barrier refuses every backend but gloo by name before it calls the
+    group's own method; let it through for commlib's groups (every other call is torch's, as it was)."""
+    import datetime
+    import functools
+
+    from torch.distributed import distributed_c10d as c10d
+
+    original = c10d.monitored_barrier
+    if getattr(original, "_commlib", False):
+        return
+
+    @functools.wraps(original)
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        pg = c10d._get_default_group() if group is None and dist.is_initialized() else group
+        if pg is None or c10d._rank_not_in_group(group) or c10d.get_backend(pg) != BACKEND:
+            return original(group, timeout, wait_all_ranks)
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            timeout = datetime.timedelta(seconds=timeout)
+        return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier._commlib = True
+    c10d.monitored_barrier = dist.monitored_barrier = monitored_barrier
 
 
 register()

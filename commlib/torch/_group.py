@@ -10,7 +10,9 @@ place through numpy views of their memory; a copy is made only where the
 layout requires one (a non-contiguous output, a list of separate tensors).
 """
 import collections
+import datetime
 import functools
+import time
 
 import numpy as np
 import torch
@@ -25,10 +27,12 @@ from .._dtypes import dtype_code
 from .._engine import ANY_SOURCE
 from .._errors import CommError, MismatchError
 from . import _store
+from ._profile import first, nothing, profiled, second, second_one
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
 from ._work import Pending, done
 
 TAG_ALLTOALLV, TAG_ALLTOALL_LIST = -201, -202  # internal point-to-point tags (users' tags are >= 0)
+TAG_MONITORED = -1000  # monitored_barrier: -1000 ... -1999, one a call
 _U8 = dtype_code(np.uint8)
 _SERIAL = collections.Counter()  # (group name, members) -> how many such groups this process made
 
@@ -99,6 +103,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         super().__init__(group.rank(), group.size())
         self._g = group
         self._n = group.size()
+        self._monitored = 0  # monitored_barrier calls so far
 
     # torch keeps a group's name and description on its C++ backends, which a
     # Python ProcessGroup has none of: keep them here (DeviceMesh and FSDP2 read them).
@@ -319,16 +324,37 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         _split_into(buf, outs)
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
+        """torch's shape: output_lists[r][i] receives rank r's inputs[i]. Every rank's inputs travel
+        together, packed into one all_gather."""
         opts = _options(opts, AllgatherOptions)
-        if len(output_lists) != len(inputs):
-            raise ValueError("commlib backend: allgather_coalesced needs one output list per input")
-        for outs, t in zip(output_lists, inputs):
-            self._check_list(outs, t, "allgather_coalesced's output list")
+        inputs = list(inputs)
+        if len(output_lists) != self._n:
+            raise ValueError(f"commlib backend: allgather_coalesced needs one output list per rank ({self._n}), "
+                             f"got {len(output_lists)}")
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(inputs):
+                raise ValueError(f"commlib backend: allgather_coalesced: output list {r} has {len(outs)} tensors "
+                                 f"for {len(inputs)} inputs")
+            for o, t in zip(outs, inputs):
+                if o.numel() != t.numel() or o.dtype != t.dtype:
+                    raise ValueError(f"commlib backend: allgather_coalesced: an output for rank {r} has "
+                                     f"{o.numel()} elements of {o.dtype}, its input {t.numel()} of {t.dtype}")
+        if inputs:
+            same_dtype(inputs, "allgather_coalesced")
         return self._now(opts, "allgather_coalesced", output_lists, self._allgather_lists, output_lists, inputs)
 
     def _allgather_lists(self, output_lists, inputs):
-        for outs, t in zip(output_lists, inputs):
-            self._allgather_list(list(outs), t)
+        if not inputs:
+            return
+        packed = torch.cat([t.reshape(-1) for t in inputs])
+        out = torch.empty(packed.numel() * self._n, dtype=packed.dtype)
+        _c.all_gather(array(packed), out=array(out), group=self._g)
+        flat = out.view(self._n, -1)
+        for r, outs in enumerate(output_lists):
+            pos = 0
+            for o in outs:
+                o.copy_(flat[r, pos:pos + o.numel()].view(o.shape))
+                pos += o.numel()
 
     def all_gather_single(self, output, input, opts=None):
         if type(opts) is not AllgatherOptions:
@@ -523,8 +549,50 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         return Pending(_c.ibarrier(group=self._g), [], "barrier")
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        """A barrier bounded by `timeout` (default: the group's); a rank that does not come is a CommError."""
-        Pending(_c.ibarrier(group=self._g), [], "monitored_barrier").wait(timeout)
+        """gloo's monitored barrier: every other rank reports to rank 0 within `timeout` (default:
+        the group's), then rank 0 releases them. Rank 0 names the rank that did not come (the first
+        in rank order, or all of them with wait_all_ranks); the others, when rank 0 does not release
+        them in time, say so. A failure here is an error of this call only: the group goes on."""
+        g, me, n = self._g, self._g.rank(), self._n
+        secs = g.timeout if timeout is None else (
+            timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout))
+        ms = int(secs * 1000)
+        start = time.monotonic()
+        deadline = start + max(secs, 0.0)
+        self._monitored += 1
+        tag = TAG_MONITORED - self._monitored % 1000  # a late rank's token never meets a later call
+        if n == 1:
+            return
+        eng, ctx = g.engine, g.p2p
+        token = np.zeros(1, np.uint8)
+        if me != 0:
+            eng.send(ctx, 0, [token], tag=tag, dtype=_U8, count=1, what="monitored_barrier").wait()
+            if not _bounded_recv(eng, ctx, 0, tag, deadline):
+                raise RuntimeError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
+                                   f"waiting for send/recv from rank 0 (within {ms} ms). Please check rank 0's "
+                                   f"logs for the faulty rank.")
+            return
+        failed = []
+        reqs = {r: eng.recv(ctx, r, tag, np.zeros(1, np.uint8), _ignore, what="monitored_barrier",
+                            check=(_U8, 1)) for r in range(1, n)}
+        for r, req in reqs.items():
+            if not wait_all_ranks and time.monotonic() >= deadline:
+                came = [str(k) for k, q in reqs.items() if q.test()]
+                _cancel(reqs)
+                raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms (ranks that came: "
+                                   f"{', '.join(came) or 'none'})")
+            eng.wait(req, deadline, any_of=[req])
+            if not req.test():
+                failed.append(r)
+                if not wait_all_ranks:
+                    break
+        if failed:
+            _cancel(reqs)
+            which = f"Rank {failed[0]}" if len(failed) == 1 and not wait_all_ranks else \
+                f"Ranks {', '.join(map(str, failed))}"
+            raise RuntimeError(f"{which} failed to pass monitoredBarrier in {ms} ms (commlib group of {n} ranks)")
+        for r in range(1, n):
+            eng.send(ctx, r, [token], tag=tag, dtype=_U8, count=1, what="monitored_barrier").wait()
 
     # ------------------------------------------------------ point to point
     def send(self, tensors, dst, tag=0):
@@ -580,6 +648,49 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def shutdown(self):
         """The group's connections belong to commlib's world, which closes at finalize()."""
         return None
+
+
+# what torch.profiler records for each operation (as gloo's `gloo:<op>` events): title, input tensors
+_PROFILED = {
+    "allreduce": ("all_reduce", first), "allreduce_coalesced": ("all_reduce", first), "reduce": ("reduce", first),
+    "broadcast": ("broadcast", first), "allgather": ("all_gather", second),
+    "allgather_coalesced": ("all_gather", second), "all_gather_single": ("all_gather_into_tensor", second_one),
+    "_allgather_base": ("all_gather_into_tensor", second_one),
+    "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", second),
+    "allgather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", second),
+    "gather": ("gather", second), "scatter": ("scatter", first), "reduce_scatter": ("reduce_scatter", first),
+    "reduce_scatter_single": ("reduce_scatter_tensor", second_one),
+    "_reduce_scatter_base": ("reduce_scatter_tensor", second_one),
+    "reduce_scatter_single_coalesced": ("reduce_scatter_tensor_coalesced", second),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", second),
+    "all_to_all_single": ("all_to_all", second_one), "alltoall_base": ("all_to_all", second_one),
+    "alltoall": ("all_to_all", second), "barrier": ("barrier", nothing), "send": ("send", first),
+    "recv": ("recv", first), "recv_anysource": ("recvAnySource", first),
+}
+for _method, (_title, _inputs) in _PROFILED.items():
+    setattr(ProcessGroupCommlib, _method, profiled(_title, _inputs)(getattr(ProcessGroupCommlib, _method)))
+
+
+def _bounded_recv(eng, ctx, src, tag, deadline):
+    """Receive the 1-byte token from src by deadline: True, or False with the receive cancelled (the
+    group's engine is left as it was: no timeout failure)."""
+    req = eng.recv(ctx, src, tag, np.zeros(1, np.uint8), _ignore, what="monitored_barrier", check=(_U8, 1))
+    eng.wait(req, deadline, any_of=[req])
+    if req.test():
+        req.wait()
+        return True
+    _cancel({src: req})
+    return False
+
+
+def _ignore(msg, payload):
+    return None
+
+
+def _cancel(reqs):
+    for req in reqs.values():
+        if not req.test():
+            req.cancel()
 
 
 def _split_into(flat, tensors):

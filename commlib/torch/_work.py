@@ -11,6 +11,8 @@ import datetime
 import torch
 import torch.distributed as dist
 
+from .._errors import CommTimeout
+
 
 class _Failed:
     __slots__ = ("error",)
@@ -19,10 +21,18 @@ class _Failed:
         self.error = error
 
 
+def as_torch(exc):
+    """commlib's error as torch's users read a backend's: a timeout's message begins "Timed out"
+    as gloo's do (torch's own tests and tools match on it). The exception keeps its class."""
+    if isinstance(exc, CommTimeout) and exc.args and not str(exc.args[0]).startswith("[commlib] Timed out"):
+        exc.args = (f"[commlib] Timed out ({type(exc).__name__}) {exc.args[0]}",) + exc.args[1:]
+    return exc
+
+
 def _unwrap(fut):
     value = fut.value()
     if type(value) is _Failed:
-        err = value.error
+        err = as_torch(value.error)
         raise RuntimeError(f"commlib: {type(err).__name__}: {err}")
     return value
 
@@ -97,7 +107,7 @@ class Pending(dist.Work):
             self._req.wait(_seconds(timeout))
         except Exception as exc:
             if isinstance(exc, (RuntimeError, TypeError, ValueError)):  # CommError is a RuntimeError
-                raise
+                raise as_torch(exc)
             raise RuntimeError(f"commlib: {self._what}: {type(exc).__name__}: {exc}") from exc
         return True
 

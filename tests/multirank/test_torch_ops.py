@@ -14,7 +14,7 @@ pytest.importorskip("torch", reason="torch is not installed: the torch.distribut
 pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed: the cases build bfloat16 data with it")
 
 NS = [1, 2, 3, 4]
-PARTS = ["reduce", "gather", "p2p", "async", "objects", "groups", "errors"]
+PARTS = ["reduce", "gather", "p2p", "async", "objects", "groups", "errors", "tools"]
 BACKENDS = [b.strip() for b in os.environ.get("TORCH_TEST_BACKEND", "commlib").split(",") if b.strip()]
 
 

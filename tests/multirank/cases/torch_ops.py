@@ -13,6 +13,7 @@ usage: torch_ops.py SEED PART
   PART groups   new_group (subsets, reversed rank list, single member), new_subgroups,
                 get_backend/get_rank/get_world_size
   PART errors   user errors raise (and the group still works afterwards)
+  PART tools    all_gather_coalesced (torch's call shape), torch.profiler's events, monitored_barrier
   PART all      everything above, in that order
 
 env: TORCH_TEST_BACKEND  "commlib" (default; `import commlib.torch` registers it) or "gloo"
@@ -25,6 +26,7 @@ alike leave the schedule intact). At the end the digests of results that must be
 on every rank are compared across ranks. Each rank prints `rank R: K checks ok [...]` when
 everything passed, `FAIL rank R label: message` lines otherwise, and exits non-zero then.
 """
+import datetime
 import faulthandler
 import os
 import sys
@@ -74,6 +76,8 @@ GLOO_LACKS = {
     "send to rank == world size raises": "gloo: hangs in isend",
     "all_to_all_single with a size not divisible raises": "gloo: no exception",
     "gather complex64": "gloo: RuntimeError: Invalid scalar type",
+    "a group that goes on after a failed monitored_barrier": "gloo: the next barrier fails, 'Application timeout "
+                                                             "caused pair closure'",
 }
 
 
@@ -1094,8 +1098,58 @@ def part_errors(c):
     c.step("final sanity", sanity, "end of errors")
 
 
+def part_tools(c):
+    """all_gather_coalesced in torch's call shape, what torch.profiler records of a backend's calls
+    (`<backend>:<op>` events, asynchronous, with the input shapes) and monitored_barrier."""
+    n, me = c.size, c.rank
+    ins = [torch.full((k, k), float(me * 10 + k)) for k in (1, 2, 3)]
+    outs = [[torch.empty(k, k) for k in (1, 2, 3)] for _ in range(n)]
+    dist.all_gather_coalesced(outs, ins)
+    c.equal([[o[0, 0].item() for o in row] for row in outs], [[float(r * 10 + k) for k in (1, 2, 3)] for r in range(n)],
+            "all_gather_coalesced: outputs[r][i] is rank r's input i")
+
+    x = torch.ones(4, 3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        dist.all_reduce(x)
+        if n > 1:
+            w = dist.isend(torch.ones(5), (me + 1) % n) if me % 2 == 0 else dist.irecv(torch.empty(5), (me - 1) % n)
+            w2 = dist.irecv(torch.empty(5), (me - 1) % n) if me % 2 == 0 else dist.isend(torch.ones(5), (me + 1) % n)
+            w.wait()
+            w2.wait()
+    events = {}
+    for e in prof.events():
+        if e.name.startswith(f"{BACKEND}:"):
+            events.setdefault(e.name, []).append(e)
+    ar = events.get(f"{BACKEND}:all_reduce", [])
+    c.ok(len(ar) == 1 and ar[0].is_async and ar[0].input_shapes == [[4, 3]], "profiler: one async all_reduce event "
+         "with its input's shape", f"got {[(e.name, e.is_async, e.input_shapes) for e in ar]}")
+    if n > 1:
+        for op in ("send", "recv"):
+            got = events.get(f"{BACKEND}:{op}", [])
+            c.ok(len(got) == 1 and got[0].input_shapes == [[5]], f"profiler: one {op} event",
+                 f"got {[(e.name, e.input_shapes) for e in got]}")
+
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
+    c.ok(True, "monitored_barrier: every rank passes")
+    if n > 1 and not lacks("a group that goes on after a failed monitored_barrier"):
+        # the last rank stays away: rank 0 names it, the ranks between say rank 0 did not release them
+        late = n - 1
+        if me != late:
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=1))
+                c.fail("monitored_barrier with a rank missing", "no error")
+            except RuntimeError as err:
+                want = f"Rank {late} failed to pass monitoredBarrier" if me == 0 else \
+                    f"Rank {me} successfully reached monitoredBarrier"
+                c.ok(want in str(err), "monitored_barrier with a rank missing: the error names it", str(err))
+        dist.barrier()  # the group goes on after a failed monitored_barrier
+        t = torch.tensor([1.0])
+        dist.all_reduce(t)
+        c.equal(t, np.array([float(n)], np.float32), "monitored_barrier failure: the group goes on")
+
+
 PARTS = {"reduce": part_reduce, "gather": part_gather, "p2p": part_p2p, "async": part_async,
-         "objects": part_objects, "groups": part_groups, "errors": part_errors}
+         "objects": part_objects, "groups": part_groups, "errors": part_errors, "tools": part_tools}
 
 
 def main():
