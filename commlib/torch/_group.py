@@ -169,6 +169,10 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             opts = _options(opts, AllreduceOptions)
         t = _one(tensors, "allreduce")
         op = opts.reduceOp
+        if t.layout == torch.sparse_coo:
+            if op.op != dist.ReduceOp.SUM:
+                raise ValueError(f"commlib backend: a sparse all_reduce sums (ReduceOp.SUM), got {op.op}")
+            return self._now(opts, "allreduce", tensors, self._sparse_sum, t)
         name = SIMPLE[op.op.value]
         if name is not None:  # the fast path: one in-place all_reduce
             x = array(t)
@@ -179,6 +183,26 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             return Pending(_c.iall_reduce(x, name, out=x, group=g), tensors, "allreduce")
         name, scale = reduce_op(op)
         return self._now(opts, "allreduce", tensors, self._allreduce, [t], name, scale)
+
+    def _sparse_sum(self, t):
+        """A sparse COO tensor summed over the group (as gloo does it): every rank's indices and values
+        gathered (padded to the largest count), added up, coalesced, written back into t."""
+        g, n = self._g, self._n
+        idx, val = t._indices(), t._values()
+        counts = np.zeros(n, np.int64)
+        _c.all_gather(np.array([idx.shape[1]], np.int64), out=counts, group=g)
+        most = int(counts.max())
+        pad_idx = torch.zeros((idx.shape[0], most), dtype=idx.dtype)
+        pad_idx[:, :idx.shape[1]] = idx
+        pad_val = torch.zeros((most,) + tuple(val.shape[1:]), dtype=val.dtype)
+        pad_val[:val.shape[0]] = val
+        all_idx = torch.empty((n,) + tuple(pad_idx.shape), dtype=idx.dtype)
+        all_val = torch.empty((n,) + tuple(pad_val.shape), dtype=val.dtype)
+        _c.all_gather(array(pad_idx.contiguous()).reshape(-1), out=array(all_idx).reshape(-1), group=g)
+        _c.all_gather(array(pad_val.contiguous()).reshape(-1), out=array(all_val).reshape(-1), group=g)
+        indices = torch.cat([all_idx[r, :, :int(counts[r])] for r in range(n)], dim=1)
+        values = torch.cat([all_val[r, :int(counts[r])] for r in range(n)])
+        t.copy_(torch.sparse_coo_tensor(indices, values, t.shape).coalesce())
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = _options(opts, AllreduceCoalescedOptions)

@@ -13,7 +13,8 @@ usage: torch_ops.py SEED PART
   PART groups   new_group (subsets, reversed rank list, single member), new_subgroups,
                 get_backend/get_rank/get_world_size
   PART errors   user errors raise (and the group still works afterwards)
-  PART tools    all_gather_coalesced (torch's call shape), torch.profiler's events, monitored_barrier
+  PART tools    all_gather_coalesced (torch's call shape), sparse all_reduce, torch.profiler's events,
+                monitored_barrier
   PART all      everything above, in that order
 
 env: TORCH_TEST_BACKEND  "commlib" (default; `import commlib.torch` registers it) or "gloo"
@@ -1107,6 +1108,14 @@ def part_tools(c):
     dist.all_gather_coalesced(outs, ins)
     c.equal([[o[0, 0].item() for o in row] for row in outs], [[float(r * 10 + k) for k in (1, 2, 3)] for r in range(n)],
             "all_gather_coalesced: outputs[r][i] is rank r's input i")
+
+    def sparse(r):  # rank r's: 1 at (r, 0), r + 2 at (0, r) (both at (0, 0) for rank 0)
+        return torch.sparse_coo_tensor(torch.tensor([[r, 0], [0, r]]), torch.tensor([1.0, r + 2.0]), (n, n))
+    sp = sparse(me)
+    dist.all_reduce(sp)
+    want = sum(sparse(r).to_dense() for r in range(n))
+    c.ok(sp.is_sparse and torch.equal(sp.to_dense(), want), "sparse all_reduce sums every rank's tensor",
+         f"got {sp.to_dense().tolist()}, want {want.tolist()}")
 
     x = torch.ones(4, 3)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
