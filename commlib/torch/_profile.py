@@ -5,8 +5,7 @@ with the input tensors' shapes, started when the call is made and ended when the
 completes, on gloo's own thread, so the profiler marks it asynchronous. Here each process-group
 method is wrapped (`profiled`): while a profiler is on, the call opens a `commlib:<op>` record
 function with its inputs, and the Work it returns ends that record function once the operation
-has completed, from the `commlib-profiler` thread (with the caller's profiler state, through a
-torch future's callback), before `wait()` returns. With no profiler on, the wrapper costs one
+has completed, from the `commlib-profiler` thread, before `wait()` returns. With no profiler on, the wrapper costs one
 check (about 40 ns). The same wrapper gives commlib's timeouts the wording torch users match
 (`as_torch`).
 """
@@ -22,25 +21,31 @@ from .._errors import CommTimeout
 from ._work import as_torch
 
 _on = torch._C._autograd._profiler_enabled
-_ends = queue.SimpleQueue()  # torch futures whose callback ends a record function
+_ends = queue.SimpleQueue()  # (record function, event): ended on the commlib-profiler thread
 _lock = threading.Lock()
 _thread = None
 
 
 def _finisher():
     while True:
-        _ends.get().set_result(None)
+        rf, ended = _ends.get()
+        try:
+            rf.__exit__(None, None, None)
+        finally:
+            ended.set()
 
 
-def _end_elsewhere(fut):
-    """Complete fut from the commlib-profiler thread (started on first use)."""
+def _end_elsewhere(rf, ended):
+    """End rf from the commlib-profiler thread (started on first use), then set `ended`. The record
+    function keeps what it needs from its start, so no profiler state has to travel with it (torch
+    futures' state propagation, tried first, crashed the interpreter now and then)."""
     global _thread
     if _thread is None:
         with _lock:
             if _thread is None:
                 _thread = threading.Thread(target=_finisher, name="commlib-profiler", daemon=True)
                 _thread.start()
-    _ends.put(fut)
+    _ends.put((rf, ended))
 
 
 class Profiled(dist.Work):
@@ -49,17 +54,11 @@ class Profiled(dist.Work):
     def __init__(self, work, rf):
         super().__init__()
         self._work, self._ended = work, threading.Event()
-        fut = torch.futures.Future()  # its callback runs with this thread's profiler state
-
-        def end(_f):
-            rf.__exit__(None, None, None)
-            self._ended.set()
-        fut.then(end)
         req = getattr(work, "_req", None)
         if req is None:  # already complete (a blocking call)
-            _end_elsewhere(fut)
+            _end_elsewhere(rf, self._ended)
         else:
-            req.add_done_callback(lambda _r: _end_elsewhere(fut))
+            req.add_done_callback(lambda _r: _end_elsewhere(rf, self._ended))
 
     def wait(self, timeout=None):
         try:

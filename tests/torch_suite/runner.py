@@ -5,13 +5,14 @@ test/distributed/test_distributed_spawn.py runs it for gloo: one test at a time,
 init_process_group(BACKEND) itself.
 
 usage: python tests/torch_suite/runner.py [--backend commlib|gloo] [--world-size N] [--only NAME ...]
-                                          [--timeout S] [--json FILE] [--list]
+                                          [--timeout S] [--json FILE] [--list] [--fork]
 
 For backend commlib the runner registers commlib as a torch plugin backend (importing
 commlib.torch, in this process and in every rank torch spawns, since each re-imports this file)
 with the CPU features gloo declares (`ddp`, `subgroup`), and runs the bodies of the tests torch
 gates on the literal name "gloo" (timeouts, batch_isend_irecv, sparse all_reduce, the profiler's
-list of backends): nothing gloo is tested on goes untested on commlib. Prints one line per test
+list of backends; every skip whose reason names gloo, and the branches of test bodies on
+`BACKEND == "gloo"`): nothing gloo is tested on goes untested on commlib. Prints one line per test
 (`PASS`, `FAIL`, `SKIP`, with the reason) and a summary; --json writes {test: [status, seconds,
 reason]}.
 """
@@ -35,12 +36,16 @@ def _parse():
     p.add_argument("--timeout", type=int, default=120, help="seconds a test may take (torch's own limit)")
     p.add_argument("--json")
     p.add_argument("--list", action="store_true", help="list the tests and torch's own skips, run nothing")
+    p.add_argument("--fork", action="store_true",
+                   help="fork each test's ranks from this process instead of spawning fresh interpreters "
+                        "(faster; torch's own runner spawns)")
     a = p.parse_args()
     temp = os.environ.get("TEMP_DIR") or tempfile.mkdtemp(prefix="commlib-torch-suite-")
     # file:// as torch's second configuration for gloo: the tests that re-initialise need it
     os.environ.update({"BACKEND": a.backend, "WORLD_SIZE": str(a.world_size), "TEMP_DIR": temp,
                        "INIT_METHOD": f"file://{temp}/shared_init_file",
-                       "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(a.timeout)})
+                       "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(a.timeout),
+                       "COMMLIB_TORCH_SUITE_FORK": "1" if a.fork else "0"})
     return a
 
 
@@ -79,16 +84,36 @@ if BACKEND == "commlib":
 from torch.testing._internal.distributed import distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
+
+
+class _TakesGlooBranches(str):
+    """The backend's name as torch's test bodies see it: equal to "gloo" as well, so that a body
+    branching on the literal (`if BACKEND == "mpi" or BACKEND == "gloo":` builds its CPU model)
+    takes gloo's branch. torch's own calls get the plain name (`.lower()`, `.upper()`)."""
+
+    def __eq__(self, other):
+        return str.__eq__(self, other) or other == "gloo"
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
 if BACKEND == "commlib":  # the profiler tests' lists of backends whose collectives it records
     for allow in ("PROFILING_SUPPORTED_BACKENDS", "CUDA_PROFILING_SUPPORTED_BACKENDS",
                   "SEND_RECV_PROFILING_SUPPORTED_BACKENDS"):
         getattr(distributed_test, allow).append(BACKEND)
+    distributed_test.BACKEND = _TakesGlooBranches(BACKEND)
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        if os.environ.get("COMMLIB_TORCH_SUITE_FORK") == "1":  # --fork: ranks forked from this process
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
+        else:
+            self._spawn_processes()
 
 
 def _names():
