@@ -104,6 +104,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._g = group
         self._n = group.size()
         self._monitored = 0  # monitored_barrier calls so far
+        self._collectives = 0  # collectives called so far (torch's sequence number)
 
     # torch keeps a group's name and description on its C++ backends, which a
     # Python ProcessGroup has none of: keep them here (DeviceMesh and FSDP2 read them).
@@ -121,6 +122,16 @@ class ProcessGroupCommlib(dist.ProcessGroup):
 
     def setGroupDesc(self, desc):
         self._desc = desc
+
+    def _set_sequence_number_for_group(self):
+        """torch has every rank of a new group agree on a first sequence number (with
+        TORCH_DISTRIBUTED_DEBUG set): commlib's groups number their collectives from 0 on every rank."""
+        return None
+
+    def _get_sequence_number_for_group(self):
+        """How many collectives have been called on this group (commlib checks each one's header on
+        every rank, so a mismatched collective is a MismatchError at any debug level)."""
+        return self._collectives
 
     def getBackendName(self):
         return "commlib"
@@ -692,7 +703,8 @@ _PROFILED = {
     "recv": ("recv", first), "recv_anysource": ("recvAnySource", first),
 }
 for _method, (_title, _inputs) in _PROFILED.items():
-    setattr(ProcessGroupCommlib, _method, profiled(_title, _inputs)(getattr(ProcessGroupCommlib, _method)))
+    setattr(ProcessGroupCommlib, _method, profiled(_title, _inputs, _title not in ("send", "recv", "recvAnySource"))(
+        getattr(ProcessGroupCommlib, _method)))
 
 
 def _bounded_recv(eng, ctx, src, tag, deadline):

@@ -98,14 +98,17 @@ class Profiled(dist.Work):
         return self._work.get_future().then(after)
 
 
-def profiled(title, inputs):
+def profiled(title, inputs, collective=True):
     """Wrap a ProcessGroup method: while a profiler is on, its call is the event `commlib:<title>`
-    with the shapes of `inputs(*args)` (the call's input tensors)."""
+    with the shapes of `inputs(*args)` (the call's input tensors). A collective's call also counts
+    in the group's `_collectives` (torch's sequence number)."""
     name = f"commlib:{title}"
 
     def wrap(method):
         @functools.wraps(method)
         def call(self, *args, **kwargs):
+            if collective:
+                self._collectives += 1
             if not _on():
                 try:
                     return method(self, *args, **kwargs)

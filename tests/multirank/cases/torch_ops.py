@@ -14,7 +14,7 @@ usage: torch_ops.py SEED PART
                 get_backend/get_rank/get_world_size
   PART errors   user errors raise (and the group still works afterwards)
   PART tools    all_gather_coalesced (torch's call shape), sparse all_reduce, torch.profiler's events,
-                monitored_barrier
+                sequence numbers, monitored_barrier
   PART all      everything above, in that order
 
 env: TORCH_TEST_BACKEND  "commlib" (default; `import commlib.torch` registers it) or "gloo"
@@ -1137,6 +1137,14 @@ def part_tools(c):
             got = events.get(f"{BACKEND}:{op}", [])
             c.ok(len(got) == 1 and got[0].input_shapes == [[5]], f"profiler: one {op} event",
                  f"got {[(e.name, e.input_shapes) for e in got]}")
+
+    pg = dist.group.WORLD
+    pg._set_sequence_number_for_group()
+    first = pg._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(2))
+    dist.broadcast(torch.ones(3), 0)
+    c.equal(np.array([pg._get_sequence_number_for_group() - first]), np.array([2]),
+            "the group's sequence number counts its collectives")
 
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
     c.ok(True, "monitored_barrier: every rank passes")
