@@ -36,8 +36,19 @@ class Stream:
         return self.submit(getattr(fn, "__name__", "collective"), fn, *args).wait()
 
     def submit(self, what, fn, *args):
-        """Queue a collective; its Request completes when it has run (after every earlier one)."""
+        """Queue a collective; its Request completes when it has run (after every earlier one).
+        From the worker itself (a completion callback that starts a collective: a torch future's
+        .then, PowerSGD's hook waiting on the all_reduce it starts) it runs at once: it comes right
+        after the collective whose completion started it, on every rank alike, and waiting for it
+        there cannot deadlock."""
         req = Request(what)
+        if self._thread is not None and threading.current_thread() is self._thread:
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # delivered to the caller by wait()
+                result, error = None, exc
+            req._finish(result, error)
+            return req
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=f"commlib-{self.name}", daemon=True)
@@ -58,5 +69,7 @@ class Stream:
                 except BaseException as exc:  # delivered to the caller by wait()
                     result, error = None, exc
                 del fn, args  # let go of the caller's buffers before it can see the request complete
-            req._finish(result, error)
+                # completion callbacks run holding the stream: a collective one starts (submit, above)
+                # comes next on every rank, before any blocking call another thread makes meanwhile
+                req._finish(result, error)
             del req, result, error

@@ -30,3 +30,22 @@ def test_ddp(part, n, assert_ranks_ok, run):
 def test_fsdp(part, n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "torch_train.py", part, env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
                     f"FSDP {part} on backend {BACKEND} vs the single-process reference")
+
+
+# torch's features above the collectives: one transport (shared memory) is enough for them
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ddp_uneven_inputs_static_graph_unused_parameters(n, transport, assert_ranks_ok, run):
+    if transport != "shm":
+        pytest.skip("the DDP features above the collectives run over shared memory only")
+    assert_ranks_ok(run(n, "torch_train.py", "uneven", "graph", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
+                    f"DDP under Join, static_graph, find_unused_parameters on {BACKEND}")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_distributed_checkpoint(n, transport, assert_ranks_ok, run):
+    if transport != "shm":
+        pytest.skip("torch.distributed.checkpoint runs over shared memory only")
+    assert_ranks_ok(run(n, "torch_train.py", "dcp", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
+                    f"torch.distributed.checkpoint of an FSDP2 model on backend {BACKEND}")

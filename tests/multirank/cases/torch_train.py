@@ -15,12 +15,16 @@ usage: torch_train.py SEED PART...
          buckets); gradient accumulation with no_sync()
   cnn    DDP on a small CNN (Conv2d, cross-entropy loss), plain and with tiny buckets
   hooks  DDP comm hooks: default_hooks.allreduce_hook (all_reduce(async_op=True).get_future()
-         .then), a custom hook chaining two .then (dividing by the world size), and
-         fp16_compress_hook; with gradient_as_bucket_view=True and tiny buckets
+         .then), a custom hook chaining two .then (dividing by the world size),
+         fp16_compress_hook; with gradient_as_bucket_view=True and tiny buckets; PowerSGD
+         (bf16_compress_hook is not tried: torch refuses it without CUDA and NCCL)
+  uneven DDP with uneven inputs under torch.distributed.algorithms.Join
+  graph  DDP static_graph=True, find_unused_parameters=True (a layer forward never uses)
   fsdp2  torch.distributed.fsdp.fully_shard (all_gather_into_tensor / reduce_scatter_tensor)
   fsdp1  FullyShardedDataParallel(device_id=cpu), each Linear wrapped
   shard  hand-written sharded SGD: dist.all_gather_into_tensor and dist.reduce_scatter_tensor
-  ddp = mlp cnn hooks;  fsdp = fsdp2 fsdp1 shard
+  dcp    torch.distributed.checkpoint save and load of an FSDP2 model and its optimizer
+  ddp = mlp cnn hooks uneven graph;  fsdp = fsdp2 fsdp1 shard dcp
 """
 import datetime
 import hashlib
@@ -309,6 +313,146 @@ def part_hooks(c):
     ddp_run(c, "fp16_compress_hook", make_mlp, mlp_data, mse, ddp_kwargs=kwargs,
             hook=({"calls": 0}, counted(default_hooks.fp16_compress_hook)), rtol=FP16_RTOL, atol=FP16_ATOL,
             min_hook_calls=3)
+    power_sgd(c)
+
+
+def power_sgd(c):
+    """PowerSGD (its hook waits, inside a future's callback, on an all_reduce it starts): the first
+    step is plain all_reduce (exact), the next ones compressed; the ranks must stay bit-identical."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    me, n = c.rank, c.size
+    x, y = mlp_data(c.seed, "powerSGD")
+    model = make_mlp(c.seed * 100 + me)
+    # several buckets: their hooks' all_reduces interleave with the callbacks' (gloo times out there,
+    # torch 2.13; commlib orders a callback's collective right after the one that completed)
+    buckets = {} if BACKEND == "gloo" else TINY
+    if BACKEND == "gloo" and me == 0:
+        print("NOTE powerSGD runs with DDP's default buckets for gloo: with several it times out", flush=True)
+    ddp = nn.parallel.DistributedDataParallel(model, **buckets)
+    ddp.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=2,
+                                              start_powerSGD_iter=2, min_compression_rate=0.5), psgd.powerSGD_hook)
+    opt = make_opt(ddp.parameters())
+    losses = []
+    for _ in range(STEPS + 3):
+        opt.zero_grad()
+        loss = mse(ddp(shard(x, me, n)), shard(y, me, n))
+        loss.backward()
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(float(total) / n)
+    c.ok(all(v == v for v in losses) and losses[-1] < losses[0], "powerSGD: the loss goes down",
+         f"losses {losses}")
+    for name, p in model.named_parameters():  # recorded: bit-identical on every rank
+        c.close(p, p, f"powerSGD: parameter {name} after {STEPS + 3} steps")
+
+
+def part_uneven(c):
+    """DDP with uneven inputs under Join: rank r runs 2 + r steps; the ranks that are done shadow
+    the others' all_reduces with zeros. Against one process: step i sums the gradients of the ranks
+    still running, over n; at the end of Join every rank has the model of the one that ran longest."""
+    from torch.distributed.algorithms.join import Join
+    me, n = c.rank, c.size
+    iters = [2 + r for r in range(n)]
+    x, y = mlp_data(c.seed, "uneven")
+    ref = make_mlp(c.seed * 100 + 7)
+    opt = make_opt(ref.parameters())
+    for i in range(max(iters)):
+        opt.zero_grad()
+        (sum(mse(ref(shard(x, r, n)), shard(y, r, n)) for r in range(n) if iters[r] > i) / n).backward()
+        opt.step()
+    model = make_mlp(c.seed * 100 + 7)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = make_opt(ddp.parameters())
+    with Join([ddp]):
+        for _ in range(iters[me]):
+            opt.zero_grad()
+            mse(ddp(shard(x, me, n)), shard(y, me, n)).backward()
+            opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        c.close(p, q, f"uneven inputs under Join: parameter {name}")
+
+
+class Unused(nn.Module):
+    """An MLP with a layer that forward never uses (DDP must know: find_unused_parameters)."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.mlp, self.spare = make_mlp(seed), nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+def part_graph(c):
+    """DDP static_graph=True and find_unused_parameters=True (with a layer forward never uses)
+    against one process: the used layers' gradients and parameters; the unused one has no gradient."""
+    me, n = c.rank, c.size
+    x, y = mlp_data(c.seed, "graph")
+    for label, kwargs in (("static_graph", dict(static_graph=True)),
+                          ("find_unused_parameters", dict(find_unused_parameters=True)),
+                          ("static_graph + find_unused_parameters", dict(static_graph=True,
+                                                                         find_unused_parameters=True))):
+        ref_losses, ref_grads, ref_params = reference(make_mlp(c.seed * 100 + 5), x, y, mse, me, n)
+        model = Unused(c.seed * 100 + 5)
+        ddp = nn.parallel.DistributedDataParallel(model, **kwargs)
+        opt = make_opt(ddp.parameters())
+        for _ in range(STEPS):
+            opt.zero_grad()
+            mse(ddp(shard(x, me, n)), shard(y, me, n)).backward()
+            opt.step()
+        for (name, p), g, rp in zip(model.mlp.named_parameters(), ref_grads, ref_params):
+            c.close(p.grad, g, f"{label}: last gradient of {name}")
+            c.close(p, rp, f"{label}: parameter {name} after {STEPS} steps")
+        c.ok(all(p.grad is None for p in model.spare.parameters()), f"{label}: the unused layer has no gradient")
+
+
+def part_dcp(c):
+    """torch.distributed.checkpoint: an FSDP2-sharded model and its optimizer saved by every rank into
+    one directory, then loaded into a fresh sharded model (other weights): same parameters and the
+    same next step as the model that was saved."""
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.fsdp import fully_shard
+    me, n = c.rank, c.size
+    where = [tempfile.mkdtemp(prefix="commlib-dcp-") if me == 0 else None]
+    dist.broadcast_object_list(where, src=0)
+    x, y = mlp_data(c.seed, "dcp")
+
+    def sharded(seed):
+        m = make_mlp(seed)
+        for layer in m:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(m)
+        return m, make_opt(m.parameters())
+
+    def step(m, opt):
+        opt.zero_grad()
+        mse(m(shard(x, me, n)), shard(y, me, n)).backward()
+        opt.step()
+
+    saved, opt = sharded(c.seed * 100 + 9)
+    step(saved, opt)
+    msd, osd = get_state_dict(saved, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=where[0])
+    loaded, opt2 = sharded(c.seed * 100 + 10)
+    msd2, osd2 = get_state_dict(loaded, opt2)
+    state = {"model": msd2, "optim": osd2}
+    dcp.load(state, checkpoint_id=where[0])
+    set_state_dict(loaded, opt2, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    for (name, p), q in zip(loaded.named_parameters(), saved.parameters()):
+        c.close(p.full_tensor(), q.full_tensor(), f"dcp: loaded parameter {name}")
+    step(saved, opt)
+    step(loaded, opt2)  # momentum came back too: the next step is the same
+    for (name, p), q in zip(loaded.named_parameters(), saved.parameters()):
+        c.close(p.full_tensor(), q.full_tensor(), f"dcp: parameter {name} one step after loading")
+    dist.barrier()
+    if me == 0:
+        import shutil
+        shutil.rmtree(where[0], ignore_errors=True)
 
 
 # ------------------------------------------------------------------ FSDP
@@ -417,9 +561,9 @@ def part_shard(c):
         c.close(gathered[:total], nn.utils.parameters_to_vector(ref_params), f"{label}: parameters after {STEPS} steps")
 
 
-PARTS = {"mlp": part_mlp, "cnn": part_cnn, "hooks": part_hooks, "fsdp2": part_fsdp2, "fsdp1": part_fsdp1,
-         "shard": part_shard}
-GROUPS = {"ddp": ["mlp", "cnn", "hooks"], "fsdp": ["fsdp2", "fsdp1", "shard"]}
+PARTS = {"mlp": part_mlp, "cnn": part_cnn, "hooks": part_hooks, "uneven": part_uneven, "graph": part_graph,
+         "fsdp2": part_fsdp2, "fsdp1": part_fsdp1, "shard": part_shard, "dcp": part_dcp}
+GROUPS = {"ddp": ["mlp", "cnn", "hooks", "uneven", "graph"], "fsdp": ["fsdp2", "fsdp1", "shard", "dcp"]}
 
 
 def main():
