@@ -32,6 +32,13 @@ Ops (CPU float32 tensors, blocking calls):
                     3 x Linear(1024, 1024) with ReLUs on a batch of 64       (bytes = parameter bytes)
     ddp_cnn         the same for Conv2d(3, 32, 3) - pool - Conv2d(32, 64, 3) - pool - Linear(4096, 10)
                     on 32 x 32 x 3 images, batch 32, cross-entropy loss      (bytes = parameter bytes)
+    ddp_transformer the same for an 8-layer TransformerEncoder (d_model 512, 8 heads, feed-forward
+                    2048: 25.2 M parameters) on 4 sequences of 16 tokens, MSE loss; a quarter of
+                    --ddp-steps timed steps (at least 3)                      (bytes = parameter bytes)
+    fsdp2_mlp       ddp_mlp's step with the model sharded by fully_shard (each Linear, then the
+                    whole) instead of DDP                                     (bytes = parameter bytes)
+    dtensor_redistribute  a 2 MiB float32 DTensor on a 1-D mesh over the ranks, Shard(0) ->
+                    Replicate() -> Shard(0)                                   (bytes = the tensor)
 
 Every rank trains on its own batch (seeded by its rank); DDP with its default
 buckets. torch.set_num_threads(1) in every rank.
@@ -77,7 +84,7 @@ from _benchlib import COLL_SIZES, MiB
 
 BACKENDS = ("commlib", "gloo", "commlib-api")
 COLL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-DDP_OPS = ("ddp_mlp", "ddp_cnn")
+DDP_OPS = ("ddp_mlp", "ddp_cnn", "ddp_transformer", "fsdp2_mlp", "dtensor_redistribute")
 OPS = COLL_OPS + DDP_OPS
 QUICK_SIZES = [8, 64 << 10, 2 * MiB]
 
@@ -194,7 +201,10 @@ def run_point(bench, op, nbytes, args):
 # ------------------------------------------------------------------- DDP
 def make_model(op):
     torch.manual_seed(0)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
-    if op == "ddp_mlp":
+    if op == "ddp_transformer":  # 8 layers of d_model 512: 25.2 M parameters
+        layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
+        return nn.TransformerEncoder(layer, 8, enable_nested_tensor=False)
+    if op in ("ddp_mlp", "fsdp2_mlp"):
         return nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                              nn.Linear(1024, 1024))
     if op == "ddp_cnn":
@@ -206,7 +216,9 @@ def make_model(op):
 
 def make_batch(op, rank):
     g = torch.Generator().manual_seed(1000 + rank)
-    if op == "ddp_mlp":
+    if op == "ddp_transformer":  # 4 sequences of 16 tokens
+        return torch.randn(4, 16, 512, generator=g), torch.randn(4, 16, 512, generator=g), nn.MSELoss()
+    if op in ("ddp_mlp", "fsdp2_mlp"):
         return torch.randn(64, 1024, generator=g), torch.randn(64, 1024, generator=g), nn.MSELoss()
     return torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g), nn.CrossEntropyLoss()
 
@@ -229,7 +241,8 @@ def grads_problem(model, ref):
     for i, (p, e) in enumerate(zip(model.parameters(), ref)):
         if p.grad is None:
             return f"parameter {i} has no gradient after the first step"
-        err = float((p.grad - e).abs().max() / max(float(e.abs().max()), 1e-12))
+        grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad  # FSDP2: sharded
+        err = float((grad - e).abs().max() / max(float(e.abs().max()), 1e-12))
         if not err <= worst:  # also catches NaN
             worst, where = err, i
             if not err == err:
@@ -240,11 +253,23 @@ def grads_problem(model, ref):
 
 
 def run_ddp(bench, op, args):
+    if op == "dtensor_redistribute":
+        return run_redistribute(bench, op, args)
     from torch.nn.parallel import DistributedDataParallel as DDP
     base = make_model(op)
     nbytes = sum(p.numel() * p.element_size() for p in base.parameters())
     ref = expected_grads(op, bench.size)
-    model = DDP(copy.deepcopy(base))
+    if op == "fsdp2_mlp":  # each Linear and the whole model sharded (fully_shard)
+        from torch.distributed.fsdp import fully_shard
+        model = copy.deepcopy(base)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+        inner = model
+    else:
+        model = DDP(copy.deepcopy(base))
+        inner = model.module
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y, loss_fn = make_batch(op, bench.rank)
 
@@ -261,11 +286,29 @@ def run_ddp(bench, op, args):
         step()
         last = time.perf_counter() - t0
         if i == 0:
-            problem = grads_problem(model.module, ref)
+            problem = grads_problem(inner, ref)
     agreed = bench.gather_f64(np.array([last, 1.0 if problem else 0.0]))
     bad = bool(agreed[:, 1].max())
+    steps = max(3, args.ddp_steps // 4) if op == "ddp_transformer" else args.ddp_steps  # seconds a step here
+    times = bl.timed(bench, step, steps)
+    return _record(bench, op, nbytes, times, steps, bad, problem, args)
+
+
+def run_redistribute(bench, op, args):
+    """A 2 MiB float32 DTensor, Shard(0) -> Replicate() (an all_gather) and back, on a 1-D mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (bench.size,))
+    full = torch.arange(512 * 1024, dtype=torch.float32).reshape(1024, 512)
+    d = distribute_tensor(full, mesh, [Shard(0)])
+
+    def step():
+        d.redistribute(mesh, [Replicate()]).redistribute(mesh, [Shard(0)])
+    got = d.redistribute(mesh, [Replicate()]).to_local()
+    problem = None if torch.equal(got, full) else "Shard(0) -> Replicate() is not the full tensor"
+    agreed = bench.gather_f64(np.array([1.0 if problem else 0.0]))
     times = bl.timed(bench, step, args.ddp_steps)
-    return _record(bench, op, nbytes, times, args.ddp_steps, bad, problem, args)
+    return _record(bench, op, full.numel() * 4, times, args.ddp_steps, bool(agreed[:, 0].max()), problem, args)
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ from _benchlib import MiB, cells, load, med, missing_line, op_order, print_faile
 
 BACKENDS = ("commlib", "gloo", "commlib-api")
 COLL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-DDP_OPS = ("ddp_mlp", "ddp_cnn")
+DDP_OPS = ("ddp_mlp", "ddp_cnn", "ddp_transformer", "fsdp2_mlp", "dtensor_redistribute")
 OP_ORDER = COLL_OPS + DDP_OPS
 BW_TARGET, LAT_TARGET, DDP_TARGET = 2.0, 0.2, 1.0
 API_TARGET, API_FROM, API_LAT_TARGET = 1.1, 64 << 10, 2.0

@@ -20,7 +20,6 @@ usage: torch_mesh.py SEED PART...
             loss, against the whole model in one process (outputs, loss and every stage's gradients)
 """
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -28,7 +27,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from torch_train import TorchChecker, gen
+from torch_train import gen, run_parts
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 STEPS = 3
@@ -127,39 +126,39 @@ def part_mesh2d(c):
     ref = mlp(c.seed)
     ref_losses = sgd_steps(ref, x, y)
     model = parallelize_module(mlp(c.seed), tp, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    half = slice(4 * dp.get_local_rank(), 4 * dp.get_local_rank() + 4)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for i in range(STEPS):
-        opt.zero_grad()
-        loss = ((model(x[half]) - y[half]) ** 2).mean()
-        loss.backward()
-        for p in model.parameters():  # average over dp (the two halves of the batch)
+
+    def average_over_dp(m):  # the two halves of the batch: the gradients averaged over dp by hand
+        for p in m.parameters():
             g = p.grad.to_local()
             dist.all_reduce(g, group=dp.get_group())
             g /= dp.size()
-        opt.step()
-        whole = loss.detach().clone()
-        dist.all_reduce(whole, group=dp.get_group())
-        c.close((whole / dp.size()).reshape(1), ref_losses[i].reshape(1), f"TP x DP loss at step {i}")
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        c.close(full_param(p), q, f"TP x DP parameter {name}")
+    dp_steps(c, "TP x DP", model, ref, ref_losses, x, y, dp, average_over_dp)
 
     # HSDP: fully_shard over the 2-D mesh (replicated over dp, sharded over tp)
     ref = mlp(c.seed + 1)
     ref_losses = sgd_steps(ref, x, y)
     model = mlp(c.seed + 1)
     fully_shard(model, mesh=mesh)
+    dp_steps(c, "HSDP", model, ref, ref_losses, x, y, dp, None)  # FSDP averages over the mesh itself
+
+
+def dp_steps(c, label, model, ref, ref_losses, x, y, dp, after_backward):
+    """STEPS of SGD, each dp rank on its half of the batch, against the reference's losses and
+    final parameters; after_backward(model) runs between backward and the optimizer step."""
+    half = slice(4 * dp.get_local_rank(), 4 * dp.get_local_rank() + 4)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for i in range(STEPS):
         opt.zero_grad()
         loss = ((model(x[half]) - y[half]) ** 2).mean()
-        loss.backward()  # FSDP averages over the whole mesh; each half of the batch counted once per dp rank
+        loss.backward()
+        if after_backward is not None:
+            after_backward(model)
         opt.step()
         whole = loss.detach().clone()
         dist.all_reduce(whole, group=dp.get_group())
-        c.close((whole / dp.size()).reshape(1), ref_losses[i].reshape(1), f"HSDP loss at step {i}")
+        c.close((whole / dp.size()).reshape(1), ref_losses[i].reshape(1), f"{label} loss at step {i}")
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        c.close(full_param(p), q, f"HSDP parameter {name}")
+        c.close(full_param(p), q, f"{label} parameter {name}")
 
 
 def part_pipeline(c):
@@ -200,18 +199,7 @@ PARTS = {"dtensor": part_dtensor, "tp": part_tp, "mesh2d": part_mesh2d, "pipelin
 
 
 def main():
-    torch.set_num_threads(1)
-    wanted = sys.argv[2:] or list(PARTS)
-    unknown = [p for p in wanted if p not in PARTS]
-    if unknown:
-        sys.exit(f"unknown part(s) {unknown}; known: {sorted(PARTS)}")
-    c = TorchChecker(f"torch_mesh {BACKEND} {' '.join(wanted)}")
-    for part in wanted:
-        try:
-            PARTS[part](c)
-        except Exception as err:
-            c.crashed(part, err)
-    c.finish()
+    run_parts("torch_mesh", PARTS, {}, list(PARTS))
 
 
 if __name__ == "__main__":

@@ -566,21 +566,27 @@ PARTS = {"mlp": part_mlp, "cnn": part_cnn, "hooks": part_hooks, "uneven": part_u
 GROUPS = {"ddp": ["mlp", "cnn", "hooks", "uneven", "graph"], "fsdp": ["fsdp2", "fsdp1", "shard", "dcp"]}
 
 
-def main():
+def run_parts(case, parts, groups, default):
+    """The parts named on the command line (or `default`), each against its reference, then the
+    cross-rank comparison and the verdict (torch_mesh.py runs its parts through this too)."""
     torch.set_num_threads(1)  # a shared 2-core machine
     wanted = []
-    for arg in sys.argv[2:] or ["ddp", "fsdp"]:
-        wanted += GROUPS.get(arg, [arg])
-    unknown = [p for p in wanted if p not in PARTS]
+    for arg in sys.argv[2:] or default:
+        wanted += groups.get(arg, [arg])
+    unknown = [p for p in wanted if p not in parts]
     if unknown:
-        sys.exit(f"unknown part(s) {unknown}; known: {sorted(PARTS)} and {sorted(GROUPS)}")
-    c = TorchChecker(f"torch_train {BACKEND} {' '.join(wanted)}")
+        sys.exit(f"unknown part(s) {unknown}; known: {sorted(parts)} and {sorted(groups)}")
+    c = TorchChecker(f"{case} {BACKEND} {' '.join(wanted)}")
     for part in wanted:
         try:
-            PARTS[part](c)
+            parts[part](c)
         except Exception as err:
             c.crashed(part, err)
     c.finish()
+
+
+def main():
+    run_parts("torch_train", PARTS, GROUPS, ["ddp", "fsdp"])
 
 
 if __name__ == "__main__":
