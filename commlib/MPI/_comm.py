@@ -1269,6 +1269,22 @@ def _agree(g, error, what, value):
     return values
 
 
+def _root_decides(g, root, what, fn, role="root"):
+    """fn() run on the group's `root` only, its result broadcast to every rank; an MPIException it
+    raises is raised on every rank (the root's own; the others' naming the root's failure)."""
+    reply = None
+    if g.rank() == root:
+        try:
+            reply = ("ok", fn())
+        except MPIException as exc:
+            reply = ("error", exc.Get_error_class(), str(exc))
+    reply = _api.broadcast_obj(reply, root, group=g)
+    if reply[0] == "error":
+        raise MPIException(reply[1], reply[2] if g.rank() == root else
+                           f"rank {g.rank()}: {what}: the {role} failed: {reply[2]}")
+    return reply[1]
+
+
 class Topocomm(Topology, Intracomm):
     """A communicator with a process topology; MPI.Topocomm(comm) of one without is a TypeError."""
 

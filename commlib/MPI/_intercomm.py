@@ -41,7 +41,8 @@ from .._api import within as _within
 from .._engine import wait_all as _wait_all
 from ._bufspec import blocks, parse_recv, parse_send, parse_vector, parse_vectorw
 from ._collectives import _p2p_recv, _p2p_send, fold, reduce_body
-from ._comm import _NULL, COMM_NULL_HANDLE, Comm, _as_op, _dest, _group, _match, _same_type, _State, _stag
+from ._comm import (_NULL, COMM_NULL_HANDLE, Comm, _as_op, _dest, _group, _match, _root_decides, _same_type,
+                    _State, _stag)
 from ._constants import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_ROOT, IN_PLACE, PROC_NULL, ROOT,
                          UNDEFINED, MPIException)
 from ._groups import Group
@@ -153,16 +154,8 @@ def create_intercomm(comm, local_leader, peer_comm, remote_leader, tag):
     g = _group(comm)
     leader = _dest(g, local_leader, "Create_intercomm (local_leader)")
     tag = _stag(g, tag, "Create_intercomm")
-    info = None
-    if g.rank() == leader:
-        try:
-            info = _swap(g, peer_comm, remote_leader, tag)
-        except MPIException as exc:
-            info = ("error", exc.Get_error_class(), str(exc))
-    info = _api.broadcast_obj(info, leader, group=g)
-    if info[0] == "error":
-        raise MPIException(info[1], info[2] if g.rank() == leader else f"rank {g.rank()}: Create_intercomm: "
-                                                                         f"the local leader failed: {info[2]}")
+    info = _root_decides(g, leader, "Create_intercomm", lambda: _swap(g, peer_comm, remote_leader, tag),
+                         "local leader")
     remote, remote_gid = info
     gids = (g.gid, remote_gid) if min(g.world) < min(remote) else (remote_gid, g.gid)
     return Intercomm._of(_join(g.world, remote, ("Create_intercomm", gids, tag), "Create_intercomm"))

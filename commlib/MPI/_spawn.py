@@ -37,7 +37,7 @@ from .._errors import CommError
 from .._engine import world as _world
 from .._rendezvous import Coordinator
 from .._rendezvous.discovery import JobEnv
-from ._comm import _group, _root
+from ._comm import _group, _root, _root_decides
 from ._constants import ERR_ARG, ERR_INFO, ERR_SPAWN, MPIException
 
 _PARENT = "COMMLIB_PARENT"  # host:port of the universe's coordinator, in a child's environment
@@ -227,24 +227,23 @@ def spawn(comm, programs, root, what):
     g = _group(comm)
     root = _root(g, root, what)
     p, me, timeout = g.size(), g.rank(), default_timeout()
-    reply, coordinator = None, None
-    if me == root and isinstance(programs, Exception):
-        reply = ("error", ERR_ARG, f"{what}: {programs}")
-    elif me == root:
-        try:
-            checked = [_commands(what, *prog) for prog in programs]
-            if sum(c[1] for c in checked) < 1:
-                raise MPIException(ERR_SPAWN, f"{what}: maxprocs adds up to 0: there is nothing to start")
-            address, secret, coordinator = _launch(g, checked, p, root, timeout)
-            reply = ("ok", tuple(address), secret.hex(), [c[1] for c in checked])
-        except MPIException as exc:
-            reply = ("error", exc.Get_error_class(), str(exc))
-    reply = _api.broadcast_obj(reply, root, group=g)
-    if reply[0] == "error":
+    coordinator = None
+
+    def launch():  # on the root
+        nonlocal coordinator
         if isinstance(programs, Exception):
-            raise programs
-        raise MPIException(reply[1], reply[2] if me == root else f"rank {me}: {what}: the root failed: {reply[2]}")
-    _ok, address, secret, counts = reply
+            raise MPIException(ERR_ARG, f"{what}: {programs}")
+        checked = [_commands(what, *prog) for prog in programs]
+        if sum(c[1] for c in checked) < 1:
+            raise MPIException(ERR_SPAWN, f"{what}: maxprocs adds up to 0: there is nothing to start")
+        address, secret, coordinator = _launch(g, checked, p, root, timeout)
+        return tuple(address), secret.hex(), [c[1] for c in checked]
+    try:
+        address, secret, counts = _root_decides(g, root, what, launch)
+    except MPIException:
+        if isinstance(programs, Exception):  # the root's own argument error, as the caller made it
+            raise programs from None
+        raise
     k = sum(counts)
     watch = _Watch(_children[-k:], coordinator) if me == root else None
     try:
