@@ -36,7 +36,8 @@ class Datatype(Attributes):
     """
 
     __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb",
-                 "_tub", "_bytes", "_simple", "_plan", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs", "_types",
+                 "_tub", "_bytes", "_simple", "_plan", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs",
+                 "_types",
                  "_committed", "_attr", "__weakref__")
     _kind, _null_error = "Datatype", ERR_TYPE
 

@@ -16,8 +16,9 @@ address the root's own job reaches it by (or, for a one-host job spawning elsewh
 the route to the first remote host).
 
 A child that dies is PeerLost on the parents (the universe's coordinator sees it go); every child
-(for a remote one, its remote shell) is started with PR_SET_PDEATHSIG, so none outlives the root's process, and the root, at exit,
-waits for its children (bounded by the job's timeout) before stopping any left.
+(for a remote one, its remote shell) is started with PR_SET_PDEATHSIG, so none outlives the root's
+process, and the root, at exit, waits for its children (bounded by the job's timeout) before
+stopping any left.
 """
 import atexit
 import contextlib
@@ -32,7 +33,8 @@ import time
 
 from .. import _api
 from .._api.lifecycle import default_timeout
-from .._hosts import DEFAULT_RSH, forwarded_env, is_local, parse_hostfile, parse_hosts, place, remote_argv, route_address
+from .._hosts import (DEFAULT_RSH, forwarded_env, is_local, parse_hostfile, parse_hosts, place, remote_argv,
+                      route_address)
 from .._errors import CommError
 from .._engine import world as _world
 from .._rendezvous import Coordinator

@@ -245,7 +245,8 @@ def test_spawn_places_children_on_the_hosts_info_names(layout, tmp_path):
         else:
             where = f"{fab.addr(1)},{fab.addr(2)}"
             nsexec = tmp_path / "nsexec"  # a remote shell that knows hosts by address
-            nsexec.write_text("#!/bin/sh\ncase $1 in\n" + "".join(f"{fab.addr(i)}) ns={fab.hosts[i]};;\n" for i in (1, 2))
+            cases = "".join(f"{fab.addr(i)}) ns={fab.hosts[i]};;\n" for i in (1, 2))
+            nsexec.write_text("#!/bin/sh\ncase $1 in\n" + cases
                               + "*) echo no such host $1 >&2; exit 1;;\nesac\nshift\nexec ip netns exec $ns \"$@\"\n")
             nsexec.chmod(0o755)
             argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", f"{nsexec} {{host}}",

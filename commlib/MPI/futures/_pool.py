@@ -251,8 +251,9 @@ class MPIPoolExecutor(_Base):
 
     Spawning takes mpi4py's arguments: max_workers (default: MPI4PY_FUTURES_MAX_WORKERS, else 1),
     python_exe, python_args, mpi_info (Spawn's info: `host` places the workers on other hosts),
-    path (directories put first on the workers' sys.path), wdir, env (variables set in the workers) and main (True: the workers import this program's `__main__`
-    script first, so functions defined in it are found). initializer(*initargs) runs once on each
+    path (directories put first on the workers' sys.path), wdir, env (variables set in the workers)
+    and main (True: the workers import this program's `__main__` script first, so functions defined
+    in it are found). initializer(*initargs) runs once on each
     worker.
     """
 
