@@ -21,6 +21,7 @@ process, and the root, at exit, waits for its children (bounded by the job's tim
 stopping any left.
 """
 import atexit
+import collections
 import contextlib
 import ctypes
 import os
@@ -109,14 +110,13 @@ def _placement(what, info):
     return hosts, wdir
 
 
-def _listen_host(g, placed):
+def _listen_host(g, remote):
     """Where the coordinators listen: 127.0.0.1 when every parent and child is on this host, else
     the address the root's job reaches it by, or this host's address on the route to the first
     remote child's host (CommError-free: an unroutable host fails the spawn with ERR_SPAWN)."""
     ep = getattr(g.transport, "ep", None)
     mine = getattr(ep, "tcp_address", None)
     job_address = mine[0] if mine else "127.0.0.1"
-    remote = [host for host, local in placed if not local]
     if job_address not in ("127.0.0.1", "::1", "localhost") or not remote:
         return job_address
     try:
@@ -141,14 +141,12 @@ def _launch(g, programs, p, root, timeout):
     """The root's part: the children's job and the universe, their coordinators, the processes.
     Returns (universe address, universe secret, universe coordinator)."""
     k = sum(prog[1] for prog in programs)
-    slots = []  # per child: (argv, host or None for this one, wdir)
+    slots = []  # per child: (argv, its host, None for this one, wdir)
     for argv, n, hosts, wdir in programs:
-        where = [(h, is_local(h)) for h, _lr, _ls in place(n, hosts)] if hosts else [(None, True)] * n
-        slots += [(argv, host, local, wdir) for host, local in where]
-    listen = _listen_host(g, [(h, local) for _a, h, local, _w in slots])
-    per_host = {}
-    for _a, h, local, _w in slots:
-        per_host[None if local else h] = per_host.get(None if local else h, 0) + 1
+        where = [None if is_local(h) else h for h, _lr, _ls in place(n, hosts)] if hosts else [None] * n
+        slots += [(argv, host, wdir) for host in where]
+    listen = _listen_host(g, [host for _a, host, _w in slots if host is not None])
+    per_host = collections.Counter(host for _a, host, _w in slots)  # children a host runs, of every program
     child_secret, universe_secret = secrets.token_bytes(32), secrets.token_bytes(32)
     children_coord = Coordinator(k, child_secret, host=listen)
     universe_coord = Coordinator(p + k, universe_secret, host=listen)
@@ -157,12 +155,11 @@ def _launch(g, programs, p, root, timeout):
     rsh = os.environ.get("COMMLIB_RSH") or DEFAULT_RSH
     started, seen = [], {}
     try:
-        for rank, (argv, host, local, wdir) in enumerate(slots):
-            key = None if local else host
-            local_rank = seen[key] = seen.get(key, -1) + 1
-            job = _child_env(rank, k, local_rank, per_host[key], children_coord.address, child_secret,
+        for rank, (argv, host, wdir) in enumerate(slots):
+            local_rank = seen[host] = seen.get(host, -1) + 1
+            job = _child_env(rank, k, local_rank, per_host[host], children_coord.address, child_secret,
                              universe_coord.address, universe_secret, p, root, timeout)
-            if local:
+            if host is None:
                 run, env, cwd = argv, {**os.environ, **job}, wdir
             else:
                 run = remote_argv(rsh, host, argv, {**forwarded_env(), **job}, wdir or os.getcwd())
@@ -170,7 +167,7 @@ def _launch(g, programs, p, root, timeout):
             try:
                 proc = subprocess.Popen(run, env=env, cwd=cwd, preexec_fn=_die_with_parent)  # noqa: PLW1509
             except OSError as exc:
-                on = "" if local else f" on {host} (through {run[0]!r})"
+                on = "" if host is None else f" on {host} (through {run[0]!r})"
                 raise MPIException(ERR_SPAWN, f"Spawn: cannot start {argv[0]!r}{on}: {exc}") from None
             started.append(proc)
     except BaseException:

@@ -592,31 +592,27 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         secs = g.timeout if timeout is None else (
             timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout))
         ms = int(secs * 1000)
-        start = time.monotonic()
-        deadline = start + max(secs, 0.0)
+        deadline = time.monotonic() + max(secs, 0.0)
         self._monitored += 1
         tag = TAG_MONITORED - self._monitored % 1000  # a late rank's token never meets a later call
         if n == 1:
             return
-        eng, ctx = g.engine, g.p2p
-        token = np.zeros(1, np.uint8)
         if me != 0:
-            eng.send(ctx, 0, [token], tag=tag, dtype=_U8, count=1, what="monitored_barrier").wait()
-            if not _bounded_recv(eng, ctx, 0, tag, deadline):
+            _token(g, 0, tag).wait()
+            if not _bounded_recv(g, 0, tag, deadline):
                 raise RuntimeError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
                                    f"waiting for send/recv from rank 0 (within {ms} ms). Please check rank 0's "
                                    f"logs for the faulty rank.")
             return
         failed = []
-        reqs = {r: eng.recv(ctx, r, tag, np.zeros(1, np.uint8), _ignore, what="monitored_barrier",
-                            check=(_U8, 1)) for r in range(1, n)}
+        reqs = {r: _token(g, r, tag, receive=True) for r in range(1, n)}
         for r, req in reqs.items():
             if not wait_all_ranks and time.monotonic() >= deadline:
                 came = [str(k) for k, q in reqs.items() if q.test()]
                 _cancel(reqs)
                 raise RuntimeError(f"Rank 0 timed out in monitoredBarrier after {ms} ms (ranks that came: "
                                    f"{', '.join(came) or 'none'})")
-            eng.wait(req, deadline, any_of=[req])
+            g.engine.wait(req, deadline, any_of=[req])
             if not req.test():
                 failed.append(r)
                 if not wait_all_ranks:
@@ -627,7 +623,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
                 f"Ranks {', '.join(map(str, failed))}"
             raise RuntimeError(f"{which} failed to pass monitoredBarrier in {ms} ms (commlib group of {n} ranks)")
         for r in range(1, n):
-            eng.send(ctx, r, [token], tag=tag, dtype=_U8, count=1, what="monitored_barrier").wait()
+            _token(g, r, tag).wait()
 
     # ------------------------------------------------------ point to point
     def send(self, tensors, dst, tag=0):
@@ -707,11 +703,20 @@ for _method, (_title, _inputs) in _PROFILED.items():
         getattr(ProcessGroupCommlib, _method)))
 
 
-def _bounded_recv(eng, ctx, src, tag, deadline):
-    """Receive the 1-byte token from src by deadline: True, or False with the receive cancelled (the
+def _token(g, peer, tag, receive=False):
+    """monitored_barrier's 1-byte token to (or, with receive, from) group rank peer: its request."""
+    if receive:
+        return g.engine.recv(g.p2p, peer, tag, np.zeros(1, np.uint8), _ignore, what="monitored_barrier",
+                             check=(_U8, 1))
+    return g.engine.send(g.p2p, peer, [np.zeros(1, np.uint8)], tag=tag, dtype=_U8, count=1,
+                         what="monitored_barrier")
+
+
+def _bounded_recv(g, src, tag, deadline):
+    """Receive the token from src by deadline: True, or False with the receive cancelled (the
     group's engine is left as it was: no timeout failure)."""
-    req = eng.recv(ctx, src, tag, np.zeros(1, np.uint8), _ignore, what="monitored_barrier", check=(_U8, 1))
-    eng.wait(req, deadline, any_of=[req])
+    req = _token(g, src, tag, receive=True)
+    g.engine.wait(req, deadline, any_of=[req])
     if req.test():
         req.wait()
         return True
