@@ -18,7 +18,9 @@ made once outside the timing), on the commlib Group behind torch's default group
     all_gather      cl.all_gather(blk_np)       (returns a new array)
     reduce_scatter  cl.reduce_scatter(x_np)     (returns a new array)
 
-and skips the DDP points (writes nothing for them).
+and, for the training ops, times the same step on the plain model with no
+communication at all (no DDP wrapper, no FSDP2 sharding): the floor below which no
+backend's step can go on this machine (dtensor_redistribute, all communication, is skipped).
 
 Ops (CPU float32 tensors, blocking calls):
 
@@ -259,7 +261,10 @@ def run_ddp(bench, op, args):
     base = make_model(op)
     nbytes = sum(p.numel() * p.element_size() for p in base.parameters())
     ref = expected_grads(op, bench.size)
-    if op == "fsdp2_mlp":  # each Linear and the whole model sharded (fully_shard)
+    if isinstance(bench, ApiBench):  # the step alone, no communication: the floor any backend's step has
+        model = copy.deepcopy(base)
+        inner = model
+    elif op == "fsdp2_mlp":  # each Linear and the whole model sharded (fully_shard)
         from torch.distributed.fsdp import fully_shard
         model = copy.deepcopy(base)
         for layer in model:
@@ -285,7 +290,7 @@ def run_ddp(bench, op, args):
         t0 = time.perf_counter()
         step()
         last = time.perf_counter() - t0
-        if i == 0:
+        if i == 0 and not isinstance(bench, ApiBench):  # compute only: local gradients, nothing to check
             problem = grads_problem(inner, ref)
     agreed = bench.gather_f64(np.array([last, 1.0 if problem else 0.0]))
     bad = bool(agreed[:, 1].max())
@@ -336,8 +341,8 @@ def main(argv=None):
     emit = sink.emit
 
     for op in args.ops:
-        if op in DDP_OPS and isinstance(bench, ApiBench):
-            continue  # DDP goes through torch.distributed only: nothing to compare it with
+        if op == "dtensor_redistribute" and isinstance(bench, ApiBench):
+            continue  # all communication: no compute-only floor to time
         for nbytes in (coll if op in COLL_OPS else [None]):
             try:
                 emit(run_ddp(bench, op, args) if nbytes is None else run_point(bench, op, nbytes, args))

@@ -7,18 +7,21 @@ For every (n, op, size): the median over rounds of each backend's median time
 median, then gloo / commlib as a time ratio (above 1: commlib faster) and,
 for the collectives, both busbw and commlib / gloo busbw; last, commlib-api
 (the same points timed through commlib's own API, torch_backend.py --backend
-commlib-api; no DDP) with its spread, and commlib / api, the time ratio that is
+commlib-api; for the training ops the same step with no communication) with its spread, and commlib / api, the time ratio that is
 the torch layer's cost over commlib's API (~1.0: free). Then the targets, one
 row per (n, op) and one summary line per target:
 
     busbw ≥ 2× gloo at 1–64 MiB    commlib / gloo busbw ≥ 2 at every size from 1 to 64 MiB
     latency at 8 B ≤ 0.2× gloo     commlib / gloo time ≤ 0.2 at the smallest size (8 B; all_gather
                                    and reduce_scatter round it up to n float32 elements)
-    DDP step ≤ gloo                commlib / gloo step time ≤ 1 for ddp_mlp and ddp_cnn
-    torch layer ≤ 1.1× commlib's API time from 64 KiB up
-                                   commlib / commlib-api time ≤ 1.1 at every size from 64 KiB up
-    8 B: torch layer ≤ 2× commlib's API
-                                   commlib / commlib-api time ≤ 2 at the smallest size (as above)
+    DDP step ≤ 0.8× gloo           commlib / gloo step time ≤ 0.8 for every training op; where the
+                                   step with no communication at all (commlib-api's row: the plain
+                                   model's step) is itself above 0.8× gloo's step, no backend can meet
+                                   it: the row says "floor" and which share of the step is compute
+    torch layer ≤ 1.2× commlib's API
+                                   commlib / commlib-api time ≤ 1.2 at every size (the issue's target;
+                                   torch's own dist.* call costs ~2.7 µs before any backend runs, so
+                                   small sizes are out of reach for a backend torch calls through Python)
 """
 import collections
 import sys
@@ -30,8 +33,8 @@ BACKENDS = ("commlib", "gloo", "commlib-api")
 COLL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 DDP_OPS = ("ddp_mlp", "ddp_cnn", "ddp_transformer", "fsdp2_mlp", "dtensor_redistribute")
 OP_ORDER = COLL_OPS + DDP_OPS
-BW_TARGET, LAT_TARGET, DDP_TARGET = 2.0, 0.2, 1.0
-API_TARGET, API_FROM, API_LAT_TARGET = 1.1, 64 << 10, 2.0
+BW_TARGET, LAT_TARGET, DDP_TARGET = 2.0, 0.2, 0.8
+API_TARGET = 1.2
 
 
 def ddp_size(b):
@@ -52,9 +55,11 @@ def main(paths):
           + ") of each run's median time per call (collectives: µs; DDP: ms per training step), "
           "± the spread over rounds, (max − min) / median. gloo / commlib is a time ratio (above 1: commlib "
           "faster); commlib / gloo busbw above 1: commlib faster. commlib-api: the same calls through "
-          "commlib's own API (no DDP); commlib / api is a time ratio, the torch layer's cost over "
-          "commlib's API (~1.0: free).\n")
-    lat, bwr, ddp, api, api_lat = [], [], [], [], []  # (n, op, size, ratio) rows for the targets
+          "commlib's own API; commlib / api is a time ratio, the torch layer's cost over "
+          "commlib's API (~1.0: free). For the training ops commlib-api is the same step with no "
+          "communication at all (the plain model; the floor of any backend) and commlib / api the "
+          "step's time over that floor.\n")
+    lat, bwr, ddp, api = [], [], [], []  # (n, op, size, ratio) rows for the targets
     for n in ns:
         print(f"### n = {n}\n")
         print("| op | size | commlib | gloo | gloo / commlib (time) | commlib busbw GB/s | gloo busbw GB/s "
@@ -74,21 +79,21 @@ def main(paths):
                 smallest = not is_ddp and i == 0 and b <= 4 * max(2, n)
                 if tr is not None:
                     if is_ddp:
-                        ddp.append((n, op, b, 1 / tr))
+                        floor = t["commlib-api"] / t["gloo"] if t["commlib-api"] else None
+                        ddp.append((n, op, b, 1 / tr, floor))
                     elif smallest:
                         lat.append((n, op, b, 1 / tr))
                 if br is not None and MiB <= b <= 64 * MiB:
                     bwr.append((n, op, b, br))
                 if ar is not None:
-                    if b >= API_FROM:
-                        api.append((n, op, b, ar))
-                    if smallest:
-                        api_lat.append((n, op, b, ar))
+                    api.append((n, op, b, ar))
                 cols = [op, ddp_size(b) if is_ddp else size_name(b),
                         f"{fmt(t['commlib'])}{sp['commlib']}", f"{fmt(t['gloo'])}{sp['gloo']}",
                         "–" if tr is None else f"{tr:.2f}"]
-                if is_ddp:
-                    cols += ["", "", "", "", ""]  # no busbw for a training step, no commlib-api DDP
+                if is_ddp:  # no busbw for a training step; commlib-api: the step with no communication
+                    cols += ["", "", ""]
+                    cols += [f"{ms(t['commlib-api'])}{sp['commlib-api']}" + (" (compute)" if t["commlib-api"] else ""),
+                             "–" if not (t["commlib"] and t["commlib-api"]) else f"{t['commlib'] / t['commlib-api']:.2f}"]
                 else:
                     cols += ["–" if w[be] is None else f"{w[be]:.3g}" for be in ("commlib", "gloo")]
                     cols.append("–" if br is None else f"{br:.2f}")
@@ -101,32 +106,35 @@ def main(paths):
             ("Targets", "commlib / gloo", "both backends needed", (
                 ("busbw ≥ 2× gloo at 1–64 MiB", bwr, lambda v: v >= BW_TARGET, "busbw", min),
                 ("latency at 8 B ≤ 0.2× gloo", lat, lambda v: v <= LAT_TARGET, "time", max),
-                ("DDP step ≤ gloo", ddp, lambda v: v <= DDP_TARGET, "step time", max))),
+                ("DDP step ≤ 0.8× gloo", ddp, lambda v: v <= DDP_TARGET, "step time", max))),
             ("Targets: the torch layer over commlib's API", "commlib / api", "commlib and commlib-api needed", (
-                ("torch layer ≤ 1.1× commlib's API time from 64 KiB up", api, lambda v: v <= API_TARGET, "time",
-                 max),
-                ("8 B: torch layer ≤ 2× commlib's API", api_lat, lambda v: v <= API_LAT_TARGET, "time", max)))):
+                ("torch layer ≤ 1.2× commlib's API", api, lambda v: v <= API_TARGET, "time", max),))):
         if any(rows for _, rows, _, _, _ in targets):
             print(f"### {title}\n")
             print(f"| target | n | op | worst size | {vs} | met |")
             print("|---|---|---|---:|---:|:---:|")
         for name, rows, ok, what, worst_of in targets:
             groups = collections.defaultdict(list)
-            for n, op, b, v in rows:
-                groups[(n, op)].append((v, b))
+            for n, op, b, v, *floor in rows:
+                groups[(n, op)].append((v, b, floor[0] if floor else None))
             for (n, op), vals in sorted(groups.items(), key=lambda kv: (kv[0][0], ops.index(kv[0][1]))):
-                v, b = worst_of(vals)
+                v, b, floor = worst_of(vals)
                 size = ddp_size(b) if op in DDP_OPS else size_name(b)
-                print(f"| {name} | {n} | {op} | {size} | {v:.2f} ({what}) | "
-                      f"{'yes' if all(ok(x) for x, _ in vals) else '**no**'} |")
+                met = "yes" if all(ok(x) for x, _, _ in vals) else "**no**"
+                if met != "yes" and floor is not None and not ok(floor):
+                    met = f"floor: the step with no communication is {floor:.2f}× gloo's"
+                print(f"| {name} | {n} | {op} | {size} | {v:.2f} ({what}) | {met} |")
             if not rows:
                 verdicts.append(f"- **{name}**: no data ({nodata})")
                 continue
             misses = [r for r in rows if not ok(r[3])]
+            unreachable = [r for r in misses if len(r) > 4 and r[4] is not None and not ok(r[4])]
             v, n, op, b = worst_of((r[3], r[0], r[1], r[2]) for r in rows)
             where = f"n={n} {op} {ddp_size(b) if op in DDP_OPS else size_name(b)}"
+            floor_note = (f" ({len(unreachable)} of the misses where the step with no communication is itself "
+                          "above the target: out of any backend's reach)" if unreachable else "")
             verdicts.append(f"- **{name}**: {'met' if not misses else 'NOT met'} — {len(rows) - len(misses)} of "
-                            f"{len(rows)} points meet it; worst {vs} {what} {v:.2f} ({where})")
+                            f"{len(rows)} points meet it{floor_note}; worst {vs} {what} {v:.2f} ({where})")
         if any(rows for _, rows, _, _, _ in targets):
             print()
     print("\n".join(verdicts))
