@@ -565,8 +565,8 @@ def reduce_scatter(x, op="sum", *, out=None, group=None):
     """
     g = _g(group)
     f = g.fast
-    if f is not None and out is None:
-        res = f.reduce_scatter(x, op)
+    if f is not None:
+        res = f.reduce_scatter(x, op, out)
         if res is not NotImplemented:
             return res
     return _python_path(g, _reduce_scatter, x, op, out)

@@ -419,9 +419,13 @@ cdef class FastPath:
             self.release()
         return res if self.rank == rt else None
 
-    def reduce_scatter(self, x, op):
-        """reduce_scatter(x, op) in one call (recursive halving); NotImplemented: the Python path."""
+    def reduce_scatter(self, x, op, out=None):
+        """reduce_scatter(x, op) in one call (recursive halving) into a new array or `out` (a C-contiguous,
+        writable array of x's dtype and x.size / n elements, apart from x); NotImplemented: the Python
+        path (which checks and names problems)."""
         cdef cnp.ndarray a, res
+        cdef char* od
+        cdef char* xd
         cdef int code, opc, nd
         cdef Py_ssize_t nbytes
         cdef int sfd[MAX_STEPS]
@@ -441,15 +445,27 @@ cdef class FastPath:
         opc = self._opc(op, code)
         if opc < 0:
             return NotImplemented
+        if out is not None:
+            if type(out) is not cnp.ndarray:
+                return NotImplemented
+            res = <cnp.ndarray>out
+            if (cnp.PyArray_TYPE(res) != cnp.PyArray_TYPE(a) or not cnp.PyArray_ISNOTSWAPPED(res)
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(res) or not cnp.PyArray_ISWRITEABLE(res)
+                    or cnp.PyArray_SIZE(res) * self.n != cnp.PyArray_SIZE(a)):
+                return NotImplemented
+            od, xd = <char*>cnp.PyArray_DATA(res), <char*>cnp.PyArray_DATA(a)
+            if od < xd + nbytes and xd < od + nbytes // self.n:
+                return NotImplemented  # out overlaps x
         if not self._claim(self.rs_rows, sfd, rfd):
             return NotImplemented
         try:
             hdr = self._begin(COLL_REDUCE_SCATTER, code, opc, cnp.PyArray_SIZE(a), 0, self._shape_hash(a))
-            memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
-            dims[0] //= self.n
-            descr = <object>cnp.PyArray_DESCR(a)
-            Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
-            res = PyArray_NewFromDescr(cnp.ndarray, <void*>descr, nd, dims, NULL, NULL, 0, None)
+            if out is None:
+                memcpy(dims, cnp.PyArray_DIMS(a), nd * sizeof(cnp.npy_intp))
+                dims[0] //= self.n
+                descr = <object>cnp.PyArray_DESCR(a)
+                Py_INCREF(descr)  # PyArray_NewFromDescr steals a reference
+                res = PyArray_NewFromDescr(cnp.ndarray, <void*>descr, nd, dims, NULL, NULL, 0, None)
             self._execute(self.rs_rows, self.rs_parts, cnp.PyArray_SIZE(a), cnp.PyArray_ITEMSIZE(a), sfd, rfd, hdr,
                           <char*>cnp.PyArray_DATA(a), <char*>cnp.PyArray_DATA(res), code, opc, x)
         finally:

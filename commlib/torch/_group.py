@@ -11,7 +11,6 @@ layout requires one (a non-contiguous output, a list of separate tensors).
 """
 import collections
 import datetime
-import functools
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ from .._api import lifecycle
 from .._dtypes import dtype_code
 from .._engine import ANY_SOURCE
 from .._errors import CommError, MismatchError
+from .._kernels import address as _addr
 from . import _store
 from ._profile import first, nothing, profiled, second, second_one
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
@@ -76,7 +76,7 @@ def _one(tensors, what):
 
 
 def _overlap(a, b):
-    pa, pb = a.ctypes.data, b.ctypes.data
+    pa, pb = _addr(a), _addr(b)
     return a.nbytes and b.nbytes and pa < pb + b.nbytes and pb < pa + a.nbytes
 
 
@@ -291,8 +291,10 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             y = y.reshape(-1)                                                  # the output
             x = x.reshape(-1)
             if not _overlap(x, y):
-                return self._now(opts, "reduce_scatter_tensor", [output],
-                                 functools.partial(_c.reduce_scatter, x, name, out=y, group=self._g))
+                if not opts.asyncOp:
+                    _c.reduce_scatter(x, name, out=y, group=self._g)
+                    return done([output])
+                return Pending(_c.ireduce_scatter(x, name, out=y, group=self._g), [output], "reduce_scatter_tensor")
         name, scale = reduce_op(op)
         return self._now(opts, "reduce_scatter_tensor", [output], self._reduce_scatter, output, input, name, scale)
 
@@ -396,6 +398,9 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             opts = _options(opts, AllgatherOptions)
         self._check_gather_tensor(output, input, "all_gather_into_tensor")
         y, back = contiguous_target(output, "all_gather's output")  # the output itself when it can be
+        if back is None and not opts.asyncOp:  # the fast path: straight into the output
+            _c.all_gather(array(input).reshape(-1), out=y.reshape(-1), group=self._g)
+            return done([output])
         return self._now(opts, "all_gather_into_tensor", [output], self._allgather_into, output, y, back,
                          array(input))
 

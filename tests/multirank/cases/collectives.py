@@ -74,6 +74,22 @@ def reduce_scatter_checks():
     one(F32, "sum", (), 300001, "reduce_scatter large float32")
     one(np.dtype(np.int64), "bxor", (7,), 9000, "reduce_scatter large int64 2-D bxor")
     one(np.dtype(np.complex64), "prod", (2, 2), 3, "reduce_scatter prod complex64 3-D")
+    # out=: written in place and returned, small (the one-call path) and large (the plan path)
+    for k, rest in ((3, ()), (2, (2, 3)), (70001, ())):
+        xs = inputs(("rs-out", k, rest), F32, (n * k,) + rest, kind_for("sum"))
+        out = np.full(k * int(np.prod(rest, dtype=np.int64)), -1.0, np.float32)
+        got = cl.reduce_scatter(xs[me], "sum", out=out)
+        c.equal(got is out, True, f"reduce_scatter out= k={k} returns out", record=False)
+        c.equal(out, expected_reduce(xs, "sum")[me * k:(me + 1) * k].reshape(-1), f"reduce_scatter out= k={k}",
+                record=False)
+    x = np.ones(4 * n, np.float32)
+    c.raises(ValueError, "reduce_scatter out of another dtype", cl.reduce_scatter, x, out=np.empty(4, np.float64))
+    c.raises(ValueError, "reduce_scatter out of another size", cl.reduce_scatter, x, out=np.empty(5, np.float32))
+    ro = np.empty(4, np.float32)
+    ro.flags.writeable = False
+    c.raises(ValueError, "reduce_scatter read-only out", cl.reduce_scatter, x, out=ro)
+    if n > 1:
+        c.raises(ValueError, "reduce_scatter out overlapping x", cl.reduce_scatter, x, out=x[:4], match="overlaps")
     # Not divisible by the group size: ValueError on every rank, nothing sent.
     if n > 1:
         c.raises(ValueError, "reduce_scatter not divisible", cl.reduce_scatter, np.ones(n * 3 + 1, np.float32))
