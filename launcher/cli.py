@@ -2,6 +2,7 @@
 import os
 import shutil
 import sys
+import tempfile
 
 import click
 
@@ -106,11 +107,14 @@ def _check_program(program, module, direct):
               help="Stop the job after this long, dumping every Python rank's stacks (exit 124).")
 @click.option("--grace", type=click.FloatRange(min=0), default=3.0, show_default=True, metavar="SECONDS",
               help="Wait this long after SIGTERM/SIGINT before SIGKILL.")
+@click.option("--trace", "trace", type=click.Path(dir_okay=False), metavar="FILE.json",
+              help="Record every rank's communication calls and write the job's timeline to FILE.json "
+                   "(Chrome / Perfetto trace format: open it at https://ui.perfetto.dev).")
 @click.version_option(__version__, "-V", "--version", prog_name="commrun")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
-         fork, mpi4py, tag_output, timeout, grace, program):
+         fork, mpi4py, tag_output, timeout, grace, trace, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -137,6 +141,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     elif not program:
         _check_program(program, module, direct)
     remote = [rank.host for rank in ranks if not rank.local]
+    if trace and remote:
+        raise click.UsageError(f"--trace records the ranks of this host only for now; {remote[0]} is another host")
     if coordinator_host is None:
         coordinator_host = "127.0.0.1"
         if remote:
@@ -190,5 +196,26 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 env = {**spawn.forwarded_env(), **env}
                 rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())
 
-    ctx.exit(supervise.run(ranks, setup, coordinator_host=coordinator_host, tag_output=tag_output,
-                           timeout=timeout, grace=grace))
+    trace_dir = None
+    if trace:  # made last: nothing above may leave it behind
+        trace_dir = tempfile.mkdtemp(prefix="commlib-trace-")
+        extra["COMMLIB_TRACE"] = trace_dir  # setup() reads extra when the ranks are started
+    try:
+        rc = supervise.run(ranks, setup, coordinator_host=coordinator_host, tag_output=tag_output,
+                           timeout=timeout, grace=grace)
+    finally:
+        if trace_dir is not None:
+            _write_trace(trace_dir, trace)
+    ctx.exit(rc)
+
+
+def _write_trace(trace_dir, path):
+    """Merge the ranks' records (whatever each wrote before the job ended, however it ended) into `path`."""
+    from commlib import _trace
+    try:
+        procs, records = _trace.merge(trace_dir, path)
+        supervise.say(f"trace of {procs} rank(s), {records} calls: {path} (open it at https://ui.perfetto.dev)")
+    except (OSError, ValueError) as e:
+        supervise.say(f"--trace: could not write {path}: {e}")
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)

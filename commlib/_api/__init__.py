@@ -22,3 +22,8 @@ __all__ = [
     "recv_into", "recv_like", "recv_obj", "reduce", "reduce_scatter", "scatter", "scatter_obj", "send",
     "send_obj", "sendrecv", "test_all", "test_any", "wait_all", "wait_any",
 ]
+
+from .. import _trace  # noqa: E402
+
+if _trace.ENABLED:  # COMMLIB_TRACE: every call recorded (nothing is replaced otherwise: no cost at all)
+    _trace.enable(_trace._dir)

@@ -1,0 +1,337 @@
+"""A timeline of every rank's communication calls (COMMLIB_TRACE=DIR, `commrun --trace FILE.json`).
+
+With COMMLIB_TRACE set when commlib is imported, the public calls of the API layer (collectives,
+their i-variants, point-to-point, the object calls) and Request.wait are replaced by recording
+wrappers; without it nothing is replaced, so tracing off costs nothing at all. Each call is one
+fixed-size record (start, end, bytes, the group's sequence number, op, group, peer) written into a
+file-backed map, `DIR/trace-<pid>.bin`, a chunk of CHUNK records at a time: the kernel holds what
+was written even if the process is killed the next instant, and memory stays one chunk. Beside it
+`DIR/trace-<pid>.json` names the rank, host, pid and the clocks. `merge(DIR, FILE)` turns the
+files of a job into one Chrome / Perfetto trace: a track per rank, a collective's events on every
+rank linked by flow arrows from the rank that arrived last, and each event's `wait_us`, the time
+its rank waited for that last arrival.
+
+Clocks: records are CLOCK_MONOTONIC nanoseconds, one clock for every process of a host. Ranks of
+other hosts are placed by the wall clock each one read beside its monotonic clock at start
+(as good as the hosts' clock synchronisation).
+"""
+import itertools
+import json
+import mmap
+import os
+import socket
+import struct
+import threading
+import time
+
+RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, peer, flags
+CHUNK = 1 << 15  # records mapped at a time (1.5 MiB)
+F_ERROR = 1  # the call raised
+
+_dir = os.environ.get("COMMLIB_TRACE", "")
+ENABLED = bool(_dir)
+_recorder = None
+_local = threading.local()
+_lifecycle = None  # commlib._api.lifecycle, once a call is wrapped
+
+
+class Recorder:
+    """This process's trace file: records appended through a map of its current chunk."""
+
+    def __init__(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        self.names = []  # op id -> name
+        self.ids = {}
+        base = os.path.join(directory, f"trace-{os.getpid()}")
+        self.path = base + ".bin"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.meta_path = base + ".json"
+        self.lock = threading.Lock()
+        self.counter = itertools.count()
+        self.chunk = -1
+        self.map = None
+        self._map(0)
+        self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
+                     "rank": _env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "ops": []}
+        self._write_meta()
+
+    def _map(self, chunk):
+        size = RECORD.size * CHUNK
+        os.ftruncate(self.fd, size * (chunk + 1))
+        self.map = mmap.mmap(self.fd, size, offset=size * chunk)
+        self.chunk = chunk
+
+    def _write_meta(self):
+        tmp = self.meta_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.meta, f)
+        os.replace(tmp, self.meta_path)
+
+    def op_id(self, name):
+        i = self.ids.get(name)
+        if i is None:
+            with self.lock:
+                i = self.ids.get(name)
+                if i is None:
+                    i = len(self.names)
+                    self.names.append(name)
+                    self.meta["ops"] = list(self.names)
+                    self._write_meta()
+                    self.ids[name] = i
+        return i
+
+    def add(self, t0, t1, nbytes, seq, op, gid, peer, flags):
+        i = next(self.counter)
+        chunk, slot = divmod(i, CHUNK)
+        if chunk != self.chunk:
+            with self.lock:
+                while chunk > self.chunk:  # records are taken in order: one thread moves the map on
+                    self._map(self.chunk + 1)
+        m = self.map
+        if chunk == self.chunk:
+            RECORD.pack_into(m, slot * RECORD.size, t0, t1, nbytes, seq, op, gid, peer, flags)
+
+    def note_rank(self, rank):
+        if self.meta.get("rank") != rank:
+            self.meta["rank"] = rank
+            self._write_meta()
+
+
+def _env_rank():
+    for name in ("COMMLIB_RANK", "RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        v = os.environ.get(name)
+        if v and v.isdigit():
+            return int(v)
+    return None
+
+
+def recorder():
+    global _recorder
+    if _recorder is None:
+        _recorder = Recorder(_dir)
+        if _recorder.meta["rank"] is None:  # no launcher's variable: the world's rank, once there is one
+            from ._api import lifecycle
+            if lifecycle._world is not None:
+                _recorder.note_rank(lifecycle._world._rank)
+    return _recorder
+
+
+def _nbytes(x):
+    n = getattr(x, "nbytes", None)
+    return n if isinstance(n, int) else 0
+
+
+def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
+    """fn recording each outermost call as `name`; peer_at/peer_kw: where the peer rank is in the
+    arguments (point-to-point), group_of(args, kwargs): the call's group (None: the default one)."""
+    global _lifecycle
+    from ._api import lifecycle as _lifecycle
+    op = []  # the op's id, once this process has a recorder (made at its first record: a process
+    now = time.monotonic_ns  # that imports commlib and never calls it, like commrun, leaves no file)
+
+    def traced(*args, **kwargs):
+        local = _local
+        if getattr(local, "busy", False):
+            return fn(*args, **kwargs)
+        local.busy = True
+        flags = 0
+        res = None
+        t0 = now()
+        try:
+            res = fn(*args, **kwargs)
+            return res
+        except BaseException:
+            flags = F_ERROR
+            raise
+        finally:
+            t1 = now()
+            local.busy = False
+            try:
+                if group_of is None:
+                    g = kwargs.get("group")
+                    if g is None:
+                        g = _lifecycle._world
+                else:
+                    g = group_of(args, kwargs)
+                gid, seq = (g.gid & 0x7FFFFFFF, g.seq) if g is not None else (-1, -1)
+                peer = -1
+                if peer_at is not None:
+                    p = args[peer_at] if len(args) > peer_at else kwargs.get(peer_kw, -1)
+                    peer = p if isinstance(p, int) else -1
+                nbytes = _nbytes(res) or (_nbytes(args[0]) if args else 0)
+                rec = _recorder or recorder()
+                if not op:
+                    op.append(rec.op_id(name))
+                rec.add(t0, t1, nbytes, seq, op[0], gid, peer, flags)
+            except Exception as exc:  # a trace must never break the program: say so once
+                _warn_once(exc)
+
+    traced.__name__ = getattr(fn, "__name__", name)
+    traced.__qualname__ = getattr(fn, "__qualname__", name)
+    traced.__doc__ = fn.__doc__
+    traced.__wrapped__ = fn
+    return traced
+
+
+_warned = []
+
+
+def _warn_once(exc):
+    if not _warned:
+        _warned.append(exc)
+        import sys
+        print(f"[commlib] tracing: a record was lost ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+# where the peer is in each point-to-point call's arguments
+P2P_PEER = {"send": (1, "dst"), "isend": (1, "dst"), "issend": (1, "dst"), "recv": (2, "src"),
+            "irecv": (2, "src"), "recv_like": (1, "src"), "recv_into": (1, "src"), "sendrecv": (1, "dst"),
+            "probe": (0, "src"), "iprobe": (0, "src"), "send_obj": (1, "dst"), "recv_obj": (0, "src")}
+
+
+NOT_CALLS = ("ANY_SOURCE", "ANY_TAG", "Group", "Request", "Status", "init", "finalize", "is_available",
+             "test_all", "test_any")
+_installed = []
+
+
+def enable(directory):
+    """Record from now on into `directory`: the API's calls wrapped where they are looked up (the
+    API modules and `commlib` itself). At import with COMMLIB_TRACE set; a rank forked from
+    commrun, which imported commlib before it had a trace directory, calls it itself."""
+    global _dir, ENABLED
+    _dir, ENABLED = directory, True
+    if _installed:
+        return
+    _installed.append(True)
+    import sys
+    from . import _api, _engine
+    from ._api import collectives, objects, p2p
+    namespaces = [collectives, p2p, objects, _api]
+    if "commlib" in sys.modules:
+        namespaces.append(sys.modules["commlib"])
+    install(namespaces, [name for name in _api.__all__ if name not in NOT_CALLS])
+    install_wait(_engine.Request)
+
+
+def install(namespaces, names):
+    """Replace each of `names` in every module/dict of `namespaces` by its recording wrapper."""
+    done = {}
+    for name in names:
+        for ns in namespaces:
+            d = ns if isinstance(ns, dict) else vars(ns)
+            fn = d.get(name)
+            if fn is None or not callable(fn):
+                continue
+            if name not in done:
+                peer_at, peer_kw = P2P_PEER.get(name, (None, None))
+                done[name] = wrap(name, fn, peer_at, peer_kw)
+            d[name] = done[name]
+
+
+def install_wait(request_cls):
+    """Request.wait recorded as `wait` (a request belongs to no group: group and seq -1)."""
+    request_cls.wait = wrap("wait", request_cls.wait, group_of=lambda args, kw: None)
+
+
+# ----------------------------------------------------------------------------------- merging
+def read(directory):
+    """[(meta, [record tuples])] of every process traced into `directory`."""
+    out = []
+    for fname in sorted(os.listdir(directory)):
+        if not (fname.startswith("trace-") and fname.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(directory, fname)) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue
+        recs = []
+        try:
+            with open(os.path.join(directory, fname[:-5] + ".bin"), "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        for off in range(0, len(data) - RECORD.size + 1, RECORD.size):
+            r = RECORD.unpack_from(data, off)
+            if r[0] == 0 and r[1] == 0:
+                break  # the rest of the chunk was never written
+            recs.append(r)
+        out.append((meta, recs))
+    return out
+
+
+def events(traces):
+    """Chrome trace events of read()'s traces, and per-collective waits: (events, summary)."""
+    ranked = []
+    for i, (meta, recs) in enumerate(traces):
+        rank = meta.get("rank")
+        ranked.append((rank if isinstance(rank, int) else 100000 + i, meta, recs))
+    ranked.sort(key=lambda t: t[0])
+    base_wall = min((m["wall_ns"] - m["mono_ns"] for _, m, _ in ranked), default=0)
+    t_min = None
+    rows = []  # (rank, name, start ns, end ns, bytes, seq, gid, peer, flags)
+    for rank, meta, recs in ranked:
+        shift = (meta["wall_ns"] - meta["mono_ns"]) - base_wall  # this host's clock against the first's
+        ops = meta.get("ops", [])
+        for t0, t1, nbytes, seq, op, gid, peer, flags in recs:
+            name = ops[op] if 0 <= op < len(ops) else f"op{op}"
+            s, e = t0 + shift, t1 + shift
+            rows.append((rank, name, s, e, nbytes, seq, gid, peer, flags))
+            t_min = s if t_min is None else min(t_min, s)
+    t_min = t_min or 0
+    # the same collective on every rank: (group, seq, name) -> its rows
+    by_coll = {}
+    for row in rows:
+        rank, name, s, e, nbytes, seq, gid, peer, flags = row
+        if peer == -1 and seq > 0 and name != "wait" and not name.startswith("i"):
+            by_coll.setdefault((gid, seq, name), []).append(row)
+    ev = []
+    for rank, meta, _ in ranked:
+        ev.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                   "args": {"name": f"rank {rank}" + (f" ({meta.get('host')}, pid {meta.get('pid')})")}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+    waits = {}
+    for key, group_rows in by_coll.items():
+        last = max(group_rows, key=lambda r: r[2])
+        for r in group_rows:
+            waits[(r[0], key)] = ((last[2] - r[2]) / 1000.0, last[0])
+    flow = 0
+    for row in rows:
+        rank, name, s, e, nbytes, seq, gid, peer, flags = row
+        args = {"bytes": nbytes, "group": gid, "seq": seq}
+        if peer >= 0:
+            args["peer"] = peer
+        if flags & F_ERROR:
+            args["error"] = True
+        key = (gid, seq, name)
+        w = waits.get((rank, key))
+        if w is not None:
+            args["wait_us"] = round(w[0], 3)
+            args["last_rank"] = w[1]
+        ev.append({"ph": "X", "name": name, "cat": "commlib", "pid": rank, "tid": 0,
+                   "ts": (s - t_min) / 1000.0, "dur": max(e - s, 0) / 1000.0, "args": args})
+    for key, group_rows in by_coll.items():
+        if len(group_rows) < 2:
+            continue
+        last = max(group_rows, key=lambda r: r[2])
+        for r in group_rows:
+            if r is last:
+                continue
+            flow += 1
+            ev.append({"ph": "s", "id": flow, "name": "waited for", "cat": "commlib", "pid": last[0], "tid": 0,
+                       "ts": (last[2] - t_min) / 1000.0})
+            ev.append({"ph": "f", "bp": "e", "id": flow, "name": "waited for", "cat": "commlib", "pid": r[0],
+                       "tid": 0, "ts": (max(last[2], r[2]) - t_min) / 1000.0})
+    return ev
+
+
+def merge(directory, path):
+    """Write the Chrome / Perfetto trace of the processes traced into `directory` to `path`;
+    returns (processes, records)."""
+    traces = read(directory)
+    ev = events(traces)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, f)
+    os.replace(tmp, path)
+    return len(traces), sum(len(r) for _, r in traces)

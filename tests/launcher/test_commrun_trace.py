@@ -1,0 +1,106 @@
+"""commrun --trace: the job's timeline, from real ranks, however the job ends."""
+import json
+import os
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+SLOW_RANK = """
+    import time
+    import numpy as np
+    import commlib as cl
+    g = cl.init()
+    r, n = g.rank(), g.size()
+    x = np.ones(1000)
+    for i in range(3):
+        if r == 1:
+            time.sleep(0.1)  # everyone waits for rank 1
+        cl.all_sum(x)
+    if r == 0:
+        cl.send(x, 1)
+    elif r == 1:
+        cl.recv_like(x, 0)
+    cl.barrier()
+"""
+
+
+def load(path):
+    doc = json.loads(path.read_text())
+    ev = doc["traceEvents"]
+    return ev, [e for e in ev if e["ph"] == "X"]
+
+
+def calls(slices, rank, name):
+    return [e for e in slices if e["pid"] == rank and e["name"] == name]
+
+
+@pytest.mark.parametrize("commrun", ["exec", "fork"], indirect=True)
+def test_the_slow_rank_is_the_one_everyone_waited_for(commrun, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = commrun.script("slow.py", SLOW_RANK)
+    r = commrun.run("-n", 3, "--trace", "t.json", script, env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert "trace of 3 rank(s)" in r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    assert {e["pid"] for e in slices} == {0, 1, 2}
+    for rank in (0, 2):
+        sums = calls(slices, rank, "all_sum")
+        assert [e["args"]["seq"] for e in sums] == [1, 2, 3]
+        for e in sums:
+            assert e["args"]["last_rank"] == 1 and e["args"]["wait_us"] > 50_000, e
+            assert e["dur"] > 50_000 and e["args"]["bytes"] == 8000
+    for e in calls(slices, 1, "all_sum"):
+        assert e["args"]["wait_us"] == 0 and e["dur"] < 50_000
+    send, = calls(slices, 0, "send")
+    recv, = calls(slices, 1, "recv_like")
+    assert send["args"]["peer"] == 1 and recv["args"]["peer"] == 0
+    assert len(calls(slices, 2, "barrier")) == 1
+    assert sum(1 for e in ev if e["ph"] == "s") == sum(1 for e in ev if e["ph"] == "f") >= 6
+    assert os.listdir(tmp) == []  # the ranks' files are gone once merged
+
+
+def test_a_killed_rank_keeps_its_calls(commrun):
+    script = commrun.script("killed.py", """
+        import os, signal
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        x = np.ones(10)
+        for i in range(4):
+            cl.all_sum(x)
+        if g.rank() == 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # no exit handler, no flush: what was written must stay
+        cl.all_sum(x)
+    """)
+    r = commrun.run("-n", 3, "--trace", "t.json", script)
+    assert r.returncode != 0
+    ev, slices = load(commrun.cwd / "t.json")
+    assert len(calls(slices, 2, "all_sum")) == 4
+    for rank in (0, 1):
+        sums = calls(slices, rank, "all_sum")
+        assert len(sums) == 5 and sums[-1]["args"].get("error") is True  # the survivors' failed call
+
+
+def test_timeout_still_writes_the_trace(commrun):
+    script = commrun.script("hang.py", """
+        import time
+        import commlib as cl
+        g = cl.init()
+        for i in range(3):
+            cl.barrier()
+        if g.rank() == 0:
+            time.sleep(60)
+        cl.barrier()
+    """)
+    r = commrun.run("--timeout", 5, "-n", 2, "--trace", "t.json", script, timeout=90)
+    assert r.returncode == 124, r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    assert len(calls(slices, 0, "barrier")) == 3
+    assert len(calls(slices, 1, "barrier")) >= 3
+
+
+def test_trace_refuses_other_hosts(commrun):
+    r = commrun.run("--hosts", "otherhost:1", "--trace", "t.json", "prog.py")
+    assert r.returncode == 2 and "--trace" in r.stderr and "otherhost" in r.stderr

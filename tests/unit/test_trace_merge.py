@@ -1,0 +1,103 @@
+"""The timeline's records and their merge into a Chrome / Perfetto trace, in-process (no ranks)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from commlib import _trace
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def write_process(directory, pid, rank, ops, records, mono_ns=10**12, wall_ns=2 * 10**18, host="h"):
+    """A traced process's two files, as a Recorder leaves them (a chunk padded with zeros)."""
+    meta = {"pid": pid, "host": host, "rank": rank, "mono_ns": mono_ns, "wall_ns": wall_ns, "ops": ops}
+    with open(os.path.join(directory, f"trace-{pid}.json"), "w") as f:
+        json.dump(meta, f)
+    data = b"".join(_trace.RECORD.pack(*r) for r in records) + bytes(_trace.RECORD.size * 3)
+    with open(os.path.join(directory, f"trace-{pid}.bin"), "wb") as f:
+        f.write(data)
+
+
+def rec(t0_us, t1_us, seq, op=0, nbytes=8, gid=0, peer=-1, flags=0):
+    return (t0_us * 1000, t1_us * 1000, nbytes, seq, op, gid, peer, flags)
+
+
+def test_merge_names_the_last_arrival_and_the_waits(tmp_path):
+    # three ranks, two all_reduces: rank 2 arrives last at the first, rank 0 at the second
+    write_process(tmp_path, 101, 0, ["all_reduce"], [rec(100, 400, 1), rec(500, 520, 2)])
+    write_process(tmp_path, 102, 1, ["all_reduce"], [rec(150, 400, 1), rec(450, 520, 2)])
+    write_process(tmp_path, 103, 2, ["all_reduce", "send"], [rec(390, 400, 1), rec(440, 520, 2),
+                                                             rec(600, 610, 2, op=1, peer=0)])
+    out = tmp_path / "t.json"
+    assert _trace.merge(str(tmp_path), str(out)) == (3, 7)
+    doc = json.loads(out.read_text())
+    ev = doc["traceEvents"]
+    slices = [e for e in ev if e["ph"] == "X"]
+    assert len(slices) == 7
+    for e in slices:  # the fields the trace-event format requires of a complete event
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e)
+        assert isinstance(e["ts"], float) and e["dur"] >= 0
+    first = {e["pid"]: e["args"] for e in slices if e["name"] == "all_reduce" and e["args"]["seq"] == 1}
+    assert {r: a["last_rank"] for r, a in first.items()} == {0: 2, 1: 2, 2: 2}
+    assert first[0]["wait_us"] == pytest.approx(290) and first[1]["wait_us"] == pytest.approx(240)
+    assert first[2]["wait_us"] == 0
+    second = {e["pid"]: e["args"]["last_rank"] for e in slices if e["name"] == "all_reduce" and e["args"]["seq"] == 2}
+    assert second == {0: 0, 1: 0, 2: 0}
+    send = [e for e in slices if e["name"] == "send"]
+    assert send[0]["args"]["peer"] == 0 and "wait_us" not in send[0]["args"]
+    # one flow per waiting rank and collective, from the last arrival's track to the waiter's
+    starts = {e["id"]: e for e in ev if e["ph"] == "s"}
+    ends = {e["id"]: e for e in ev if e["ph"] == "f"}
+    assert set(starts) == set(ends) and len(starts) == 4
+    for i, s in starts.items():
+        assert s["pid"] != ends[i]["pid"] and ends[i]["bp"] == "e"
+    assert min(e["ts"] for e in slices) == 0.0  # times relative to the first call
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names[1].startswith("rank 1")
+
+
+def test_a_process_killed_mid_chunk_keeps_what_it_wrote(tmp_path):
+    write_process(tmp_path, 7, 0, ["barrier"], [rec(1, 2, 1), rec(3, 4, 2)])
+    with open(tmp_path / "trace-8.json", "w") as f:
+        f.write("{not json")  # a meta file cut short: that process is left out, the rest merged
+    (meta, recs), = _trace.read(str(tmp_path))
+    assert meta["rank"] == 0 and [r[3] for r in recs] == [1, 2]
+
+
+def test_hosts_are_placed_by_their_wall_clocks(tmp_path):
+    # rank 1's monotonic clock reads 5 s less than rank 0's at the same wall-clock instant
+    x, wall = 10**13, 2 * 10**18
+    write_process(tmp_path, 1, 0, ["barrier"], [(x + 100_000, x + 200_000, 0, 1, 0, 0, -1, 0)], mono_ns=x, wall_ns=wall)
+    y = x - 5 * 10**9
+    write_process(tmp_path, 2, 1, ["barrier"], [(y + 150_000, y + 200_000, 0, 1, 0, 0, -1, 0)], mono_ns=y, wall_ns=wall)
+    ev = [e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"]
+    by_rank = {e["pid"]: e for e in ev}
+    assert by_rank[1]["ts"] - by_rank[0]["ts"] == pytest.approx(50)
+    assert by_rank[0]["args"]["last_rank"] == 1 and by_rank[0]["args"]["wait_us"] == pytest.approx(50)
+
+
+def test_recorder_writes_records_a_reader_sees(tmp_path):
+    r = _trace.Recorder(str(tmp_path))
+    op = r.op_id("all_gather")
+    assert r.op_id("all_gather") == op
+    for i in range(_trace.CHUNK + 5):  # into a second chunk
+        r.add(1000 + i, 2000 + i, 16, i + 1, op, 3, -1, 0)
+    (meta, recs), = _trace.read(str(tmp_path))
+    assert meta["ops"] == ["all_gather"] and len(recs) == _trace.CHUNK + 5
+    assert recs[-1] == (1000 + _trace.CHUNK + 4, 2000 + _trace.CHUNK + 4, 16, _trace.CHUNK + 5, op, 3, -1, 0)
+
+
+@pytest.mark.timeout(60)
+def test_tracing_off_replaces_nothing():
+    code = ("import commlib, commlib._api.collectives as c; "
+            "print(hasattr(commlib.all_sum, '__wrapped__'), hasattr(c.all_reduce, '__wrapped__'))")
+    env = {k: v for k, v in os.environ.items() if k != "COMMLIB_TRACE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert off.stdout.split() == ["False", "False"], off.stderr
+    on = subprocess.run([sys.executable, "-c", code], env={**env, "COMMLIB_TRACE": "/nonexistent-never-written"},
+                        capture_output=True, text=True, timeout=60)
+    assert on.stdout.split() == ["True", "True"], on.stderr
