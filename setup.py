@@ -15,6 +15,8 @@ extensions = [
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
     # MPI.buffer: memory that exports the buffer protocol (a Python class cannot on Python 3.11)
     Extension("commlib.MPI._buffer", ["commlib/MPI/_buffer.pyx"], extra_compile_args=CFLAGS),
+    # the recording wrapper of COMMLIB_TRACE (commlib/_trace.py), in C for its cost per call
+    Extension("commlib._tracecall", ["commlib/_tracecall.pyx"], extra_compile_args=CFLAGS),
     # the header encoder, also called from C by _io through _wire.pxd
     Extension("commlib._wire", ["commlib/_wire.pyx"], extra_compile_args=CFLAGS),
     # _io's one-call path (_fast.pxi) reads arrays through NumPy's C API and

@@ -15,7 +15,7 @@ Clocks: records are CLOCK_MONOTONIC nanoseconds, one clock for every process of 
 other hosts are placed by the wall clock each one read beside its monotonic clock at start
 (as good as the hosts' clock synchronisation).
 """
-import itertools
+import ctypes
 import json
 import mmap
 import os
@@ -24,14 +24,16 @@ import struct
 import threading
 import time
 
+from . import _tracecall
+
 RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, peer, flags
-CHUNK = 1 << 15  # records mapped at a time (1.5 MiB)
+CHUNK_BITS = 15
+CHUNK = 1 << CHUNK_BITS  # records mapped at a time (1.5 MiB)
 F_ERROR = 1  # the call raised
 
 _dir = os.environ.get("COMMLIB_TRACE", "")
 ENABLED = bool(_dir)
 _recorder = None
-_local = threading.local()
 _lifecycle = None  # commlib._api.lifecycle, once a call is wrapped
 
 
@@ -40,26 +42,27 @@ class Recorder:
 
     def __init__(self, directory):
         os.makedirs(directory, exist_ok=True)
-        self.names = []  # op id -> name
-        self.ids = {}
         base = os.path.join(directory, f"trace-{os.getpid()}")
         self.path = base + ".bin"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.meta_path = base + ".json"
         self.lock = threading.Lock()
-        self.counter = itertools.count()
         self.chunk = -1
-        self.map = None
+        self.map = self._view = None
+        _tracecall.restart()
         self._map(0)
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
-                     "rank": _env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "ops": []}
+                     "rank": _env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
+                     "ops": list(_names)}
         self._write_meta()
 
     def _map(self, chunk):
         size = RECORD.size * CHUNK
         os.ftruncate(self.fd, size * (chunk + 1))
         self.map = mmap.mmap(self.fd, size, offset=size * chunk)
+        self._view = ctypes.c_char.from_buffer(self.map)  # keeps the map open while records go there
         self.chunk = chunk
+        _tracecall.set_map(ctypes.addressof(self._view), chunk, CHUNK_BITS, self.move_to)
 
     def _write_meta(self):
         tmp = self.meta_path + ".tmp"
@@ -67,34 +70,38 @@ class Recorder:
             json.dump(self.meta, f)
         os.replace(tmp, self.meta_path)
 
-    def op_id(self, name):
-        i = self.ids.get(name)
-        if i is None:
-            with self.lock:
-                i = self.ids.get(name)
-                if i is None:
-                    i = len(self.names)
-                    self.names.append(name)
-                    self.meta["ops"] = list(self.names)
-                    self._write_meta()
-                    self.ids[name] = i
-        return i
+    def ops_changed(self):
+        self.meta["ops"] = list(_names)
+        self._write_meta()
 
     def add(self, t0, t1, nbytes, seq, op, gid, peer, flags):
-        i = next(self.counter)
-        chunk, slot = divmod(i, CHUNK)
-        if chunk != self.chunk:
-            with self.lock:
-                while chunk > self.chunk:  # records are taken in order: one thread moves the map on
-                    self._map(self.chunk + 1)
-        m = self.map
-        if chunk == self.chunk:
-            RECORD.pack_into(m, slot * RECORD.size, t0, t1, nbytes, seq, op, gid, peer, flags)
+        """One record, as a traced call writes it."""
+        return _tracecall.append(t0, t1, nbytes, seq, op, gid, peer, flags)
+
+    def move_to(self, chunk):
+        """Map chunk `chunk` (records are numbered in order: one thread moves the map on)."""
+        with self.lock:
+            while chunk > self.chunk:
+                self._map(self.chunk + 1)
 
     def note_rank(self, rank):
         if self.meta.get("rank") != rank:
             self.meta["rank"] = rank
             self._write_meta()
+
+
+_names = []  # op id -> name, for every recorder of this process
+_ids = {}
+
+
+def op_id(name):
+    i = _ids.get(name)
+    if i is None:
+        i = _ids[name] = len(_names)
+        _names.append(name)
+        if _recorder is not None:
+            _recorder.ops_changed()
+    return i
 
 
 def _env_rank():
@@ -116,61 +123,26 @@ def recorder():
     return _recorder
 
 
-def _nbytes(x):
-    n = getattr(x, "nbytes", None)
-    return n if isinstance(n, int) else 0
-
-
 def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
-    """fn recording each outermost call as `name`; peer_at/peer_kw: where the peer rank is in the
-    arguments (point-to-point), group_of(args, kwargs): the call's group (None: the default one)."""
+    """fn recording each outermost call as `name` (`_tracecall.Traced`); peer_at/peer_kw: where the
+    peer rank is in the arguments (point-to-point); group_of(args, kwargs): the call's group (absent:
+    the `group` keyword, else the default group; returning None: no group). The recorder is made at
+    the first record: a process that imports commlib and never calls it, like commrun, leaves no file."""
     global _lifecycle
     from ._api import lifecycle as _lifecycle
-    op = []  # the op's id, once this process has a recorder (made at its first record: a process
-    now = time.monotonic_ns  # that imports commlib and never calls it, like commrun, leaves no file)
+    return _tracecall.Traced(fn, op_id(name), _world, recorder, group_of,
+                             -1 if peer_at is None else peer_at, peer_kw)
 
-    def traced(*args, **kwargs):
-        local = _local
-        if getattr(local, "busy", False):
-            return fn(*args, **kwargs)
-        local.busy = True
-        flags = 0
-        res = None
-        t0 = now()
-        try:
-            res = fn(*args, **kwargs)
-            return res
-        except BaseException:
-            flags = F_ERROR
-            raise
-        finally:
-            t1 = now()
-            local.busy = False
-            try:
-                if group_of is None:
-                    g = kwargs.get("group")
-                    if g is None:
-                        g = _lifecycle._world
-                else:
-                    g = group_of(args, kwargs)
-                gid, seq = (g.gid & 0x7FFFFFFF, g.seq) if g is not None else (-1, -1)
-                peer = -1
-                if peer_at is not None:
-                    p = args[peer_at] if len(args) > peer_at else kwargs.get(peer_kw, -1)
-                    peer = p if isinstance(p, int) else -1
-                nbytes = _nbytes(res) or (_nbytes(args[0]) if args else 0)
-                rec = _recorder or recorder()
-                if not op:
-                    op.append(rec.op_id(name))
-                rec.add(t0, t1, nbytes, seq, op[0], gid, peer, flags)
-            except Exception as exc:  # a trace must never break the program: say so once
-                _warn_once(exc)
 
-    traced.__name__ = getattr(fn, "__name__", name)
-    traced.__qualname__ = getattr(fn, "__qualname__", name)
-    traced.__doc__ = fn.__doc__
-    traced.__wrapped__ = fn
-    return traced
+def _world():
+    return _lifecycle._world
+
+
+def _after_fork():
+    """A child forked from a traced process records into its own file, not into its parent's."""
+    global _recorder
+    _recorder = None
+    _tracecall.restart()
 
 
 _warned = []
@@ -192,6 +164,9 @@ P2P_PEER = {"send": (1, "dst"), "isend": (1, "dst"), "issend": (1, "dst"), "recv
 NOT_CALLS = ("ANY_SOURCE", "ANY_TAG", "Group", "Request", "Status", "init", "finalize", "is_available",
              "test_all", "test_any")
 _installed = []
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def enable(directory):
