@@ -235,8 +235,11 @@ def read(directory):
     return out
 
 
-def events(traces):
-    """Chrome trace events of read()'s traces, and per-collective waits: (events, summary)."""
+def _timeline(traces):
+    """(ranked, rows, t_min, by_coll, waits) of read()'s traces: ranked [(rank, meta, records)];
+    rows (rank, name, start ns, end ns, bytes, seq, gid, peer, flags) on one clock; by_coll: the rows
+    of each collective (group, seq, name) on every rank; waits: (rank, that key) -> (µs the rank
+    waited for the last arrival, that rank)."""
     ranked = []
     for i, (meta, recs) in enumerate(traces):
         rank = meta.get("rank")
@@ -244,7 +247,7 @@ def events(traces):
     ranked.sort(key=lambda t: t[0])
     base_wall = min((m["wall_ns"] - m["mono_ns"] for _, m, _ in ranked), default=0)
     t_min = None
-    rows = []  # (rank, name, start ns, end ns, bytes, seq, gid, peer, flags)
+    rows = []
     for rank, meta, recs in ranked:
         shift = (meta["wall_ns"] - meta["mono_ns"]) - base_wall  # this host's clock against the first's
         ops = meta.get("ops", [])
@@ -253,23 +256,27 @@ def events(traces):
             s, e = t0 + shift, t1 + shift
             rows.append((rank, name, s, e, nbytes, seq, gid, peer, flags))
             t_min = s if t_min is None else min(t_min, s)
-    t_min = t_min or 0
-    # the same collective on every rank: (group, seq, name) -> its rows
     by_coll = {}
     for row in rows:
         rank, name, s, e, nbytes, seq, gid, peer, flags = row
         if peer == -1 and seq > 0 and name != "wait" and not name.startswith("i"):
             by_coll.setdefault((gid, seq, name), []).append(row)
-    ev = []
-    for rank, meta, _ in ranked:
-        ev.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
-                   "args": {"name": f"rank {rank}" + (f" ({meta.get('host')}, pid {meta.get('pid')})")}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
     waits = {}
     for key, group_rows in by_coll.items():
         last = max(group_rows, key=lambda r: r[2])
         for r in group_rows:
             waits[(r[0], key)] = ((last[2] - r[2]) / 1000.0, last[0])
+    return ranked, rows, t_min or 0, by_coll, waits
+
+
+def events(traces):
+    """Chrome trace events of read()'s traces."""
+    ranked, rows, t_min, by_coll, waits = _timeline(traces)
+    ev = []
+    for rank, meta, _ in ranked:
+        ev.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+                   "args": {"name": f"rank {rank}" + (f" ({meta.get('host')}, pid {meta.get('pid')})")}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
     flow = 0
     for row in rows:
         rank, name, s, e, nbytes, seq, gid, peer, flags = row
@@ -310,3 +317,77 @@ def merge(directory, path):
         json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, f)
     os.replace(tmp, path)
     return len(traces), sum(len(r) for _, r in traces)
+
+
+# ----------------------------------------------------------------------------------- statistics
+def size_class(nbytes):
+    """'8 B', '≤ 1 KiB', '≤ 64 KiB', '≤ 1 MiB', '≤ 16 MiB', '> 16 MiB': the rows of the table."""
+    for limit, label in ((8, "≤ 8 B"), (1 << 10, "≤ 1 KiB"), (64 << 10, "≤ 64 KiB"), (1 << 20, "≤ 1 MiB"),
+                         (16 << 20, "≤ 16 MiB")):
+        if nbytes <= limit:
+            return label
+    return "> 16 MiB"
+
+
+# nccl-tests' bus bandwidth factors (n ranks): bytes moved per rank for the algorithm bandwidth
+_BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_sum": lambda n: 2 * (n - 1) / n,
+        "all_prod": lambda n: 2 * (n - 1) / n, "all_min": lambda n: 2 * (n - 1) / n,
+        "all_max": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+        "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+
+def stats(traces):
+    """One record per (op, size class) over every rank: calls (summed over ranks), bytes, total and
+    mean seconds a call, busbw (GB/s, collectives of the table above), wait (seconds ranks spent
+    waiting for the last arrival, summed) and slowest (the rank most often last, with its count)."""
+    ranked, rows, t_min, by_coll, waits = _timeline(traces)
+    nranks = max(1, len(ranked))
+    acc = {}
+    for row in rows:
+        rank, name, s, e, nbytes, seq, gid, peer, flags = row
+        key = (name, size_class(nbytes))
+        a = acc.setdefault(key, {"op": name, "size": key[1], "calls": 0, "bytes": 0, "seconds": 0.0,
+                                 "wait_seconds": 0.0, "last": {}, "ranks": set()})
+        a["calls"] += 1
+        a["bytes"] += nbytes
+        a["seconds"] += (e - s) / 1e9
+        a["ranks"].add(rank)
+        w = waits.get((rank, (gid, seq, name)))
+        if w is not None:
+            a["wait_seconds"] += w[0] / 1e6
+            if w[0] == 0:  # this rank was the last to arrive
+                a["last"][rank] = a["last"].get(rank, 0) + 1
+    out = []
+    for (name, _), a in sorted(acc.items(), key=lambda kv: -kv[1]["seconds"]):
+        mean = a["seconds"] / a["calls"]
+        per_call = a["bytes"] / a["calls"]
+        factor = _BUS.get(name)
+        n = len(a["ranks"]) or nranks
+        busbw = per_call / mean / 1e9 * factor(n) if factor and mean > 0 and n > 1 else None
+        slowest = max(a["last"].items(), key=lambda kv: kv[1]) if a["last"] else None
+        out.append({"op": name, "size": a["size"], "calls": a["calls"], "bytes": a["bytes"],
+                    "seconds": a["seconds"], "mean_seconds": mean, "busbw_gbs": busbw,
+                    "wait_seconds": a["wait_seconds"], "slowest_rank": slowest[0] if slowest else None,
+                    "slowest_count": slowest[1] if slowest else 0})
+    return out
+
+
+def stats_table(records):
+    """The --stats table of stats()'s records (text)."""
+    head = ("op", "size", "calls (all ranks)", "bytes", "total s", "mean µs", "busbw GB/s", "waiting s", "last to arrive")
+    lines = []
+    for r in records:
+        last = f"rank {r['slowest_rank']} ({r['slowest_count']}×)" if r["slowest_rank"] is not None else "–"
+        lines.append((r["op"], r["size"], str(r["calls"]), _bytes(r["bytes"]), f"{r['seconds']:.4f}",
+                      f"{r['mean_seconds'] * 1e6:.1f}", "–" if r["busbw_gbs"] is None else f"{r['busbw_gbs']:.3g}",
+                      f"{r['wait_seconds']:.4f}", last))
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i == 8 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return "\n".join([fmt.format(*head)] + [fmt.format(*line) for line in lines])
+
+
+def _bytes(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

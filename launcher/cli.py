@@ -110,11 +110,14 @@ def _check_program(program, module, direct):
 @click.option("--trace", "trace", type=click.Path(dir_okay=False), metavar="FILE.json",
               help="Record every rank's communication calls and write the job's timeline to FILE.json "
                    "(Chrome / Perfetto trace format: open it at https://ui.perfetto.dev).")
+@click.option("--stats", "stats", is_flag=True,
+              help="Print a table of every collective and call after the job: calls, bytes, time, busbw, "
+                   "time spent waiting for the last rank to arrive and which rank that was.")
 @click.version_option(__version__, "-V", "--version", prog_name="commrun")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
-         fork, mpi4py, tag_output, timeout, grace, trace, program):
+         fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -141,8 +144,9 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     elif not program:
         _check_program(program, module, direct)
     remote = [rank.host for rank in ranks if not rank.local]
-    if trace and remote:
-        raise click.UsageError(f"--trace records the ranks of this host only for now; {remote[0]} is another host")
+    if (trace or stats) and remote:
+        raise click.UsageError(f"--{'trace' if trace else 'stats'} records the ranks of this host only for now; "
+                               f"{remote[0]} is another host")
     if coordinator_host is None:
         coordinator_host = "127.0.0.1"
         if remote:
@@ -197,7 +201,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())
 
     trace_dir = None
-    if trace:  # made last: nothing above may leave it behind
+    if trace or stats:  # made last: nothing above may leave it behind
         trace_dir = tempfile.mkdtemp(prefix="commlib-trace-")
         extra["COMMLIB_TRACE"] = trace_dir  # setup() reads extra when the ranks are started
     try:
@@ -205,17 +209,27 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                            timeout=timeout, grace=grace)
     finally:
         if trace_dir is not None:
-            _write_trace(trace_dir, trace)
+            _report(trace_dir, trace, stats)
     ctx.exit(rc)
 
 
-def _write_trace(trace_dir, path):
-    """Merge the ranks' records (whatever each wrote before the job ended, however it ended) into `path`."""
+def _report(trace_dir, path, stats):
+    """The ranks' records (whatever each wrote before the job ended, however it ended): merged into
+    the trace at `path`, and/or the --stats table on stderr."""
     from commlib import _trace
     try:
-        procs, records = _trace.merge(trace_dir, path)
-        supervise.say(f"trace of {procs} rank(s), {records} calls: {path} (open it at https://ui.perfetto.dev)")
-    except (OSError, ValueError) as e:
-        supervise.say(f"--trace: could not write {path}: {e}")
+        if path:
+            try:
+                procs, records = _trace.merge(trace_dir, path)
+                supervise.say(f"trace of {procs} rank(s), {records} calls: {path} "
+                              "(open it at https://ui.perfetto.dev)")
+            except (OSError, ValueError) as e:
+                supervise.say(f"--trace: could not write {path}: {e}")
+        if stats:
+            try:
+                table = _trace.stats_table(_trace.stats(_trace.read(trace_dir)))
+                print(f"commrun: communication by call and size (--stats):\n{table}", file=sys.stderr, flush=True)
+            except (OSError, ValueError) as e:
+                supervise.say(f"--stats: could not read the ranks' records: {e}")
     finally:
         shutil.rmtree(trace_dir, ignore_errors=True)

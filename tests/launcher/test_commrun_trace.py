@@ -104,3 +104,15 @@ def test_timeout_still_writes_the_trace(commrun):
 def test_trace_refuses_other_hosts(commrun):
     r = commrun.run("--hosts", "otherhost:1", "--trace", "t.json", "prog.py")
     assert r.returncode == 2 and "--trace" in r.stderr and "otherhost" in r.stderr
+
+
+def test_stats_table_names_the_slow_rank(commrun):
+    script = commrun.script("slow.py", SLOW_RANK)
+    r = commrun.run("-n", 3, "--stats", "--trace", "t.json", script)
+    assert r.returncode == 0, r.stderr
+    assert "trace of 3 rank(s)" in r.stderr
+    table = r.stderr[r.stderr.index("(--stats):"):].splitlines()[1:]
+    assert table[0].split()[:2] == ["op", "size"]
+    row, = [line for line in table if line.startswith("all_sum")]
+    assert "rank 1 (3×)" in row and " 9 " in row  # 3 calls on each of 3 ranks
+    assert any(line.startswith("barrier") for line in table)

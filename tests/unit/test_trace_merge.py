@@ -101,3 +101,29 @@ def test_tracing_off_replaces_nothing():
     on = subprocess.run([sys.executable, "-c", code], env={**env, "COMMLIB_TRACE": "/nonexistent-never-written"},
                         capture_output=True, text=True, timeout=60)
     assert on.stdout.split() == ["True", "True"], on.stderr
+
+
+def test_stats_name_the_rank_everyone_waited_for(tmp_path):
+    # two ranks, three 8 B all_reduces: rank 1 arrives 100 µs after rank 0 every time
+    write_process(tmp_path, 1, 0, ["all_reduce", "send"],
+                  [rec(1000 * k, 1000 * k + 110, k + 1) for k in range(3)] + [rec(5000, 5002, 4, op=1, nbytes=4096,
+                                                                                   peer=1)])
+    write_process(tmp_path, 2, 1, ["all_reduce"], [rec(1000 * k + 100, 1000 * k + 110, k + 1) for k in range(3)])
+    rows = {(r["op"], r["size"]): r for r in _trace.stats(_trace.read(str(tmp_path)))}
+    ar = rows[("all_reduce", "≤ 8 B")]
+    assert ar["calls"] == 6 and ar["bytes"] == 48
+    assert ar["seconds"] == pytest.approx(3 * 110e-6 + 3 * 10e-6)
+    assert ar["wait_seconds"] == pytest.approx(3 * 100e-6)
+    assert ar["slowest_rank"] == 1 and ar["slowest_count"] == 3
+    mean = (3 * 110e-6 + 3 * 10e-6) / 6
+    assert ar["busbw_gbs"] == pytest.approx(8 / mean / 1e9 * 2 * (2 - 1) / 2)  # nccl-tests' all_reduce factor
+    send = rows[("send", "≤ 64 KiB")]
+    assert send["calls"] == 1 and send["busbw_gbs"] is None and send["slowest_rank"] is None
+    table = _trace.stats_table(list(rows.values()))
+    assert "rank 1 (3×)" in table and "all_reduce" in table and "4.0 KiB" in table
+    assert [line.split()[0] for line in table.splitlines()[1:]] == ["all_reduce", "send"]  # most time first
+
+
+def test_size_classes():
+    assert [_trace.size_class(b) for b in (0, 8, 9, 1024, 65536, 65537, 1 << 20, 16 << 20, (16 << 20) + 1)] == [
+        "≤ 8 B", "≤ 8 B", "≤ 1 KiB", "≤ 1 KiB", "≤ 64 KiB", "≤ 1 MiB", "≤ 1 MiB", "≤ 16 MiB", "> 16 MiB"]
