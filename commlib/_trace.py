@@ -25,6 +25,7 @@ import threading
 import time
 
 from . import _tracecall
+from ._debug import env_rank, size_class
 
 RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, peer, flags
 CHUNK_BITS = 15
@@ -52,7 +53,7 @@ class Recorder:
         _tracecall.restart()
         self._map(0)
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
-                     "rank": _env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
+                     "rank": env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
                      "ops": list(_names)}
         self._write_meta()
 
@@ -102,14 +103,6 @@ def op_id(name):
         if _recorder is not None:
             _recorder.ops_changed()
     return i
-
-
-def _env_rank():
-    for name in ("COMMLIB_RANK", "RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        v = os.environ.get(name)
-        if v and v.isdigit():
-            return int(v)
-    return None
 
 
 def recorder():
@@ -320,15 +313,6 @@ def merge(directory, path):
 
 
 # ----------------------------------------------------------------------------------- statistics
-def size_class(nbytes):
-    """'8 B', '≤ 1 KiB', '≤ 64 KiB', '≤ 1 MiB', '≤ 16 MiB', '> 16 MiB': the rows of the table."""
-    for limit, label in ((8, "≤ 8 B"), (1 << 10, "≤ 1 KiB"), (64 << 10, "≤ 64 KiB"), (1 << 20, "≤ 1 MiB"),
-                         (16 << 20, "≤ 16 MiB")):
-        if nbytes <= limit:
-            return label
-    return "> 16 MiB"
-
-
 # nccl-tests' bus bandwidth factors (n ranks): bytes moved per rank for the algorithm bandwidth
 _BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_sum": lambda n: 2 * (n - 1) / n,
         "all_prod": lambda n: 2 * (n - 1) / n, "all_min": lambda n: 2 * (n - 1) / n,

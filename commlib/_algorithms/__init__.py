@@ -12,6 +12,8 @@ COMMLIB_ALGO_<KIND>=<name> (e.g. COMMLIB_ALGO_ALL_REDUCE=ring).
 """
 import os
 
+from .. import _debug
+
 # At or below these payload sizes the latency-bound algorithm wins
 # (benchmarks/crossover.py; 2 cores, so n=4 is oversubscribed, which favours
 # fewer steps: the ring's 2(n-1) steps each cost a wake-up).
@@ -79,6 +81,36 @@ _forced = {}  # kind -> COMMLIB_ALGO_<KIND> value, read once per process
 
 def choose(kind, nbytes, size):
     """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks."""
+    algo = decide(kind, nbytes, size)
+    if _debug.LEVEL:
+        _debug.once((kind, algo, size, _debug.size_class(nbytes)), lambda: _why(kind, algo, nbytes, size))
+    return algo
+
+
+def _why(kind, algo, nbytes, size):
+    """Why `algo`: the thresholds that decided it at this size and n (or the variable that forced it)."""
+    if _forced.get(kind):
+        return f"{kind} of {nbytes} B on {size} ranks: {algo} (COMMLIB_ALGO_{kind.upper()})"
+    pow2 = size & (size - 1) == 0
+    names = {
+        "all_reduce": ["ALL_REDUCE_SMALL_BYTES_PAIR" if size <= 2 else "ALL_REDUCE_SMALL_BYTES" if size <= 4
+                       else "ALL_REDUCE_SMALL_BYTES_MANY"]
+        + ([] if size <= 2 else ["ALL_REDUCE_RABENSEIFNER_BYTES" if pow2 else "ALL_REDUCE_RABENSEIFNER_BYTES_ODD"]),
+        "all_gather": ["ALL_GATHER_LOG_BYTES"] if size > 3 else [],
+        "broadcast": ["BROADCAST_SMALL_BYTES", "BROADCAST_LINEAR_RANKS"] if size > 2 else [],
+        "reduce_scatter": (["REDUCE_SCATTER_HALVING_BYTES_PAIR"] if size == 2 else
+                           (["REDUCE_SCATTER_HALVING_BYTES"] if pow2 else [])
+                           + ["REDUCE_SCATTER_SMALL_BYTES" if size <= 8 else "REDUCE_SCATTER_SMALL_BYTES_MANY",
+                              "REDUCE_SCATTER_PAIRWISE_RANKS"]),
+        "reduce": ["REDUCE_SMALL_BYTES"] if size > 2 else [],
+    }.get(kind, [])
+    g = globals()
+    why = ", ".join(f"{name}={g[name]}" for name in names) or f"the only choice at {size} ranks"
+    return f"{kind} of {nbytes} B on {size} ranks: {algo} ({why})"
+
+
+def decide(kind, nbytes, size):
+    """choose() without its debug line: for the one-call path's sweep of sizes, which is no call."""
     forced = _forced.get(kind)
     if forced is None:
         forced = _forced[kind] = os.environ.get(f"COMMLIB_ALGO_{kind.upper()}", "")

@@ -10,8 +10,8 @@ import zlib
 
 import numpy as np
 
-from .. import _kernels
-from .._algorithms import choose, doubling, logstep, pairwise, ring, tree
+from .. import _debug, _kernels
+from .._algorithms import choose, decide, doubling, logstep, pairwise, ring, tree
 from .._plan import RES, even, slots
 from .._wire import COLL as _WIRE_COLL
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
@@ -439,7 +439,7 @@ def _limit(kind, size, algo):
     """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
     limit, p = 0, 8
     try:
-        while p <= EAGER_BYTES and choose(kind, p, size) == algo:
+        while p <= EAGER_BYTES and decide(kind, p, size) == algo:
             limit, p = p, p * 2
     except ValueError:  # a bad COMMLIB_ALGO_<KIND>: the Python path reports it on that collective
         return 0
@@ -468,6 +468,9 @@ def _arm(g):
         plans["reduce_scatter"] = logstep.reduce_scatter(n, r)
         limits["reduce_scatter"] = _limit("reduce_scatter", n, "halving")
     g.arm(plans, limits)
+    if _debug.LEVEL:
+        _debug.log(_debug.INFO, lambda: f"group {g.gid} ({n} ranks): the one-call path takes "
+                   + ", ".join(f"{kind} up to {limit} B" for kind, limit in limits.items() if limit))
 
 
 def _python_path(g, fn, *args):

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from .. import _rendezvous
+from .. import _debug, _rendezvous
 from .._transport import Endpoint, Transport
 from .group import Group
 from .p2p import Engine
@@ -65,9 +65,22 @@ def join(env, timeout, coordinator=None, eager=True):
     if env.size > 1 and eager:  # every large collective needs the ring neighbour: start connecting now
         transport.connect_eagerly(0, (env.rank + 1) % env.size, min(timeout, 5.0))
     world._coordinator = coordinator
+    if _debug.LEVEL:
+        _debug.set_rank(env.rank)
+        _debug.log(_debug.INFO, lambda: _joined(env, timeout, ep))
     if os.environ.get("COMMLIB_VERBOSE", "") not in ("", "0"):
         print(ep.routes_text(), file=sys.stderr, flush=True)
     return world, client
+
+
+def _joined(env, timeout, ep):
+    from .._transport import spin_policy
+    seconds, adaptive, yielding = spin_policy()
+    spin = (f"{'adaptive, up to' if adaptive else 'fixed'} {seconds * 1e6:.0f} us"
+            + (", yielding the core" if yielding else "")) if seconds else "none (every wait sleeps)"
+    return (f"joined as rank {env.rank} of {env.size} ({env.local_size} on this host), started by {env.source}, "
+            f"coordinator {env.coordinator[0]}:{env.coordinator[1]}, timeout {timeout:g} s, spin {spin}; "
+            f"{ep.routes_text()}")
 
 
 def digests(world):

@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 
-from .. import _auth
+from .. import _auth, _debug
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
@@ -39,6 +39,7 @@ from . import shm
 log = logging.getLogger("commlib")
 
 CH_COLL, CH_P2P = 0, 1
+_CHANNELS = {CH_COLL: "collectives", CH_P2P: "point-to-point"}
 CHANNEL_NAMES = ("collective", "point-to-point")
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
@@ -241,6 +242,10 @@ class Endpoint:
                 _tune(sock, sock.family != socket.AF_UNIX)
                 self._in[key] = sock
                 self._cond.notify_all()
+            if _debug.LEVEL:
+                _debug.log(_debug.INFO, lambda: f"accepted rank {rank} (group {group}, {_CHANNELS.get(channel)}) over "
+                           f"{'unix' if sock.family == socket.AF_UNIX else 'tcp'} from "
+                           f"{addr if addr else 'this host'}, {_shm_words(sock)}")
             # the reader drains and rescans; one pending byte is enough
             with contextlib.suppress(BlockingIOError):
                 os.write(self._arrival_w, b"\0")
@@ -384,7 +389,9 @@ class Endpoint:
         address = "\0" + where if local else where
         last = None
         unreachable_since = None
+        started, tries = time.monotonic(), 0
         while True:
+            tries += 1
             self.raise_if_failed()
             if self._closed:
                 raise CommError(f"rank {self.rank}: {what}: this rank is closing", rank=dst)
@@ -415,6 +422,10 @@ class Endpoint:
                     raise AuthError(f"rank {self.rank}: rank {dst} did not prove the job secret")
                 if local:
                     shm.settle(sock, memfd, ring, _auth.recv_exact(sock, 1))
+                if _debug.LEVEL:
+                    _debug.log(_debug.INFO, lambda: f"connected to rank {dst} (group {group}, {_CHANNELS.get(channel)}) "
+                               f"over {kind} {where}, {_shm_words(sock)}, in {(time.monotonic() - started) * 1e3:.1f} ms"
+                               f" ({tries} attempt{'s' if tries > 1 else ''})")
                 break
             except AuthError:
                 shm.close(sock)
@@ -458,6 +469,9 @@ class Endpoint:
         if self.failure is None:
             self.failure = exc
             self.failure_remote = remote
+            if _debug.LEVEL:
+                _debug.log(_debug.INFO, lambda: f"failure ({'told by another rank' if remote else 'seen here'}): "
+                           f"{type(exc).__name__}: {exc}")
             with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"!")
         return exc
@@ -491,3 +505,8 @@ class Endpoint:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+
+
+def _shm_words(sock):
+    """'shared memory' or 'no shared memory': how a connection's bytes travel (debug lines)."""
+    return "shared memory" if sock.family == socket.AF_UNIX and shm.linked(sock) else "no shared memory"
