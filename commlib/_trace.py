@@ -179,6 +179,8 @@ def enable(directory):
         namespaces.append(sys.modules["commlib"])
     install(namespaces, [name for name in _api.__all__ if name not in NOT_CALLS])
     install_wait(_engine.Request)
+    if "commlib.MPI._comm" in sys.modules:  # imported before tracing was enabled (a forked rank)
+        install_mpi(sys.modules["commlib.MPI._comm"].Comm)
 
 
 def install(namespaces, names):
@@ -194,6 +196,43 @@ def install(namespaces, names):
                 peer_at, peer_kw = P2P_PEER.get(name, (None, None))
                 done[name] = wrap(name, fn, peer_at, peer_kw)
             d[name] = done[name]
+
+
+# commlib.MPI's communication methods (recorded as "MPI.<name>"): where the peer is among the
+# arguments (self first) of the point-to-point ones, and the collectives
+MPI_PEER = {name: (2, "dest") for name in ("Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Sendrecv",
+                                             "send", "ssend", "isend", "issend", "sendrecv")}
+MPI_PEER.update({name: (2, "source") for name in ("Recv", "Irecv", "recv", "irecv")})
+MPI_PEER.update({name: (1, "source") for name in ("Probe", "Iprobe", "probe", "iprobe")})
+MPI_COLL = ("Barrier", "Ibarrier", "Bcast", "Ibcast", "Allreduce", "Iallreduce", "Reduce", "Ireduce", "Scan",
+            "Iscan", "Exscan", "Iexscan", "Gather", "Igather", "Scatter", "Iscatter", "Allgather", "Iallgather",
+            "Alltoall", "Ialltoall", "Gatherv", "Igatherv", "Scatterv", "Iscatterv", "Allgatherv", "Iallgatherv",
+            "Alltoallv", "Ialltoallv", "Alltoallw", "Ialltoallw", "Reduce_scatter", "Reduce_scatter_block",
+            "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv",
+            "Neighbor_alltoallw", "barrier", "bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
+            "allreduce", "scan", "exscan")
+
+
+def _mpi_group(args, kwargs):
+    c = getattr(args[0], "_c", None) if args else None
+    return getattr(c, "g", None)
+
+
+def install_mpi(comm_cls):
+    """Every communicator class's communication methods recorded under their MPI names."""
+    seen, todo = set(), [comm_cls]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        for name in MPI_COLL + tuple(MPI_PEER):
+            fn = cls.__dict__.get(name)
+            if fn is None or isinstance(fn, _tracecall.Traced) or not callable(fn):
+                continue
+            peer_at, peer_kw = MPI_PEER.get(name, (None, None))
+            setattr(cls, name, wrap(f"MPI.{name}", fn, peer_at, peer_kw, group_of=_mpi_group))
 
 
 def install_wait(request_cls):
@@ -252,7 +291,7 @@ def _timeline(traces):
     by_coll = {}
     for row in rows:
         rank, name, s, e, nbytes, seq, gid, peer, flags = row
-        if peer == -1 and seq > 0 and name != "wait" and not name.startswith("i"):
+        if peer == -1 and seq > 0 and name != "wait" and not name.rpartition(".")[2][:1] in ("i", "I"):
             by_coll.setdefault((gid, seq, name), []).append(row)
     waits = {}
     for key, group_rows in by_coll.items():

@@ -15,6 +15,7 @@ import threading as _threading
 import time as _time
 
 from .. import __version__ as _version
+from .. import _trace
 from .._api import finalize as _finalize
 from ._comm import (Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm, Topocomm, comm_class as _comm_class,
                     processor_name as _processor_name, world_comms)
@@ -408,3 +409,6 @@ def _install_handles():
 
 
 _install_handles()
+
+if _trace.ENABLED:  # COMMLIB_TRACE: the communicators' calls recorded under their MPI names
+    _trace.install_mpi(Comm)

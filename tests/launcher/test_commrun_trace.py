@@ -116,3 +116,34 @@ def test_stats_table_names_the_slow_rank(commrun):
     row, = [line for line in table if line.startswith("all_sum")]
     assert "rank 1 (3×)" in row and " 9 " in row  # 3 calls on each of 3 ranks
     assert any(line.startswith("barrier") for line in table)
+
+
+def test_mpi_calls_carry_their_mpi_names(commrun):
+    script = commrun.script("mpi_prog.py", """
+        import time
+        import numpy as np
+        from commlib import MPI
+        comm = MPI.COMM_WORLD
+        r = comm.Get_rank()
+        x, y = np.ones(100), np.empty(100)
+        for i in range(2):
+            if r == 1:
+                time.sleep(0.05)
+            comm.Allreduce(x, y, op=MPI.SUM)
+        comm.allreduce(r)
+        if r == 0:
+            comm.Send(x, dest=1, tag=3)
+        elif r == 1:
+            comm.Recv(y, source=0, tag=3)
+        comm.Barrier()
+    """)
+    r = commrun.run("-n", 2, "--trace", "t.json", script)
+    assert r.returncode == 0, r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    allreduce = calls(slices, 0, "MPI.Allreduce")
+    assert len(allreduce) == 2 and all(e["args"]["last_rank"] == 1 and e["args"]["wait_us"] > 20_000
+                                       for e in allreduce)
+    assert len(calls(slices, 0, "MPI.allreduce")) == 1 and len(calls(slices, 1, "MPI.Barrier")) == 1
+    assert calls(slices, 0, "MPI.Send")[0]["args"]["peer"] == 1
+    assert calls(slices, 1, "MPI.Recv")[0]["args"]["peer"] == 0
+    assert not calls(slices, 0, "all_reduce")  # the MPI call is the one recorded, not what it calls
