@@ -414,3 +414,26 @@ def _bytes(n):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def main(argv=None):
+    """python -m commlib._trace DIR [FILE.json] [--stats]: merge what ranks recorded under
+    COMMLIB_TRACE=DIR (any launcher) into a trace, and/or print the --stats table."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m commlib._trace", description=main.__doc__.splitlines()[0])
+    p.add_argument("directory")
+    p.add_argument("out", nargs="?", help="the Chrome / Perfetto trace to write")
+    p.add_argument("--stats", action="store_true", help="print the table of calls by size class")
+    args = p.parse_args(argv)
+    if not args.out and not args.stats:
+        p.error("give FILE.json, --stats, or both")
+    if args.out:
+        procs, records = merge(args.directory, args.out)
+        print(f"trace of {procs} process(es), {records} calls: {args.out}")
+    if args.stats:
+        print(stats_table(stats(read(args.directory))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

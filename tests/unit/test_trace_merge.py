@@ -127,3 +127,15 @@ def test_stats_name_the_rank_everyone_waited_for(tmp_path):
 def test_size_classes():
     assert [_trace.size_class(b) for b in (0, 8, 9, 1024, 65536, 65537, 1 << 20, 16 << 20, (16 << 20) + 1)] == [
         "≤ 8 B", "≤ 8 B", "≤ 1 KiB", "≤ 1 KiB", "≤ 64 KiB", "≤ 1 MiB", "≤ 1 MiB", "≤ 16 MiB", "> 16 MiB"]
+
+
+def test_command_line_merges_and_prints_stats(tmp_path, capsys):
+    write_process(tmp_path, 1, 0, ["barrier"], [rec(1, 5, 1)])
+    write_process(tmp_path, 2, 1, ["barrier"], [rec(3, 5, 1)])
+    out = tmp_path / "t.json"
+    assert _trace.main([str(tmp_path), str(out), "--stats"]) == 0
+    text = capsys.readouterr().out
+    assert "trace of 2 process(es), 2 calls" in text and "rank 1 (1×)" in text
+    assert json.loads(out.read_text())["traceEvents"]
+    with pytest.raises(SystemExit):
+        _trace.main([str(tmp_path)])
