@@ -406,7 +406,7 @@ def stats_table(records):
                       f"{r['wait_seconds']:.4f}", last))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i == 8 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    return "\n".join([fmt.format(*head)] + [fmt.format(*line) for line in lines])
+    return "\n".join(fmt.format(*line).rstrip() for line in [head] + lines)
 
 
 def _bytes(n):
