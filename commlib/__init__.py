@@ -18,8 +18,9 @@ from ._api import *  # noqa: F401,F403  (exactly the names of API.md)
 from ._api import __all__ as _api_names
 from ._dtypes import ReduceOp
 from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
+from ._trace import stats
 
 __version__ = "0.1.0"
 
 __all__ = sorted(set(_api_names) | {"AuthError", "CommError", "CommTimeout", "MismatchError", "PeerLost",
-                                     "ReduceOp"})
+                                     "ReduceOp", "stats"})

@@ -32,8 +32,24 @@ CHUNK_BITS = 15
 CHUNK = 1 << CHUNK_BITS  # records mapped at a time (1.5 MiB)
 F_ERROR = 1  # the call raised
 
-_dir = os.environ.get("COMMLIB_TRACE", "")
-ENABLED = bool(_dir)
+_dir = ""
+ENABLED = False  # recording (COMMLIB_TRACE, COMMLIB_STATS)
+STATS = False  # COMMLIB_STATS: rank 0 prints the table at finalize()
+_private = None  # the recording directory made for COMMLIB_STATS alone (removed at exit)
+
+
+def from_env():
+    """(directory, stats) that COMMLIB_TRACE and COMMLIB_STATS ask for ("" : no recording)."""
+    stats = os.environ.get("COMMLIB_STATS", "") not in ("", "0")
+    return os.environ.get("COMMLIB_TRACE", ""), stats
+
+
+def configure():
+    """Record if COMMLIB_TRACE or COMMLIB_STATS asks (at import; again in a rank forked from commrun)."""
+    global STATS
+    directory, STATS = from_env()
+    if directory or STATS:
+        enable(directory)  # "": a directory of this process's own, made at its first record
 _recorder = None
 _lifecycle = None  # commlib._api.lifecycle, once a call is wrapped
 
@@ -106,8 +122,14 @@ def op_id(name):
 
 
 def recorder():
-    global _recorder
+    global _recorder, _dir, _private
     if _recorder is None:
+        if not _dir:  # COMMLIB_STATS alone: the records are this process's business, gone at its exit
+            import atexit
+            import shutil
+            import tempfile
+            _dir = _private = tempfile.mkdtemp(prefix="commlib-stats-")
+            atexit.register(shutil.rmtree, _private, True)
         _recorder = Recorder(_dir)
         if _recorder.meta["rank"] is None:  # no launcher's variable: the world's rank, once there is one
             from ._api import lifecycle
@@ -295,6 +317,8 @@ def _timeline(traces):
             by_coll.setdefault((gid, seq, name), []).append(row)
     waits = {}
     for key, group_rows in by_coll.items():
+        if len(group_rows) < 2:  # seen on one rank only (the others' records are not here): no wait known
+            continue
         last = max(group_rows, key=lambda r: r[2])
         for r in group_rows:
             waits[(r[0], key)] = ((last[2] - r[2]) / 1000.0, last[0])
@@ -359,7 +383,7 @@ _BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_sum": lambda n: 2 * (n - 1
         "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 
 
-def stats(traces):
+def summarize(traces):
     """One record per (op, size class) over every rank: calls (summed over ranks), bytes, total and
     mean seconds a call, busbw (GB/s, collectives of the table above), wait (seconds ranks spent
     waiting for the last arrival, summed) and slowest (the rank most often last, with its count)."""
@@ -396,7 +420,7 @@ def stats(traces):
 
 
 def stats_table(records):
-    """The --stats table of stats()'s records (text)."""
+    """The --stats table of summarize()'s records (text)."""
     head = ("op", "size", "calls (all ranks)", "bytes", "total s", "mean µs", "busbw GB/s", "waiting s", "last to arrive")
     lines = []
     for r in records:
@@ -431,9 +455,51 @@ def main(argv=None):
         procs, records = merge(args.directory, args.out)
         print(f"trace of {procs} process(es), {records} calls: {args.out}")
     if args.stats:
-        print(stats_table(stats(read(args.directory))))
+        print(stats_table(summarize(read(args.directory))))
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ----------------------------------------------------------------------------------- in the program
+def own_records():
+    """(meta, records) of this process, as recorded so far."""
+    rec = _recorder
+    if rec is None:
+        return {"rank": env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(), "ops": []}, []
+    count = _tracecall.count()
+    data = os.pread(rec.fd, count * RECORD.size, 0)
+    meta = dict(rec.meta, ops=list(_names))
+    return meta, [RECORD.unpack_from(data, off) for off in range(0, len(data) - RECORD.size + 1, RECORD.size)]
+
+
+def stats(all_ranks=False, *, group=None):
+    """This rank's communication so far, one dict per call and size class (see summarize()):
+    a pandas-friendly list (`pandas.DataFrame(commlib.stats())`). all_ranks: every rank of `group`
+    (default: the world) calls it and gets the whole group's, with the time spent waiting for the
+    last arrival and which rank that was. Records only while recording (COMMLIB_STATS=1,
+    COMMLIB_TRACE=DIR, commrun --stats or --trace); a CommError otherwise."""
+    if not ENABLED:
+        from ._errors import CommError
+        raise CommError("commlib.stats() counts only calls that are recorded: set COMMLIB_STATS=1 (or run "
+                        "under commrun --stats / --trace) before the program starts")
+    mine = own_records()
+    if not all_ranks:
+        return summarize([mine])
+    from ._api import objects
+    return summarize(list(objects.all_gather_obj.__wrapped__(mine, group=group)))
+
+
+def report_at_finalize(world):
+    """COMMLIB_STATS=1: every rank's records to every rank, rank 0 prints the table (stderr)."""
+    import sys
+    try:
+        rows = stats(all_ranks=True, group=world)
+    except Exception as exc:  # a failed job: its error matters more than the table
+        print(f"[commlib] COMMLIB_STATS: no table ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    if world.rank() == 0:
+        print(f"commlib: communication by call and size (COMMLIB_STATS=1):\n{stats_table(rows)}", file=sys.stderr,
+              flush=True)

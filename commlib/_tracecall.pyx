@@ -44,6 +44,11 @@ def set_map(Py_ssize_t address, int64_t chunk, int chunk_bits, mover):
     _base, _chunk, _chunk_bits, _mover = <Record*>address, chunk, chunk_bits, mover
 
 
+def count():
+    """Records numbered so far."""
+    return _next
+
+
 def restart():
     """Number records from 0 again (a new recorder)."""
     global _next, _base, _chunk

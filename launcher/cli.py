@@ -204,6 +204,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     if trace or stats:  # made last: nothing above may leave it behind
         trace_dir = tempfile.mkdtemp(prefix="commlib-trace-")
         extra["COMMLIB_TRACE"] = trace_dir  # setup() reads extra when the ranks are started
+        if stats:
+            extra["COMMLIB_STATS"] = ""  # the table is commrun's to print, once
     try:
         rc = supervise.run(ranks, setup, coordinator_host=coordinator_host, tag_output=tag_output,
                            timeout=timeout, grace=grace)
@@ -227,7 +229,7 @@ def _report(trace_dir, path, stats):
                 supervise.say(f"--trace: could not write {path}: {e}")
         if stats:
             try:
-                table = _trace.stats_table(_trace.stats(_trace.read(trace_dir)))
+                table = _trace.stats_table(_trace.summarize(_trace.read(trace_dir)))
                 print(f"commrun: communication by call and size (--stats):\n{table}", file=sys.stderr, flush=True)
             except (OSError, ValueError) as e:
                 supervise.say(f"--stats: could not read the ranks' records: {e}")

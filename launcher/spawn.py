@@ -260,8 +260,8 @@ def _become_rank(rank, stdin, out_w, err_w, parent_pid):
         sys.stderr = sys.__stderr__ = _text_stream(2, "w", sys.__stderr__ or sys.stderr)
         os.environ.clear()
         os.environ.update(rank.env)
-        if os.environ.get("COMMLIB_TRACE") and "commlib._trace" in sys.modules:  # imported before: untraced
-            sys.modules["commlib._trace"].enable(os.environ["COMMLIB_TRACE"])
+        if "commlib._trace" in sys.modules:  # imported before the rank's environment: record if it asks
+            sys.modules["commlib._trace"].configure()
         if os.environ.get("PYTHONFAULTHANDLER"):
             faulthandler.enable(sys.stderr, all_threads=True)  # the stack dump on --timeout
         elif faulthandler.is_enabled():

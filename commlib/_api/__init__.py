@@ -25,5 +25,4 @@ __all__ = [
 
 from .. import _trace  # noqa: E402
 
-if _trace.ENABLED:  # COMMLIB_TRACE: every call recorded (nothing is replaced otherwise: no cost at all)
-    _trace.enable(_trace._dir)
+_trace.configure()  # COMMLIB_TRACE / COMMLIB_STATS: every call recorded (else nothing replaced: no cost at all)

@@ -133,6 +133,9 @@ def finalize():
     Raises MismatchError when ranks ran different collectives (after closing).
     """
     global _world, _client, _finalized
+    from .. import _trace
+    if _trace.STATS and _world is not None and _world.transport is not None and not _aborting:
+        _trace.report_at_finalize(_world)  # a collective of every rank, while the world still is one
     with _lock:
         world, client = _world, _client
         _world = _client = None

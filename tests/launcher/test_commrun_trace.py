@@ -147,3 +147,53 @@ def test_mpi_calls_carry_their_mpi_names(commrun):
     assert calls(slices, 0, "MPI.Send")[0]["args"]["peer"] == 1
     assert calls(slices, 1, "MPI.Recv")[0]["args"]["peer"] == 0
     assert not calls(slices, 0, "all_reduce")  # the MPI call is the one recorded, not what it calls
+
+
+STATS_PROGRAM = """
+    import time
+    import numpy as np
+    import commlib as cl
+    g = cl.init()
+    r = g.rank()
+    for i in range(4):
+        if r == 1:
+            time.sleep(0.03)
+        cl.all_sum(np.ones(1000))
+    mine = cl.stats()
+    every = cl.stats(all_ranks=True)
+    row, = [x for x in mine if x["op"] == "all_sum"]
+    assert row["calls"] == 4 and row["bytes"] == 32000 and row["slowest_rank"] is None, row
+    row, = [x for x in every if x["op"] == "all_sum"]
+    assert row["calls"] == 4 * g.size() and row["slowest_rank"] == 1 and row["slowest_count"] == 4, row
+    assert row["wait_seconds"] > 0.03 * (g.size() - 1) * 3, row
+    print("ok", flush=True)
+"""
+
+
+def test_commlib_stats_and_the_table_at_finalize(commrun, tmp_path):
+    script = commrun.script("stats.py", STATS_PROGRAM)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = commrun.run("-n", 3, script, env={"COMMLIB_STATS": "1", "TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ok") == 3
+    head = "commlib: communication by call and size (COMMLIB_STATS=1):"
+    assert r.stderr.count(head) == 1  # rank 0 prints it, once
+    table = [line.partition("] ")[2] for line in r.stderr[r.stderr.index(head):].splitlines()[1:]]  # untagged
+    row, = [line for line in table if line.startswith("all_sum")]
+    assert "rank 1 (4×)" in row
+    assert os.listdir(tmp) == []  # each rank's private records are gone
+
+
+def test_commlib_stats_says_when_nothing_is_recorded(commrun):
+    script = commrun.script("nostats.py", """
+        import commlib as cl
+        cl.init()
+        try:
+            cl.stats()
+        except cl.CommError as e:
+            print("refused:", e)
+    """)
+    r = commrun.run("-n", 2, script, env={"COMMLIB_STATS": "", "COMMLIB_TRACE": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("refused: commlib.stats() counts only calls that are recorded") == 2

@@ -109,7 +109,7 @@ def test_stats_name_the_rank_everyone_waited_for(tmp_path):
                   [rec(1000 * k, 1000 * k + 110, k + 1) for k in range(3)] + [rec(5000, 5002, 4, op=1, nbytes=4096,
                                                                                    peer=1)])
     write_process(tmp_path, 2, 1, ["all_reduce"], [rec(1000 * k + 100, 1000 * k + 110, k + 1) for k in range(3)])
-    rows = {(r["op"], r["size"]): r for r in _trace.stats(_trace.read(str(tmp_path)))}
+    rows = {(r["op"], r["size"]): r for r in _trace.summarize(_trace.read(str(tmp_path)))}
     ar = rows[("all_reduce", "≤ 8 B")]
     assert ar["calls"] == 6 and ar["bytes"] == 48
     assert ar["seconds"] == pytest.approx(3 * 110e-6 + 3 * 10e-6)
