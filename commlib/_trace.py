@@ -201,6 +201,8 @@ def enable(directory):
         namespaces.append(sys.modules["commlib"])
     install(namespaces, [name for name in _api.__all__ if name not in NOT_CALLS])
     install_wait(_engine.Request)
+    from . import _algorithms
+    _algorithms.note = _tracecall.note_algo  # each record names the algorithm its call chose
     if "commlib.MPI._comm" in sys.modules:  # imported before tracing was enabled (a forked rank)
         install_mpi(sys.modules["commlib.MPI._comm"].Comm)
 
@@ -341,6 +343,9 @@ def events(traces):
             args["peer"] = peer
         if flags & F_ERROR:
             args["error"] = True
+        algo = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
+        if 0 < algo <= len(_tracecall.ALGORITHMS):
+            args["algorithm"] = _tracecall.ALGORITHMS[algo - 1]
         key = (gid, seq, name)
         w = waits.get((rank, key))
         if w is not None:

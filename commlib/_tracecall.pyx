@@ -34,7 +34,17 @@ cdef int _chunk_bits = 15
 cdef int64_t _next = 0
 cdef set _busy = set()
 cdef object _mover = None
+cdef dict _algo = {}  # thread -> the algorithm code noted during its current traced call
 F_ERROR = 1
+ALGO_SHIFT = 8  # flags bits 8..15: 1 + the index in ALGORITHMS of the algorithm chosen, 0: none noted
+ALGORITHMS = ("doubling", "ring", "rabenseifner", "bruck", "pairwise", "tree", "chain", "linear", "halving")
+cdef dict _codes = {name: i + 1 for i, name in enumerate(ALGORITHMS)}
+
+
+def note_algo(name):
+    """The algorithm the current traced call of this thread runs (commlib._algorithms.choose)."""
+    if PyThread_get_thread_ident() in _busy:
+        _algo[PyThread_get_thread_ident()] = _codes.get(name, 0)
 
 
 def set_map(Py_ssize_t address, int64_t chunk, int chunk_bits, mover):
@@ -115,11 +125,11 @@ cdef class Traced:
             res = PyObject_Call(self.__wrapped__, args, kwargs)
         except BaseException:
             _busy.discard(me)
-            self._record(t0, _now(), args, kwargs, None, 1)
+            self._record(t0, _now(), args, kwargs, None, 1 | (_algo.pop(me, 0) << 8))
             raise
         cdef int64_t t1 = _now()
         _busy.discard(me)
-        self._record(t0, t1, args, kwargs, res, 0)
+        self._record(t0, t1, args, kwargs, res, (_algo.pop(me, 0) << 8) if _algo else 0)
         return res
 
     cdef void _record(self, int64_t t0, int64_t t1, tuple args, dict kwargs, object res, int flags):

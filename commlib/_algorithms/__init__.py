@@ -77,11 +77,14 @@ CHOICES = {
 
 
 _forced = {}  # kind -> COMMLIB_ALGO_<KIND> value, read once per process
+note = None  # while calls are traced: told each algorithm chosen (commlib._trace sets it)
 
 
 def choose(kind, nbytes, size):
     """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks."""
     algo = decide(kind, nbytes, size)
+    if note is not None:
+        note(algo)
     if _debug.LEVEL:
         _debug.once((kind, algo, size, _debug.size_class(nbytes)), lambda: _why(kind, algo, nbytes, size))
     return algo

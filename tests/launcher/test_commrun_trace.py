@@ -22,6 +22,7 @@ SLOW_RANK = """
     elif r == 1:
         cl.recv_like(x, 0)
     cl.barrier()
+    cl.all_sum(np.ones(1 << 18))  # 2 MiB: the ring, chosen on the call
 """
 
 
@@ -46,17 +47,18 @@ def test_the_slow_rank_is_the_one_everyone_waited_for(commrun, tmp_path):
     ev, slices = load(commrun.cwd / "t.json")
     assert {e["pid"] for e in slices} == {0, 1, 2}
     for rank in (0, 2):
-        sums = calls(slices, rank, "all_sum")
+        sums = calls(slices, rank, "all_sum")[:3]
         assert [e["args"]["seq"] for e in sums] == [1, 2, 3]
         for e in sums:
             assert e["args"]["last_rank"] == 1 and e["args"]["wait_us"] > 50_000, e
             assert e["dur"] > 50_000 and e["args"]["bytes"] == 8000
-    for e in calls(slices, 1, "all_sum"):
+    for e in calls(slices, 1, "all_sum")[:3]:
         assert e["args"]["wait_us"] == 0 and e["dur"] < 50_000
     send, = calls(slices, 0, "send")
     recv, = calls(slices, 1, "recv_like")
     assert send["args"]["peer"] == 1 and recv["args"]["peer"] == 0
     assert len(calls(slices, 2, "barrier")) == 1
+    assert calls(slices, 2, "all_sum")[-1]["args"]["algorithm"] == "ring"
     assert sum(1 for e in ev if e["ph"] == "s") == sum(1 for e in ev if e["ph"] == "f") >= 6
     assert os.listdir(tmp) == []  # the ranks' files are gone once merged
 
@@ -113,8 +115,8 @@ def test_stats_table_names_the_slow_rank(commrun):
     assert "trace of 3 rank(s)" in r.stderr
     table = r.stderr[r.stderr.index("(--stats):"):].splitlines()[1:]
     assert table[0].split()[:2] == ["op", "size"]
-    row, = [line for line in table if line.startswith("all_sum")]
-    assert "rank 1 (3×)" in row and " 9 " in row  # 3 calls on each of 3 ranks
+    row, = [line for line in table if line.startswith("all_sum") and "≤ 64 KiB" in line]
+    assert "rank 1 (3×)" in row and " 9 " in row  # 3 calls on each of 3 ranks (the 2 MiB one is another size)
     assert any(line.startswith("barrier") for line in table)
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from commlib import _trace
+from commlib import _trace, _tracecall
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,6 +46,7 @@ def test_merge_names_the_last_arrival_and_the_waits(tmp_path):
     assert first[2]["wait_us"] == 0
     second = {e["pid"]: e["args"]["last_rank"] for e in slices if e["name"] == "all_reduce" and e["args"]["seq"] == 2}
     assert second == {0: 0, 1: 0, 2: 0}
+    assert "algorithm" not in first[0]  # none noted in these records
     send = [e for e in slices if e["name"] == "send"]
     assert send[0]["args"]["peer"] == 0 and "wait_us" not in send[0]["args"]
     # one flow per waiting rank and collective, from the last arrival's track to the waiter's
@@ -139,3 +140,12 @@ def test_command_line_merges_and_prints_stats(tmp_path, capsys):
     assert json.loads(out.read_text())["traceEvents"]
     with pytest.raises(SystemExit):
         _trace.main([str(tmp_path)])
+
+
+def test_the_algorithm_noted_in_a_record_is_named(tmp_path):
+    ring = 1 + _tracecall.ALGORITHMS.index("ring")
+    write_process(tmp_path, 1, 0, ["all_reduce"], [rec(1, 5, 1, flags=ring << _tracecall.ALGO_SHIFT),
+                                                   rec(6, 9, 2, flags=_trace.F_ERROR)])
+    ev = [e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"]
+    assert ev[0]["args"]["algorithm"] == "ring" and "error" not in ev[0]["args"]
+    assert ev[1]["args"]["error"] is True and "algorithm" not in ev[1]["args"]
