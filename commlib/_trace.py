@@ -11,9 +11,11 @@ files of a job into one Chrome / Perfetto trace: a track per rank, a collective'
 rank linked by flow arrows from the rank that arrived last, and each event's `wait_us`, the time
 its rank waited for that last arrival.
 
-Clocks: records are CLOCK_MONOTONIC nanoseconds, one clock for every process of a host. Ranks of
-other hosts are placed by the wall clock each one read beside its monotonic clock at start
-(as good as the hosts' clock synchronisation).
+Clocks: records are CLOCK_MONOTONIC nanoseconds, one clock for every process of a host. When the
+world assembles, each traced rank measures its clock against the coordinator's (the shortest of
+five round trips; the error, half of it, is in the meta file) and the merge puts every rank on the
+coordinator's clock; a trace without those offsets (ranks that recorded before any world) falls
+back to each host's wall clock.
 """
 import ctypes
 import json
@@ -71,6 +73,8 @@ class Recorder:
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
                      "rank": env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
                      "ops": list(_names)}
+        if _clock is not None:
+            self.meta["coord_offset_ns"], self.meta["coord_error_ns"] = _clock
         self._write_meta()
 
     def _map(self, chunk):
@@ -101,6 +105,11 @@ class Recorder:
             while chunk > self.chunk:
                 self._map(self.chunk + 1)
 
+    def note_clock(self):
+        if _clock is not None:
+            self.meta["coord_offset_ns"], self.meta["coord_error_ns"] = _clock
+            self._write_meta()
+
     def note_rank(self, rank):
         if self.meta.get("rank") != rank:
             self.meta["rank"] = rank
@@ -119,6 +128,17 @@ def op_id(name):
         if _recorder is not None:
             _recorder.ops_changed()
     return i
+
+
+_clock = None  # (coordinator's monotonic clock - ours, its error), ns: set when the world assembles
+
+
+def note_clock(offset):
+    """This process's clock against the coordinator's ((offset, error) ns, or None: unknown)."""
+    global _clock
+    _clock = offset
+    if _recorder is not None:
+        _recorder.note_clock()
 
 
 def recorder():
@@ -301,11 +321,14 @@ def _timeline(traces):
         rank = meta.get("rank")
         ranked.append((rank if isinstance(rank, int) else 100000 + i, meta, recs))
     ranked.sort(key=lambda t: t[0])
+    # one clock for all: the coordinator's, when every process measured its offset to it at start;
+    # else each host's wall clock (read beside its monotonic one), as good as the hosts' synchronisation
+    coord = all("coord_offset_ns" in m for _, m, _ in ranked)
     base_wall = min((m["wall_ns"] - m["mono_ns"] for _, m, _ in ranked), default=0)
     t_min = None
     rows = []
     for rank, meta, recs in ranked:
-        shift = (meta["wall_ns"] - meta["mono_ns"]) - base_wall  # this host's clock against the first's
+        shift = meta["coord_offset_ns"] if coord else (meta["wall_ns"] - meta["mono_ns"]) - base_wall
         ops = meta.get("ops", [])
         for t0, t1, nbytes, seq, op, gid, peer, flags in recs:
             name = ops[op] if 0 <= op < len(ops) else f"op{op}"

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from .. import _debug, _rendezvous
+from .. import _debug, _rendezvous, _trace
 from .._transport import Endpoint, Transport
 from .group import Group
 from .p2p import Engine
@@ -55,6 +55,8 @@ def join(env, timeout, coordinator=None, eager=True):
         if coordinator is not None:
             coordinator.close()
         raise
+    if _trace.ENABLED:  # a trace places this rank's records on the coordinator's clock
+        _trace.note_clock(client.clock_offset())
     ep.notices.send = client.send
     ep.coordinator_sock = client.sock
     if env.source != "commrun":  # rank 0 hosts the coordinator: losing it is losing rank 0

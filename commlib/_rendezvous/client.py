@@ -124,6 +124,29 @@ class Client:
                 )
             self._early.append(msg)
 
+    def clock_offset(self, tries=5, timeout=1.0):
+        """(offset, error) in ns: the coordinator's CLOCK_MONOTONIC minus this process's, from the
+        round trip of `tries` "clock" requests (the shortest one's midpoint; error: half of it).
+        Before start_listener only; None when the coordinator does not answer within `timeout`."""
+        best = None
+        deadline = time.monotonic() + timeout
+        for i in range(tries):
+            t0 = time.monotonic_ns()
+            self.send({"kind": "clock", "echo": i})
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return best
+                msg = self._read(left)
+                if msg.get("kind") == "clock" and msg.get("echo") == i:
+                    break
+                if msg.get("kind") != "_tick":
+                    self._early.append(msg)  # the listener handles it once it starts
+            t1 = time.monotonic_ns()
+            if best is None or t1 - t0 < 2 * best[1]:
+                best = (msg["t"] - (t0 + t1) // 2, (t1 - t0) // 2)
+        return best
+
     def _read(self, timeout):
         self._sock.settimeout(timeout)
         try:

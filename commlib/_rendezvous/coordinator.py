@@ -235,6 +235,8 @@ class Coordinator:
                 table = list(self._table)
             if complete:
                 self._broadcast({"kind": "table", "table": table})
+        elif kind == "clock":  # a rank aligning its trace's clock with ours (commlib._trace)
+            conn.push(encode({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}))
         elif kind == "census":
             with self._lock:
                 dead = sorted(self._dead)

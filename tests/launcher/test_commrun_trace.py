@@ -199,3 +199,15 @@ def test_commlib_stats_says_when_nothing_is_recorded(commrun):
     r = commrun.run("-n", 2, script, env={"COMMLIB_STATS": "", "COMMLIB_TRACE": ""})
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("refused: commlib.stats() counts only calls that are recorded") == 2
+
+
+def test_ranks_measure_their_clock_against_the_coordinator(commrun, tmp_path):
+    script = commrun.script("slow.py", SLOW_RANK)
+    trace_dir = tmp_path / "records"
+    r = commrun.run("-n", 3, script, env={"COMMLIB_TRACE": str(trace_dir)})
+    assert r.returncode == 0, r.stderr
+    metas = [json.loads(p.read_text()) for p in trace_dir.glob("trace-*.json")]
+    assert sorted(m["rank"] for m in metas) == [0, 1, 2]
+    for m in metas:  # one host: one monotonic clock, so the measured offset is zero within its error
+        assert 0 < m["coord_error_ns"] < 50_000_000
+        assert abs(m["coord_offset_ns"]) <= m["coord_error_ns"] + 100_000, m

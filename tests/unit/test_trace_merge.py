@@ -149,3 +149,21 @@ def test_the_algorithm_noted_in_a_record_is_named(tmp_path):
     ev = [e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"]
     assert ev[0]["args"]["algorithm"] == "ring" and "error" not in ev[0]["args"]
     assert ev[1]["args"]["error"] is True and "algorithm" not in ev[1]["args"]
+
+
+def test_ranks_are_placed_on_the_coordinators_clock(tmp_path):
+    # the wall clocks disagree by 3 s; the offsets measured against the coordinator place rank 1's call
+    # 40 µs after rank 0's
+    x = 10**13
+    for pid, rank, mono, wall, offset, start in ((1, 0, x, 10**18, 5_000, x + 100_000),
+                                                (2, 1, x - 7 * 10**9, 10**18 + 3 * 10**9, 5_000 + 7 * 10**9,
+                                                 x - 7 * 10**9 + 140_000)):
+        meta = {"pid": pid, "host": f"h{rank}", "rank": rank, "mono_ns": mono, "wall_ns": wall, "ops": ["barrier"],
+                "coord_offset_ns": offset, "coord_error_ns": 1_000}
+        with open(tmp_path / f"trace-{pid}.json", "w") as f:
+            json.dump(meta, f)
+        with open(tmp_path / f"trace-{pid}.bin", "wb") as f:
+            f.write(_trace.RECORD.pack(start, start + 200_000, 0, 1, 0, 0, -1, 0))
+    ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
+    assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(40)
+    assert ev[0]["args"]["wait_us"] == pytest.approx(40) and ev[0]["args"]["last_rank"] == 1
