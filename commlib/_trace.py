@@ -1,6 +1,6 @@
 """A timeline of every rank's communication calls (COMMLIB_TRACE=DIR, `commrun --trace FILE.json`).
 
-With COMMLIB_TRACE set when commlib is imported, the public calls of the API layer (collectives,
+With COMMLIB_TRACE (or COMMLIB_STATS) set when commlib is imported, the public calls of the API layer (collectives,
 their i-variants, point-to-point, the object calls) and Request.wait are replaced by recording
 wrappers; without it nothing is replaced, so tracing off costs nothing at all. Each call is one
 fixed-size record (start, end, bytes, the group's sequence number, op, group, peer) written into a
@@ -37,7 +37,6 @@ F_ERROR = 1  # the call raised
 _dir = ""
 ENABLED = False  # recording (COMMLIB_TRACE, COMMLIB_STATS)
 STATS = False  # COMMLIB_STATS: rank 0 prints the table at finalize()
-_private = None  # the recording directory made for COMMLIB_STATS alone (removed at exit)
 
 
 def from_env():
@@ -52,6 +51,8 @@ def configure():
     directory, STATS = from_env()
     if directory or STATS:
         enable(directory)  # "": a directory of this process's own, made at its first record
+
+
 _recorder = None
 _lifecycle = None  # commlib._api.lifecycle, once a call is wrapped
 
@@ -72,9 +73,7 @@ class Recorder:
         self._map(0)
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
                      "rank": env_rank(), "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
-                     "ops": list(_names)}
-        if _clock is not None:
-            self.meta["coord_offset_ns"], self.meta["coord_error_ns"] = _clock
+                     "ops": list(_names), **_clock_fields()}
         self._write_meta()
 
     def _map(self, chunk):
@@ -106,9 +105,8 @@ class Recorder:
                 self._map(self.chunk + 1)
 
     def note_clock(self):
-        if _clock is not None:
-            self.meta["coord_offset_ns"], self.meta["coord_error_ns"] = _clock
-            self._write_meta()
+        self.meta.update(_clock_fields())
+        self._write_meta()
 
     def note_rank(self, rank):
         if self.meta.get("rank") != rank:
@@ -133,6 +131,11 @@ def op_id(name):
 _clock = None  # (coordinator's monotonic clock - ours, its error), ns: set when the world assembles
 
 
+def _clock_fields():
+    """The meta file's fields for the offset to the coordinator's clock (none while unknown)."""
+    return {} if _clock is None else {"coord_offset_ns": _clock[0], "coord_error_ns": _clock[1]}
+
+
 def note_clock(offset):
     """This process's clock against the coordinator's ((offset, error) ns, or None: unknown)."""
     global _clock
@@ -142,19 +145,18 @@ def note_clock(offset):
 
 
 def recorder():
-    global _recorder, _dir, _private
+    global _recorder, _dir
     if _recorder is None:
         if not _dir:  # COMMLIB_STATS alone: the records are this process's business, gone at its exit
             import atexit
             import shutil
             import tempfile
-            _dir = _private = tempfile.mkdtemp(prefix="commlib-stats-")
-            atexit.register(shutil.rmtree, _private, True)
+            _dir = tempfile.mkdtemp(prefix="commlib-stats-")
+            atexit.register(shutil.rmtree, _dir, True)
         _recorder = Recorder(_dir)
-        if _recorder.meta["rank"] is None:  # no launcher's variable: the world's rank, once there is one
-            from ._api import lifecycle
-            if lifecycle._world is not None:
-                _recorder.note_rank(lifecycle._world._rank)
+        world = _world()
+        if _recorder.meta["rank"] is None and world is not None:  # no launcher's variable: the world's rank
+            _recorder.note_rank(world._rank)
     return _recorder
 
 
@@ -170,7 +172,8 @@ def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
 
 
 def _world():
-    return _lifecycle._world
+    """The default group (None before init, or before any call was wrapped)."""
+    return _lifecycle._world if _lifecycle is not None else None
 
 
 def _after_fork():
