@@ -394,10 +394,11 @@ def events(traces):
     return ev
 
 
-def merge(directory, path):
-    """Write the Chrome / Perfetto trace of the processes traced into `directory` to `path`;
-    returns (processes, records)."""
-    traces = read(directory)
+def merge(directory, path, traces=None):
+    """Write the Chrome / Perfetto trace of the processes traced into `directory` (or of `traces`,
+    read() of it already) to `path`; returns (processes, records)."""
+    if traces is None:
+        traces = read(directory)
     ev = events(traces)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

@@ -220,16 +220,21 @@ def _report(trace_dir, path, stats):
     the trace at `path`, and/or the --stats table on stderr."""
     from commlib import _trace
     try:
+        try:
+            traces = _trace.read(trace_dir)  # once, for both
+        except OSError as e:
+            supervise.say(f"--{'trace' if path else 'stats'}: could not read the ranks' records: {e}")
+            return
         if path:
             try:
-                procs, records = _trace.merge(trace_dir, path)
+                procs, records = _trace.merge(trace_dir, path, traces)
                 supervise.say(f"trace of {procs} rank(s), {records} calls: {path} "
                               "(open it at https://ui.perfetto.dev)")
             except (OSError, ValueError) as e:
                 supervise.say(f"--trace: could not write {path}: {e}")
         if stats:
             try:
-                table = _trace.stats_table(_trace.summarize(_trace.read(trace_dir)))
+                table = _trace.stats_table(_trace.summarize(traces))
                 print(f"commrun: communication by call and size (--stats):\n{table}", file=sys.stderr, flush=True)
             except (OSError, ValueError) as e:
                 supervise.say(f"--stats: could not read the ranks' records: {e}")
