@@ -12,10 +12,11 @@ rank linked by flow arrows from the rank that arrived last, and each event's `wa
 its rank waited for that last arrival.
 
 Clocks: records are CLOCK_MONOTONIC nanoseconds, one clock for every process of a host. When the
-world assembles, each traced rank measures its clock against the coordinator's (the shortest of
-five round trips; the error, half of it, is in the meta file) and the merge puts every rank on the
-coordinator's clock; a trace without those offsets (ranks that recorded before any world) falls
-back to each host's wall clock.
+world assembles and again at finalize(), each traced rank measures its clock against the
+coordinator's (the shortest of five round trips; the error, half of it, is in the meta file) and
+the merge puts every rank on the coordinator's clock, drifting linearly between the two
+measurements; a trace without those offsets (ranks that recorded before any world) falls back to
+each host's wall clock.
 """
 import ctypes
 import json
@@ -128,20 +129,31 @@ def op_id(name):
     return i
 
 
-_clock = None  # (coordinator's monotonic clock - ours, its error), ns: set when the world assembles
+_clock = {}  # the meta file's fields for this process's clock against the coordinator's
 
 
 def _clock_fields():
-    """The meta file's fields for the offset to the coordinator's clock (none while unknown)."""
-    return {} if _clock is None else {"coord_offset_ns": _clock[0], "coord_error_ns": _clock[1]}
+    """The meta file's fields for the offsets to the coordinator's clock (none while unknown)."""
+    return dict(_clock)
 
 
-def note_clock(offset):
-    """This process's clock against the coordinator's ((offset, error) ns, or None: unknown)."""
-    global _clock
-    _clock = offset
+def note_clock(measured, end=False):
+    """This process's clock against the coordinator's, measured when the world assembled (or, end:
+    at finalize): (offset, error, when) ns, or None (no answer)."""
+    if measured is None:
+        return
+    prefix = "coord_end_" if end else "coord_"
+    _clock.update({prefix + "offset_ns": measured[0], prefix + "error_ns": measured[1], prefix + "at_ns": measured[2]})
     if _recorder is not None:
         _recorder.note_clock()
+
+
+def note_clock_end(world):
+    """At finalize: the clock measured again, so that a merge corrects for drift over the job."""
+    try:
+        note_clock(world.transport.ep.notices.clock_offset(), end=True)
+    except Exception as exc:  # a failed job's coordinator may be gone: the start's offset stands
+        _warn_once(exc)
 
 
 def recorder():
@@ -314,6 +326,21 @@ def read(directory):
     return out
 
 
+def _placement(meta, coord, base_wall):
+    """t -> t on the common clock, for one process: the coordinator's (its offset measured at the
+    start and, when measured again at finalize, drifting linearly between the two), else the wall
+    clock's."""
+    if not coord:
+        shift = (meta["wall_ns"] - meta["mono_ns"]) - base_wall
+        return lambda t: t + shift
+    o0, at0 = meta["coord_offset_ns"], meta.get("coord_at_ns")
+    o1, at1 = meta.get("coord_end_offset_ns"), meta.get("coord_end_at_ns")
+    if o1 is None or at0 is None or at1 is None or at1 <= at0:
+        return lambda t: t + o0
+    rate = (o1 - o0) / (at1 - at0)
+    return lambda t: t + o0 + round(rate * (t - at0))
+
+
 def _timeline(traces):
     """(ranked, rows, t_min, by_coll, waits) of read()'s traces: ranked [(rank, meta, records)];
     rows (rank, name, start ns, end ns, bytes, seq, gid, peer, flags) on one clock; by_coll: the rows
@@ -331,11 +358,11 @@ def _timeline(traces):
     t_min = None
     rows = []
     for rank, meta, recs in ranked:
-        shift = meta["coord_offset_ns"] if coord else (meta["wall_ns"] - meta["mono_ns"]) - base_wall
+        place = _placement(meta, coord, base_wall)
         ops = meta.get("ops", [])
         for t0, t1, nbytes, seq, op, gid, peer, flags in recs:
             name = ops[op] if 0 <= op < len(ops) else f"op{op}"
-            s, e = t0 + shift, t1 + shift
+            s, e = place(t0), place(t1)
             rows.append((rank, name, s, e, nbytes, seq, gid, peer, flags))
             t_min = s if t_min is None else min(t_min, s)
     by_coll = {}

@@ -134,8 +134,10 @@ def finalize():
     """
     global _world, _client, _finalized
     from .. import _trace
-    if _trace.STATS and _world is not None and _world.transport is not None and not _aborting:
-        _trace.report_at_finalize(_world)  # a collective of every rank, while the world still is one
+    if _trace.ENABLED and _world is not None and _world.transport is not None and not _aborting:
+        _trace.note_clock_end(_world)  # the clock against the coordinator's again: its drift over the job
+        if _trace.STATS:
+            _trace.report_at_finalize(_world)  # a collective of every rank, while the world still is one
     with _lock:
         world, client = _world, _client
         _world = _client = None

@@ -125,27 +125,19 @@ class Client:
             self._early.append(msg)
 
     def clock_offset(self, tries=5, timeout=1.0):
-        """(offset, error) in ns: the coordinator's CLOCK_MONOTONIC minus this process's, from the
-        round trip of `tries` "clock" requests (the shortest one's midpoint; error: half of it).
-        Before start_listener only; None when the coordinator does not answer within `timeout`."""
-        best = None
-        deadline = time.monotonic() + timeout
-        for i in range(tries):
-            t0 = time.monotonic_ns()
-            self.send({"kind": "clock", "echo": i})
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return best
+        """clock_offset() of this connection before start_listener: replies read here, anything
+        else kept for the listener."""
+        def receive(left):
+            while left > 0:
+                t = time.monotonic()
                 msg = self._read(left)
-                if msg.get("kind") == "clock" and msg.get("echo") == i:
-                    break
+                if msg.get("kind") == "clock":
+                    return msg
                 if msg.get("kind") != "_tick":
                     self._early.append(msg)  # the listener handles it once it starts
-            t1 = time.monotonic_ns()
-            if best is None or t1 - t0 < 2 * best[1]:
-                best = (msg["t"] - (t0 + t1) // 2, (t1 - t0) // 2)
-        return best
+                left -= time.monotonic() - t
+            return None
+        return clock_offset(self.send, receive, tries, timeout)
 
     def _read(self, timeout):
         self._sock.settimeout(timeout)
@@ -202,3 +194,25 @@ class Client:
                 while self._sock.recv(65536):
                     continue
         self._sock.close()
+
+
+def clock_offset(send, receive, tries=5, timeout=1.0):
+    """(offset, error, when) in ns: the coordinator's CLOCK_MONOTONIC minus this process's, from
+    `tries` "clock" round trips (the shortest one's midpoint; error: half of it; when: our clock
+    then). send(msg) sends; receive(seconds) returns the next "clock" reply or None. None when the
+    coordinator does not answer within `timeout` seconds."""
+    best = None
+    deadline = time.monotonic() + timeout
+    for i in range(tries):
+        t0 = time.monotonic_ns()
+        send({"kind": "clock", "echo": i})
+        while True:
+            msg = receive(deadline - time.monotonic())
+            if msg is None:
+                return best
+            if msg.get("echo") == i:
+                break
+        t1 = time.monotonic_ns()
+        if best is None or t1 - t0 < 2 * best[1]:
+            best = (msg["t"] - (t0 + t1) // 2, (t1 - t0) // 2, (t0 + t1) // 2)
+    return best

@@ -10,6 +10,7 @@ the data path.
 """
 import contextlib
 import logging
+import queue
 import threading
 import time
 
@@ -36,8 +37,21 @@ class Notices:
         self._cond = threading.Condition()
         self._spread = False
         self.coordinator_rank = None  # the rank whose process hosts the coordinator (None: the launcher does)
+        self._clock = queue.Queue()  # the coordinator's "clock" replies (a trace's alignment at the end)
 
     # ------------------------------------------------------------ incoming
+    def clock_offset(self):
+        """The coordinator's clock against ours ((offset, error, when) ns, or None), while the
+        listener runs (commlib._trace at finalize)."""
+        from .._rendezvous.client import clock_offset
+
+        def receive(left):
+            try:
+                return self._clock.get(timeout=max(left, 0.001)) if left > 0 else None
+            except queue.Empty:
+                return None
+        return clock_offset(self.send, receive)
+
     def on_notice(self, msg):
         """Coordinator push (listener thread)."""
         kind, peer = msg.get("kind"), msg.get("rank")
@@ -58,6 +72,8 @@ class Notices:
             timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer,))
             timer.daemon = True
             timer.start()
+        elif kind == "clock":
+            self._clock.put(msg)
         elif kind == "left":
             with self._cond:
                 self.exits.setdefault(peer, "it called finalize()")

@@ -167,3 +167,20 @@ def test_ranks_are_placed_on_the_coordinators_clock(tmp_path):
     ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
     assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(40)
     assert ev[0]["args"]["wait_us"] == pytest.approx(40) and ev[0]["args"]["last_rank"] == 1
+
+
+def test_a_clock_drifting_between_start_and_finalize_is_corrected(tmp_path):
+    # rank 1's offset to the coordinator grows from 0 to 1 ms over 1 s: a call at the middle is
+    # placed 0.5 ms later than its own clock says; rank 0's clock is the coordinator's
+    x = 10**13
+    for pid, rank, extra, start in ((1, 0, {}, x + 500_000_000),
+                                    (2, 1, {"coord_end_offset_ns": 1_000_000, "coord_end_error_ns": 1_000,
+                                            "coord_end_at_ns": x + 10**9}, x + 500_000_000)):
+        meta = {"pid": pid, "host": "h", "rank": rank, "mono_ns": x, "wall_ns": 10**18, "ops": ["barrier"],
+                "coord_offset_ns": 0, "coord_error_ns": 1_000, "coord_at_ns": x, **extra}
+        with open(tmp_path / f"trace-{pid}.json", "w") as f:
+            json.dump(meta, f)
+        with open(tmp_path / f"trace-{pid}.bin", "wb") as f:
+            f.write(_trace.RECORD.pack(start, start + 10_000, 0, 1, 0, 0, -1, 0))
+    ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
+    assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(500)
