@@ -11,9 +11,10 @@ from commlib import _trace, _tracecall
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def write_process(directory, pid, rank, ops, records, mono_ns=10**12, wall_ns=2 * 10**18, host="h"):
-    """A traced process's two files, as a Recorder leaves them (a chunk padded with zeros)."""
-    meta = {"pid": pid, "host": host, "rank": rank, "mono_ns": mono_ns, "wall_ns": wall_ns, "ops": ops}
+def write_process(directory, pid, rank, ops, records, mono_ns=10**12, wall_ns=2 * 10**18, host="h", **clock):
+    """A traced process's two files, as a Recorder leaves them (a chunk padded with zeros); clock:
+    the meta's coord_* fields."""
+    meta = {"pid": pid, "host": host, "rank": rank, "mono_ns": mono_ns, "wall_ns": wall_ns, "ops": ops, **clock}
     with open(os.path.join(directory, f"trace-{pid}.json"), "w") as f:
         json.dump(meta, f)
     data = b"".join(_trace.RECORD.pack(*r) for r in records) + bytes(_trace.RECORD.size * 3)
@@ -158,12 +159,8 @@ def test_ranks_are_placed_on_the_coordinators_clock(tmp_path):
     for pid, rank, mono, wall, offset, start in ((1, 0, x, 10**18, 5_000, x + 100_000),
                                                 (2, 1, x - 7 * 10**9, 10**18 + 3 * 10**9, 5_000 + 7 * 10**9,
                                                  x - 7 * 10**9 + 140_000)):
-        meta = {"pid": pid, "host": f"h{rank}", "rank": rank, "mono_ns": mono, "wall_ns": wall, "ops": ["barrier"],
-                "coord_offset_ns": offset, "coord_error_ns": 1_000}
-        with open(tmp_path / f"trace-{pid}.json", "w") as f:
-            json.dump(meta, f)
-        with open(tmp_path / f"trace-{pid}.bin", "wb") as f:
-            f.write(_trace.RECORD.pack(start, start + 200_000, 0, 1, 0, 0, -1, 0))
+        write_process(tmp_path, pid, rank, ["barrier"], [(start, start + 200_000, 0, 1, 0, 0, -1, 0)], mono, wall,
+                      f"h{rank}", coord_offset_ns=offset, coord_error_ns=1_000)
     ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
     assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(40)
     assert ev[0]["args"]["wait_us"] == pytest.approx(40) and ev[0]["args"]["last_rank"] == 1
@@ -173,14 +170,10 @@ def test_a_clock_drifting_between_start_and_finalize_is_corrected(tmp_path):
     # rank 1's offset to the coordinator grows from 0 to 1 ms over 1 s: a call at the middle is
     # placed 0.5 ms later than its own clock says; rank 0's clock is the coordinator's
     x = 10**13
-    for pid, rank, extra, start in ((1, 0, {}, x + 500_000_000),
-                                    (2, 1, {"coord_end_offset_ns": 1_000_000, "coord_end_error_ns": 1_000,
-                                            "coord_end_at_ns": x + 10**9}, x + 500_000_000)):
-        meta = {"pid": pid, "host": "h", "rank": rank, "mono_ns": x, "wall_ns": 10**18, "ops": ["barrier"],
-                "coord_offset_ns": 0, "coord_error_ns": 1_000, "coord_at_ns": x, **extra}
-        with open(tmp_path / f"trace-{pid}.json", "w") as f:
-            json.dump(meta, f)
-        with open(tmp_path / f"trace-{pid}.bin", "wb") as f:
-            f.write(_trace.RECORD.pack(start, start + 10_000, 0, 1, 0, 0, -1, 0))
+    start = x + 500_000_000
+    for pid, rank, end in ((1, 0, {}), (2, 1, {"coord_end_offset_ns": 1_000_000, "coord_end_error_ns": 1_000,
+                                              "coord_end_at_ns": x + 10**9})):
+        write_process(tmp_path, pid, rank, ["barrier"], [(start, start + 10_000, 0, 1, 0, 0, -1, 0)], x, 10**18,
+                      coord_offset_ns=0, coord_error_ns=1_000, coord_at_ns=x, **end)
     ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
     assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(500)
