@@ -3,7 +3,8 @@
 INFO: joining the world (how, how many ranks, the spin policy), each connection made or accepted
 (peer, group, channel, route, shared memory, milliseconds, attempts), each collective algorithm
 the first time a (collective, algorithm, size class) is chosen, with the numbers it was chosen by,
-and every failure with its cause. TRACE: also every algorithm choice. Each line:
+every failure with its cause, and at finalize() how the waits for peers ended (spinning, or asleep
+in poll). TRACE: also every algorithm choice. Each line:
 
     [commlib rank 3 +12.345678s] connected to rank 0 (group 0, collectives) over unix ...
 

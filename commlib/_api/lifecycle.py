@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 
+from .. import _debug
 from .._errors import CommError, MismatchError
 from .._wire import ProtocolError, decode
 
@@ -145,6 +146,8 @@ def finalize():
             _finalized = True
     if world is None or world.transport is None:
         return
+    if _debug.LEVEL:
+        _debug.log(_debug.INFO, lambda: _waits_text(world))
     from .._engine import world as joined
 
     got = None if _aborting else joined.digests(world)
@@ -152,6 +155,24 @@ def finalize():
     joined.close(world, client)
     if mismatch is not None:
         raise mismatch
+
+
+def _waits_text(world):
+    """COMMLIB_DEBUG at finalize(): how this rank's waits for its peers ended, spinning or asleep."""
+    parts = []
+    steppers = [(f"group {g.gid} collectives", g._channel.stepper)
+                for g in list(world.engine.groups.values()) if g._channel is not None]
+    if world.transport._p2p is not None:
+        steppers.append(("point-to-point", world.transport._p2p.stepper))
+    for what, stepper in steppers:
+        waits, sleeps, slept = stepper.wait_counts()
+        if waits:
+            parts.append(f"{what}: {waits} waits, {waits - slept} ended spinning "
+                         f"({100 * (waits - slept) / waits:.0f} %), {slept} slept ({sleeps} sleeps in poll)")
+    seconds, adaptive, yielding = world.spin
+    policy = (f"spin {'adaptive, up to' if adaptive else 'fixed'} {seconds * 1e6:.0f} us"
+              f"{', yielding the core' if yielding else ''}" if seconds > 0 else "no spin")
+    return f"finalize: {policy}; " + ("; ".join(parts) if parts else "no wait in the step loop")
 
 
 def _compare(me, mine, got):

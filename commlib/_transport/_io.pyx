@@ -191,6 +191,7 @@ cdef struct Step:
     double* learned          # not NULL: adapt the spin to this peer's average wait (spin_s is the cap)
     double check_s           # > 0: return ST_SLOW after this long without progress
     long long* state
+    long long* waits         # [waits, sleeps in poll, waits that slept]: the spin's record (COMMLIB_DEBUG)
 
 
 cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
@@ -266,6 +267,7 @@ cdef int _run(Step* s) noexcept nogil:
     cdef int link
     cdef double now, spin_until = 0.0, last_progress = 0.0, wait_until, spin_s
     cdef double waiting_since = 0.0
+    cdef bint slept = False  # this wait has slept in poll at least once
     # Only a wait for the peer's first byte says whether the peer is prompt: a wait inside a transfer
     # (a ring or socket buffer refilling) is the transfer's own pace, and learning from it switched
     # the spin off for good on large shared-memory transfers (1 MiB ping-pong 43 -> 498 us, bimodal)
@@ -403,8 +405,8 @@ cdef int _run(Step* s) noexcept nogil:
                 if waiting_since > 0.0 and s.learned != NULL and arrival_wait:
                     s.learned[0] = _learn_wait(s.learned[0], last_progress - waiting_since, s.spin_s, fast)
                     spin_s = _spin_budget(s.learned[0], cap, fast)
-                waiting_since = 0.0
                 spin_until = last_progress + spin_s
+            waiting_since = 0.0
             continue
         if not want_in and not want_out:
             # Relay waiting for bytes that are still to arrive, with the
@@ -414,6 +416,8 @@ cdef int _run(Step* s) noexcept nogil:
         if waiting_since == 0.0:
             waiting_since = now
             arrival_wait = st[S_RECVD] == 0 if recv_total > 0 else st[S_SENT] == 0
+            s.waits[0] += 1
+            slept = False
         if now < spin_until:
             if s.yield_spin:
                 sched_yield()
@@ -451,6 +455,10 @@ cdef int _run(Step* s) noexcept nogil:
             fds[nfds].events = POLLIN
             nfds += 1
         timeout_ms = <int>((wait_until - now) * 1000.0) + 1
+        s.waits[1] += 1
+        if not slept:
+            slept = True
+            s.waits[2] += 1
         rc = poll(fds, nfds, timeout_ms)
         if rc < 0:
             if errno == EINTR:
@@ -489,6 +497,7 @@ cdef class Stepper:
     cdef double spin_s, check_s
     cdef bint adaptive, yield_spin
     cdef double learned[SPIN_SLOTS]
+    cdef long long waits[3]
 
     def __init__(self, state, Py_ssize_t chunk, int wake_fd, Py_ssize_t ring_ptr, Py_ssize_t ring_len,
                  double spin_s, double check_s, bint adaptive=False, bint yield_spin=False):
@@ -498,6 +507,7 @@ cdef class Stepper:
         self.adaptive, self.yield_spin = adaptive, yield_spin
         for i in range(SPIN_SLOTS):
             self.learned[i] = 0.0  # a new peer is presumed prompt: spin the cap until it proves late
+        self.waits[0] = self.waits[1] = self.waits[2] = 0
         self.state = state
         self._state = state
         self.rhdr = bytearray(56)
@@ -517,6 +527,7 @@ cdef class Stepper:
         s.check_s = self.check_s
         s.state = &self._state[0]
         s.learned = NULL
+        s.waits = &self.waits[0]
 
     cdef inline void _learn_peer(self, Step* s) noexcept nogil:
         """Adaptive spin: the step's spin budget follows its peer's average wait."""
@@ -531,6 +542,11 @@ cdef class Stepper:
         with nogil:
             rc = _run(s)
         return rc
+
+    def wait_counts(self):
+        """(waits, sleeps, waits that slept) of this stepper's steps so far: a wait is a time a step
+        found nothing to send or receive; it ends by spinning (no sleep) or after sleeping in poll(2)."""
+        return self.waits[0], self.waits[1], self.waits[2]
 
     def learned_wait(self, int fd):
         """The average wait learned for the peer behind descriptor fd (seconds)."""
