@@ -37,4 +37,11 @@ print("\n| n | off µs/call | on µs/call | on − off |\n|---|---:|---:|---:|")
 for n in sorted({r["n"] for r in runs}):
     med = {m: statistics.median(r["us_per_call"] for r in runs if r["n"] == n and r["label"] == m) for m in ("off", "on")}
     print(f"| {n} | {med['off']:.3f} | {med['on']:.3f} | {med['on'] - med['off']:+.3f} |")
+print("\ninterleaved in one process (batches of the recorded call and of the function it wraps):")
+print("\n| n | off µs/call | on µs/call | on − off |\n|---|---:|---:|---:|")
+for n in sorted({r["n"] for r in runs}):
+    alt = [r["interleaved_us"] for r in runs if r["n"] == n and "interleaved_us" in r]
+    off, on = (statistics.median(a[m] for a in alt) for m in ("off", "on"))
+    diffs = sorted(a["on"] - a["off"] for a in alt)
+    print(f"| {n} | {off:.3f} | {on:.3f} | {on - off:+.3f} (runs: {diffs[0]:+.3f} … {diffs[-1]:+.3f}) |")
 PY

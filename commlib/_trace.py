@@ -22,6 +22,7 @@ import ctypes
 import json
 import mmap
 import os
+import re
 import socket
 import struct
 import threading
@@ -34,6 +35,7 @@ RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, 
 CHUNK_BITS = 15
 CHUNK = 1 << CHUNK_BITS  # records mapped at a time (1.5 MiB)
 F_ERROR = 1  # the call raised
+GROUPS_AT_ONCE = 64  # groups whose transport is written to the meta file as each first records
 
 _dir = ""
 ENABLED = False  # recording (COMMLIB_TRACE, COMMLIB_STATS)
@@ -104,10 +106,32 @@ class Recorder:
         with self.lock:
             while chunk > self.chunk:
                 self._map(self.chunk + 1)
+            if len(self.meta.get("groups", ())) > GROUPS_AT_ONCE:
+                self._write_meta()
 
     def note_clock(self):
         self.meta.update(_clock_fields())
         self._write_meta()
+
+    def note_group(self, g):
+        """Group g's members and how this rank reaches each of them (the trace's `transport`); the
+        meta file is rewritten for the first GROUPS_AT_ONCE groups, later ones at the next chunk or
+        at finalize() (a job that splits groups in a loop rewrites no file per group)."""
+        ep = g._ep
+        if ep is None:
+            return
+        from ._transport import CH_COLL, CH_P2P
+        routes = self.meta.setdefault("routes", {})
+        for w in g.world:
+            if w != ep.rank and str(w) not in routes:
+                sock = ep.out_sock(g.gid, CH_COLL, w) or ep.out_sock(g.gid, CH_P2P, w)
+                route = ep.describe_route(w, sock)  # "shared memory", "unix socket", "tcp HOST:PORT"
+                routes[str(w)] = "tcp" if route.startswith("tcp") else route
+        kinds = sorted({routes[str(w)] for w in g.world if w != ep.rank})
+        groups = self.meta.setdefault("groups", {})
+        groups[str(g.gid & 0x7FFFFFFF)] = {"world": list(g.world), "transport": " + ".join(kinds) or "self"}
+        if len(groups) <= GROUPS_AT_ONCE:
+            self._write_meta()
 
     def note_rank(self, rank):
         if self.meta.get("rank") != rank:
@@ -172,6 +196,10 @@ def recorder():
     return _recorder
 
 
+def _note_group(g):
+    recorder().note_group(g)
+
+
 def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
     """fn recording each outermost call as `name` (`_tracecall.Traced`); peer_at/peer_kw: where the
     peer rank is in the arguments (point-to-point); group_of(args, kwargs): the call's group (absent:
@@ -179,8 +207,10 @@ def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
     the first record: a process that imports commlib and never calls it, like commrun, leaves no file."""
     global _lifecycle
     from ._api import lifecycle as _lifecycle
+    short = name.rpartition(".")[2]
+    blocking_coll = peer_at is None and short != "wait" and short[:1] not in ("i", "I")
     return _tracecall.Traced(fn, op_id(name), _world, recorder, group_of,
-                             -1 if peer_at is None else peer_at, peer_kw)
+                             -1 if peer_at is None else peer_at, peer_kw, blocking_coll)
 
 
 def _world():
@@ -238,6 +268,9 @@ def enable(directory):
     install_wait(_engine.Request)
     from . import _algorithms
     _algorithms.note = _tracecall.note_algo  # each record names the algorithm its call chose
+    from ._transport import _io
+    _io.set_trace_slot(_tracecall.slot_address())  # ... on the one-call path too
+    _tracecall.set_group_note(_note_group)  # ... and the transport to its peers
     if "commlib.MPI._comm" in sys.modules:  # imported before tracing was enabled (a forked rank)
         install_mpi(sys.modules["commlib.MPI._comm"].Comm)
 
@@ -300,20 +333,27 @@ def install_wait(request_cls):
 
 
 # ----------------------------------------------------------------------------------- merging
+def _trace_files(directory):
+    """The meta files under `directory` and its subdirectories (one per host fetched by commrun)."""
+    found = []
+    for where, dirs, files in os.walk(directory):
+        dirs.sort()
+        found += [os.path.join(where, f) for f in sorted(files) if f.startswith("trace-") and f.endswith(".json")]
+    return found
+
+
 def read(directory):
-    """[(meta, [record tuples])] of every process traced into `directory`."""
+    """[(meta, [record tuples])] of every process traced into `directory` (or a subdirectory)."""
     out = []
-    for fname in sorted(os.listdir(directory)):
-        if not (fname.startswith("trace-") and fname.endswith(".json")):
-            continue
+    for path in _trace_files(directory):
         try:
-            with open(os.path.join(directory, fname)) as f:
+            with open(path) as f:
                 meta = json.load(f)
         except (OSError, ValueError):
             continue
         recs = []
         try:
-            with open(os.path.join(directory, fname[:-5] + ".bin"), "rb") as f:
+            with open(path[:-5] + ".bin", "rb") as f:
                 data = f.read()
         except OSError:
             data = b""
@@ -380,6 +420,19 @@ def _timeline(traces):
     return ranked, rows, t_min or 0, by_coll, waits
 
 
+def transport(meta, gid, peer=-1):
+    """How a record's bytes travelled, from its process's meta: to group `gid`'s members (its
+    routes joined by " + " where they differ) or, for a point-to-point call, to group rank `peer`;
+    None where that is not known (a request's wait, a trace from before the transports were noted)."""
+    group = meta.get("groups", {}).get(str(gid))
+    if group is None:
+        return None
+    if peer >= 0:
+        world = group["world"]
+        return meta.get("routes", {}).get(str(world[peer])) if peer < len(world) else None
+    return group["transport"]
+
+
 def events(traces):
     """Chrome trace events of read()'s traces."""
     ranked, rows, t_min, by_coll, waits = _timeline(traces)
@@ -389,11 +442,15 @@ def events(traces):
                    "args": {"name": f"rank {rank}" + (f" ({meta.get('host')}, pid {meta.get('pid')})")}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
     flow = 0
+    metas = {rank: meta for rank, meta, _ in ranked}
     for row in rows:
         rank, name, s, e, nbytes, seq, gid, peer, flags = row
         args = {"bytes": nbytes, "group": gid, "seq": seq}
         if peer >= 0:
             args["peer"] = peer
+        how = transport(metas[rank], gid, peer)
+        if how:
+            args["transport"] = how
         if flags & F_ERROR:
             args["error"] = True
         algo = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
@@ -448,13 +505,21 @@ def summarize(traces):
     waiting for the last arrival, summed) and slowest (the rank most often last, with its count)."""
     ranked, rows, t_min, by_coll, waits = _timeline(traces)
     nranks = max(1, len(ranked))
+    metas = {rank: meta for rank, meta, _ in ranked}
     acc = {}
     for row in rows:
         rank, name, s, e, nbytes, seq, gid, peer, flags = row
         key = (name, size_class(nbytes))
         a = acc.setdefault(key, {"op": name, "size": key[1], "calls": 0, "bytes": 0, "seconds": 0.0,
-                                 "wait_seconds": 0.0, "last": {}, "ranks": set()})
+                                 "wait_seconds": 0.0, "last": {}, "ranks": set(), "algorithms": set(),
+                                 "transports": set()})
         a["calls"] += 1
+        algo = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
+        if 0 < algo <= len(_tracecall.ALGORITHMS):
+            a["algorithms"].add(_tracecall.ALGORITHMS[algo - 1])
+        how = transport(metas[rank], gid, peer)
+        if how and how != "self":
+            a["transports"].add(how)
         a["bytes"] += nbytes
         a["seconds"] += (e - s) / 1e9
         a["ranks"].add(rank)
@@ -474,21 +539,25 @@ def summarize(traces):
         out.append({"op": name, "size": a["size"], "calls": a["calls"], "bytes": a["bytes"],
                     "seconds": a["seconds"], "mean_seconds": mean, "busbw_gbs": busbw,
                     "wait_seconds": a["wait_seconds"], "slowest_rank": slowest[0] if slowest else None,
-                    "slowest_count": slowest[1] if slowest else 0})
+                    "slowest_count": slowest[1] if slowest else 0,
+                    "algorithm": ", ".join(sorted(a["algorithms"])) or None,
+                    "transport": ", ".join(sorted(a["transports"])) or None})
     return out
 
 
 def stats_table(records):
     """The --stats table of summarize()'s records (text)."""
-    head = ("op", "size", "calls (all ranks)", "bytes", "total s", "mean µs", "busbw GB/s", "waiting s", "last to arrive")
+    head = ("op", "size", "calls (all ranks)", "bytes", "total s", "mean µs", "busbw GB/s", "waiting s", "last to arrive",
+            "how")
     lines = []
     for r in records:
         last = f"rank {r['slowest_rank']} ({r['slowest_count']}×)" if r["slowest_rank"] is not None else "–"
+        how = " / ".join(x for x in (r.get("algorithm"), r.get("transport")) if x) or "–"
         lines.append((r["op"], r["size"], str(r["calls"]), _bytes(r["bytes"]), f"{r['seconds']:.4f}",
                       f"{r['mean_seconds'] * 1e6:.1f}", "–" if r["busbw_gbs"] is None else f"{r['busbw_gbs']:.3g}",
-                      f"{r['wait_seconds']:.4f}", last))
+                      f"{r['wait_seconds']:.4f}", last, how))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i == 8 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= 8 else f"{{:>{w}}}" for i, w in enumerate(widths))
     return "\n".join(fmt.format(*line).rstrip() for line in [head] + lines)
 
 
@@ -499,15 +568,63 @@ def _bytes(n):
     return f"{n} B"
 
 
+# ------------------------------------------------------------------- records of other hosts
+_FILE_NAME = re.compile(r"trace-\d+\.(json|bin)")
+
+
+def pack(directory, out):
+    """The trace files of `directory` as an uncompressed tar stream to binary file `out`; then
+    `directory` is removed, and its parent commlib-trace-* too if left empty (commrun's fetch of another
+    host's records: `python -m commlib._trace --pack DIR`, run there over the remote shell)."""
+    import shutil
+    import tarfile
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        if os.path.isdir(directory):
+            for name in sorted(os.listdir(directory)):
+                if _FILE_NAME.fullmatch(name):
+                    tar.add(os.path.join(directory, name), arcname=name, recursive=False)
+    out.flush()
+    shutil.rmtree(directory, ignore_errors=True)
+    parent = os.path.dirname(os.path.abspath(directory))
+    if os.path.basename(parent).startswith("commlib-trace-"):  # commrun's name: nothing else is touched
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty (other hosts' records, or this host's own ranks'), or gone
+            pass
+
+
+def unpack(stream, directory):
+    """pack()'s stream (a binary file) into `directory`: only plain trace files, by their bare names
+    (nothing a remote host sends can land outside it); returns how many files."""
+    import shutil
+    import tarfile
+    os.makedirs(directory, exist_ok=True)
+    count = 0
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not (member.isfile() and _FILE_NAME.fullmatch(member.name)):
+                continue
+            with tar.extractfile(member) as src, open(os.path.join(directory, member.name), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            count += 1
+    return count
+
+
 def main(argv=None):
     """python -m commlib._trace DIR [FILE.json] [--stats]: merge what ranks recorded under
     COMMLIB_TRACE=DIR (any launcher) into a trace, and/or print the --stats table."""
     import argparse
+    import sys
     p = argparse.ArgumentParser(prog="python -m commlib._trace", description=main.__doc__.splitlines()[0])
     p.add_argument("directory")
     p.add_argument("out", nargs="?", help="the Chrome / Perfetto trace to write")
     p.add_argument("--stats", action="store_true", help="print the table of calls by size class")
+    p.add_argument("--pack", action="store_true",
+                   help="write DIR's trace files to stdout as a tar stream and remove DIR (commrun, on other hosts)")
     args = p.parse_args(argv)
+    if args.pack:
+        pack(args.directory, sys.stdout.buffer)
+        return 0
     if not args.out and not args.stats:
         p.error("give FILE.json, --stats, or both")
     if args.out:

@@ -35,8 +35,16 @@ cdef int64_t _next = 0
 cdef set _busy = set()
 cdef object _mover = None
 cdef dict _algo = {}  # thread -> the algorithm code noted during its current traced call
+cdef set _seen = set()  # the groups this recorder has told `_group_note` of
+cdef int32_t _last_gid = -1  # ... the last of them (most records: no set lookup)
+cdef object _group_note = None
+cdef int64_t _slot[3]  # (seq, gid, algorithm code) of the last collective the one-call path numbered
+_slot[0] = _slot[1] = -1
+_slot[2] = 0
 F_ERROR = 1
-ALGO_SHIFT = 8  # flags bits 8..15: 1 + the index in ALGORITHMS of the algorithm chosen, 0: none noted
+cdef enum:
+    ALGO_SHIFT_C = 8
+ALGO_SHIFT = ALGO_SHIFT_C  # flags bits 8..15: 1 + the index in ALGORITHMS of the algorithm chosen, 0: none noted
 ALGORITHMS = ("doubling", "ring", "rabenseifner", "bruck", "pairwise", "tree", "chain", "linear", "halving")
 cdef dict _codes = {name: i + 1 for i, name in enumerate(ALGORITHMS)}
 
@@ -45,6 +53,17 @@ def note_algo(name):
     """The algorithm the current traced call of this thread runs (commlib._algorithms.choose)."""
     if PyThread_get_thread_ident() in _busy:
         _algo[PyThread_get_thread_ident()] = _codes.get(name, 0)
+
+
+def slot_address():
+    """Where the one-call path leaves each collective's (seq, gid, algorithm code): _io.set_trace_slot."""
+    return <Py_ssize_t>&_slot[0]
+
+
+def set_group_note(fn):
+    """fn(group) is told of each group at its first record (commlib._trace notes its transport)."""
+    global _group_note
+    _group_note = fn
 
 
 def set_map(Py_ssize_t address, int64_t chunk, int chunk_bits, mover):
@@ -61,8 +80,9 @@ def count():
 
 def restart():
     """Number records from 0 again (a new recorder)."""
-    global _next, _base, _chunk
-    _next, _base, _chunk = 0, NULL, -1
+    global _next, _base, _chunk, _last_gid
+    _next, _base, _chunk, _last_gid = 0, NULL, -1, -1
+    _seen.clear()
 
 
 def append(int64_t t0, int64_t t1, int64_t nbytes, int64_t seq, int32_t op, int32_t gid, int32_t peer,
@@ -101,13 +121,15 @@ cdef class Traced:
     cdef object peer_kw
     cdef int peer_at
     cdef int32_t op
+    cdef bint blocking_coll
 
-    def __init__(self, fn, int op, world_of, first, group_of=None, peer_at=-1, peer_kw=None):
+    def __init__(self, fn, int op, world_of, first, group_of=None, peer_at=-1, peer_kw=None, blocking_coll=False):
         """op: the op's id; world_of(): the default group; first(): called before the first record
-        (makes the recorder); group_of(args, kwargs): the call's group (None: no group)."""
+        (makes the recorder); group_of(args, kwargs): the call's group (None: no group);
+        blocking_coll: a blocking collective, which the group's one-call path may have run."""
         self.__wrapped__ = fn
         self.op, self.world_of, self.first, self.group_of = op, world_of, first, group_of
-        self.peer_at, self.peer_kw = peer_at, peer_kw
+        self.peer_at, self.peer_kw, self.blocking_coll = peer_at, peer_kw, blocking_coll
 
     def __get__(self, obj, cls):  # as a method (Request.wait): bind like a function
         if obj is None:
@@ -133,6 +155,7 @@ cdef class Traced:
         return res
 
     cdef void _record(self, int64_t t0, int64_t t1, tuple args, dict kwargs, object res, int flags):
+        global _last_gid
         cdef int64_t nbytes = 0, seq = -1
         cdef int32_t gid = -1, peer = -1
         try:
@@ -145,6 +168,8 @@ cdef class Traced:
             if g is not None:
                 gid = <int32_t>(g.gid & 0x7FFFFFFF)
                 seq = g.seq
+                if self.blocking_coll and flags == 0 and _slot[0] == seq and _slot[1] == gid:
+                    flags = <int>_slot[2] << ALGO_SHIFT_C  # the one-call path ran this call's collective
             if self.peer_at >= 0:
                 p = args[self.peer_at] if len(args) > self.peer_at else (kwargs or {}).get(self.peer_kw, -1)
                 if type(p) is int:
@@ -156,6 +181,11 @@ cdef class Traced:
                 nbytes = n
             if _base == NULL:
                 self.first()
+            if gid >= 0 and gid != _last_gid and _group_note is not None:
+                _last_gid = gid
+                if gid not in _seen:
+                    _seen.add(gid)
+                    _group_note(g)
             _put(t0, t1, nbytes, seq, self.op, gid, peer, flags)
         except Exception as exc:  # a trace must never break the program: say so once
             from commlib import _trace

@@ -8,7 +8,7 @@ import click
 
 from commlib._hosts import route_address
 
-from . import __version__, hosts, spawn, supervise
+from . import __version__, hosts, spawn, supervise, tracefetch
 
 EPILOG = """\b
 Examples:
@@ -144,9 +144,6 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     elif not program:
         _check_program(program, module, direct)
     remote = [rank.host for rank in ranks if not rank.local]
-    if (trace or stats) and remote:
-        raise click.UsageError(f"--{'trace' if trace else 'stats'} records the ranks of this host only for now; "
-                               f"{remote[0]} is another host")
     if coordinator_host is None:
         coordinator_host = "127.0.0.1"
         if remote:
@@ -198,8 +195,11 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 rank.forked = (module, list(program)) if fork else None
             else:
                 env = {**spawn.forwarded_env(), **env}
+                if trace_dir is not None:  # that host's own directory of the same name, fetched at the end
+                    env["COMMLIB_TRACE"] = tracefetch.remote_dir(trace_dir, remote_hosts.index(rank.host))
                 rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())
 
+    remote_hosts = list(dict.fromkeys(remote))
     trace_dir = None
     if trace or stats:  # made last: nothing above may leave it behind
         trace_dir = tempfile.mkdtemp(prefix="commlib-trace-")
@@ -211,6 +211,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                            timeout=timeout, grace=grace)
     finally:
         if trace_dir is not None:
+            if remote_hosts:
+                tracefetch.fetch(rsh, remote_hosts, trace_dir, say=supervise.say)
             _report(trace_dir, trace, stats)
     ctx.exit(rc)
 

@@ -26,6 +26,17 @@ from cpython.ref cimport Py_INCREF
 from commlib._wire cimport (COLL_ALL_GATHER, COLL_ALL_GATHER_OBJ, COLL_ALL_REDUCE, COLL_BARRIER, COLL_BROADCAST,
                             COLL_BROADCAST_OBJ, COLL_REDUCE, COLL_REDUCE_SCATTER, WIRE_KIND_COLL, pack_header)
 
+# While calls are traced (commlib._trace): where each collective this path numbers leaves its
+# (sequence number, group, algorithm code), for the recording wrapper that returns next
+cdef long long* _trace_slot = NULL
+
+
+def set_trace_slot(Py_ssize_t address):
+    """The int64[3] the one-call path writes each collective's (seq, gid & 0x7FFFFFFF, algorithm code)
+    to; 0: none (commlib._tracecall's slot)."""
+    global _trace_slot
+    _trace_slot = <long long*>address
+
 cdef extern from "numpy/arrayobject.h":
     object PyArray_NewLikeArray(cnp.ndarray prototype, cnp.NPY_ORDER order, void* descr, int subok)
     object PyArray_NewFromDescr(type subtype, void* descr, int nd, cnp.npy_intp* dims, cnp.npy_intp* strides,
@@ -112,6 +123,7 @@ cdef class FastPath:
     # released accumulates in nogil_ns; 0 (the default) reads no clock.
     cdef public int timing
     cdef public long long nogil_ns
+    cdef int algo_codes[32]   # wire collective code -> its plan's algorithm code (commlib._tracecall), 0: none
 
     def __init__(self, group, stream, ep, fds, list out_keys, list in_keys, status, notices, Stepper stepper,
                  dict plans, dict limits, dict ops, legal, dtype_code, bf16):
@@ -150,6 +162,12 @@ cdef class FastPath:
         self.last_ndim = -1
         self.nogil_ns = 0
         self.timing = 0
+        memset(self.algo_codes, 0, sizeof(self.algo_codes))
+
+    def set_algos(self, dict codes):
+        """{wire collective code: algorithm code}: what each plan is, for the records of a trace."""
+        for coll, code in codes.items():
+            self.algo_codes[<int>coll & 31] = <int>code
 
     cdef tuple _plan(self, plan, Py_ssize_t limit):
         """(rows, parts) of a plan this path can run from the stack, else (None, 0)."""
@@ -241,6 +259,8 @@ cdef class FastPath:
         g.digest = crc32(g.digest, h, 56)
         self.history_append(hdr)
         self.last_coll, self.last_seq = coll, seq
+        if _trace_slot != NULL:
+            _trace_slot[0], _trace_slot[1], _trace_slot[2] = seq, self.gid & 0x7FFFFFFF, self.algo_codes[coll & 31]
         if self.notices is not None:
             self.notices.last = self
         return hdr

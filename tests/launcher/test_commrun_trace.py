@@ -103,9 +103,43 @@ def test_timeout_still_writes_the_trace(commrun):
     assert len(calls(slices, 1, "barrier")) >= 3
 
 
-def test_trace_refuses_other_hosts(commrun):
-    r = commrun.run("--hosts", "otherhost:1", "--trace", "t.json", "prog.py")
-    assert r.returncode == 2 and "--trace" in r.stderr and "otherhost" in r.stderr
+# a remote shell to "other hosts" that runs the command here (127.0.0.2 is not this host's name, so
+# commrun starts its ranks, and fetches their records, through it)
+HERE = "sh -c 'exec \"$@\"' {host}"
+
+
+def test_ranks_on_other_hosts_are_fetched_and_merged(commrun, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = commrun.script("slow.py", SLOW_RANK)
+    r = commrun.run("--hosts", "localhost:1,127.0.0.2:2", "--rsh", HERE, "--coordinator-host", "127.0.0.1",
+                    "--trace", "t.json", "--stats", script, env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert "trace of 3 rank(s)" in r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    assert {e["pid"] for e in slices} == {0, 1, 2}
+    assert all(e["args"]["last_rank"] == 1 for e in calls(slices, 2, "all_sum")[:3])
+    table = r.stderr[r.stderr.index("(--stats):"):].splitlines()[1:]
+    row, = [line for line in table if line.startswith("all_sum") and "≤ 64 KiB" in line]
+    assert "rank 1 (3×)" in row and " 9 " in row
+    assert os.listdir(tmp) == []  # commrun's directory, the other host's inside it: all gone
+
+
+def test_a_host_whose_records_cannot_be_fetched_is_named(commrun):
+    script = commrun.script("two.py", """
+        import numpy as np
+        import commlib as cl
+        cl.init()
+        cl.all_sum(np.ones(4))
+    """)
+    # refuses the fetch only (the template travels in the ranks' COMMLIB_RSH: it must not match itself)
+    refuse = "sh -c 'p=--pa; case \"$*\" in *\"$p\"ck*) echo no way in >&2; exit 3;; esac; exec \"$@\"' {host}"
+    r = commrun.run("--hosts", "localhost:1,127.0.0.2:1", "--rsh", refuse, "--coordinator-host", "127.0.0.1",
+                    "--trace", "t.json", script)
+    assert r.returncode == 0, r.stderr
+    assert "the records of the ranks on 127.0.0.2 are missing: no way in" in r.stderr, r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    assert 0 in {e["pid"] for e in slices}  # what could be read is merged (here rank 1's files too: one filesystem)
 
 
 def test_stats_table_names_the_slow_rank(commrun):
@@ -213,3 +247,40 @@ def test_ranks_measure_their_clock_against_the_coordinator(commrun, tmp_path):
             assert 0 < m[when + "error_ns"] < 50_000_000
             assert abs(m[when + "offset_ns"]) <= m[when + "error_ns"] + 100_000, m
         assert m["coord_at_ns"] < m["coord_end_at_ns"]
+
+
+@pytest.mark.parametrize("mode,route", [("auto", "shared memory"), ("socket", "unix socket"), ("tcp", "tcp")])
+def test_records_name_the_algorithm_and_the_transport(commrun, mode, route):
+    # the first 8 B all_sum runs on the Python path (choose() names it), the later ones on the
+    # one-call path (its plan names it): both must say "doubling"
+    script = commrun.script("how.py", """
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        for i in range(3):
+            cl.all_sum(np.ones(1))
+            cl.barrier()
+            cl.broadcast(np.ones(4), root=0)
+        cl.all_sum(np.ones(1 << 18))
+        if g.rank() == 0:
+            cl.send(np.ones(3), 2)
+        elif g.rank() == 2:
+            cl.recv_like(np.ones(3), 0)
+        alone = g.split(g.rank())
+        cl.all_sum(np.ones(2), group=alone)
+    """)
+    r = commrun.run("-n", 3, "--trace", "t.json", "--stats", script, env={"COMMLIB_TRANSPORT": mode})
+    assert r.returncode == 0, r.stderr
+    ev, slices = load(commrun.cwd / "t.json")
+    for rank in range(3):
+        sums = calls(slices, rank, "all_sum")
+        assert [e["args"].get("algorithm") for e in sums] == ["doubling"] * 3 + ["ring", None], sums
+        assert [e["args"]["transport"] for e in sums] == [route] * 4 + ["self"]
+        for name, algo in (("barrier", "doubling"), ("broadcast", "linear")):
+            assert [e["args"].get("algorithm") for e in calls(slices, rank, name)] == [algo] * 3
+            assert {e["args"]["transport"] for e in calls(slices, rank, name)} == {route}
+    assert calls(slices, 0, "send")[0]["args"]["transport"] == route
+    assert calls(slices, 2, "recv_like")[0]["args"]["transport"] == route
+    table = r.stderr[r.stderr.index("(--stats):"):].splitlines()[1:]
+    row, = [line for line in table if line.startswith("all_sum") and "≤ 8 B" in line]
+    assert row.endswith(f"doubling / {route}"), row

@@ -177,3 +177,61 @@ def test_a_clock_drifting_between_start_and_finalize_is_corrected(tmp_path):
                       coord_offset_ns=0, coord_error_ns=1_000, coord_at_ns=x, **end)
     ev = {e["pid"]: e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"}
     assert ev[1]["ts"] - ev[0]["ts"] == pytest.approx(500)
+
+
+def test_transport_comes_from_the_meta_of_the_records_process(tmp_path):
+    groups = {"0": {"world": [0, 1, 2], "transport": "shared memory + tcp"}, "7": {"world": [2], "transport": "self"}}
+    routes = {"1": "shared memory", "2": "tcp"}
+    meta = {"groups": groups, "routes": routes}
+    assert _trace.transport(meta, 0) == "shared memory + tcp"
+    assert _trace.transport(meta, 0, peer=2) == "tcp" and _trace.transport(meta, 0, peer=1) == "shared memory"
+    assert _trace.transport(meta, 0, peer=9) is None  # a rank outside the group: not guessed
+    assert _trace.transport(meta, 5) is None and _trace.transport({}, 0) is None and _trace.transport(meta, -1) is None
+    ring = 1 + _tracecall.ALGORITHMS.index("ring")
+    write_process(tmp_path, 1, 0, ["all_reduce", "send"], [rec(1, 5, 1, flags=ring << _tracecall.ALGO_SHIFT),
+                                                           rec(6, 9, 1, op=1, peer=2), rec(10, 11, 0, gid=7)],
+                  groups=groups, routes=routes)
+    ev = [e for e in _trace.events(_trace.read(str(tmp_path))) if e["ph"] == "X"]
+    assert [e["args"].get("transport") for e in ev] == ["shared memory + tcp", "tcp", "self"]
+    stats = {r["op"]: r for r in _trace.summarize(_trace.read(str(tmp_path)))}
+    assert stats["all_reduce"]["algorithm"] == "ring" and stats["send"]["algorithm"] is None
+    assert stats["send"]["transport"] == "tcp"
+    assert stats["all_reduce"]["transport"] == "shared memory + tcp"  # a group of one moves nothing: not named
+    table = _trace.stats_table(list(stats.values())).splitlines()
+    assert table[0].split()[-1] == "how"
+    assert [line for line in table if line.startswith("send")][0].endswith("tcp")
+
+
+def test_pack_streams_a_hosts_records_and_removes_them(tmp_path):
+    import io
+    import tarfile
+    parent = tmp_path / "commlib-trace-x"
+    there = parent / "host-0"
+    there.mkdir(parents=True)
+    write_process(there, 11, 2, ["all_sum"], [rec(1, 2, 1)])
+    (there / "notes.txt").write_text("not a trace file")
+    buf = io.BytesIO()
+    _trace.pack(str(there), buf)
+    assert not parent.exists()  # the host's directory and its emptied parent are gone
+    buf.seek(0)
+    assert _trace.unpack(buf, str(tmp_path / "here" / "from-0")) == 2
+    assert sorted(os.listdir(tmp_path / "here" / "from-0")) == ["trace-11.bin", "trace-11.json"]
+    (meta, recs), = _trace.read(str(tmp_path / "here"))  # read() looks into the fetched subdirectory
+    assert meta["rank"] == 2 and recs == [rec(1, 2, 1)]
+    # a stream naming paths outside the directory, or links, lands nothing there
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as tar:
+        for name in ("../trace-1.json", "/etc/trace-2.json", "sub/trace-3.json"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"{}"))
+        link = tarfile.TarInfo("trace-4.json")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    evil.seek(0)
+    assert _trace.unpack(evil, str(tmp_path / "evil")) == 0 and os.listdir(tmp_path / "evil") == []
+    assert not (tmp_path / "trace-1.json").exists()
+    buf = io.BytesIO()
+    _trace.pack(str(tmp_path / "never-made"), buf)  # a host whose ranks recorded nothing: an empty stream
+    buf.seek(0)
+    assert _trace.unpack(buf, str(tmp_path / "none")) == 0

@@ -1,0 +1,58 @@
+"""commrun --trace / --stats with ranks on other hosts, each with its own /tmp.
+
+Two namespace hosts whose remote shell also gives each host a private /tmp (a mount namespace
+with a per-host directory bound over /tmp): the ranks' records stay on their host, as on real
+machines, and commrun must fetch them over the remote shell after the job. Skipped with the
+reason without root, iproute2 or unshare.
+"""
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+from _netns import Fabric, base_env, run_job
+
+pytestmark = pytest.mark.timeout(240)
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
+
+
+def test_records_of_every_host_are_fetched_into_one_trace(tmp_path):
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux `unshare` is not installed")
+    with Fabric(2, "10.236.10") as fab:
+        roots = tempfile.mkdtemp(prefix="commlib-hosts-", dir="/var/tmp")  # each host's /tmp, outside /tmp
+        try:
+            for h in fab.hosts:
+                os.mkdir(os.path.join(roots, h))
+            rsh = tmp_path / "hostshell"  # (a name ending in "rsh" would be taken for ssh)
+            rsh.write_text(f"#!/bin/sh\nhost=$1\nshift\nexec ip netns exec $host unshare -m sh -c "
+                           f"'mount --bind \"$0\" /tmp && exec \"$@\"' {roots}/$host \"$@\"\n")
+            rsh.chmod(0o755)
+            argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", f"{rsh} {{host}}",
+                    "--hosts", f"{fab.hosts[0]}:2,{fab.hosts[1]}:2", "--ifname", "fab0",
+                    "--trace", str(tmp_path / "t.json"), "--stats", os.path.join(CASES, "trace_job.py")]
+            before = {d for d in os.listdir("/tmp") if d.startswith("commlib-trace-")}
+            rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=60), timeout=200)
+            assert rc == 0 and out.count(": done") == 4, f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+            assert "trace of 4 rank(s)" in err and "missing" not in err, err
+            ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+            slices = [e for e in ev if e["ph"] == "X"]
+            assert {e["pid"] for e in slices} == {0, 1, 2, 3}
+            for rank in (0, 1, 2):
+                sums = [e for e in slices if e["pid"] == rank and e["name"] == "all_sum"]
+                assert all(e["args"]["last_rank"] == 3 and e["args"]["wait_us"] > 50_000 for e in sums[:3]), sums
+                assert {e["args"]["transport"] for e in sums} == {"shared memory + tcp", "shared memory"}, sums
+            send, = [e for e in slices if e["pid"] == 0 and e["name"] == "send"]
+            assert send["args"]["transport"] == "tcp" and send["args"]["peer"] == 3
+            table = err[err.index("(--stats):"):].splitlines()[1:]
+            row, = [line for line in table if line.startswith("all_sum") and "shared memory + tcp" in line]
+            assert re.search(r"rank 3 \([34]×\)", row), table  # the 3 slow calls (and perhaps its pair's)
+            for h in fab.hosts:  # each host's records were removed there once fetched
+                assert os.listdir(os.path.join(roots, h)) == [], (h, os.listdir(os.path.join(roots, h)))
+            assert {d for d in os.listdir("/tmp") if d.startswith("commlib-trace-")} <= before
+        finally:
+            shutil.rmtree(roots, ignore_errors=True)
