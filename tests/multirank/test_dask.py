@@ -1,0 +1,34 @@
+"""Dask on commlib: dask-mpi's initialize() unchanged, over the mpi4py stand-in (commrun --mpi4py).
+
+dask-mpi needs only mpi4py's COMM_WORLD, bcast and Barrier, which commlib.MPI gives; so no
+commlib.dask helper: `commrun --mpi4py -n N prog.py` runs a dask-mpi program as mpirun would.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import _harness
+
+pytest.importorskip("dask_mpi", reason="dask-mpi is not installed (pip install dask-mpi)")
+pytest.importorskip("distributed", reason="dask.distributed is not installed")
+pytest.importorskip("dask.array", reason="dask[array] is not installed")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [3, 4])
+def test_dask_mpi_initialize_runs_unchanged(n, tmp_path):
+    argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py",
+            os.path.join(_harness.CASES, "dask_cluster.py"), str(tmp_path / "scratch")]
+    p = subprocess.run(argv, env=_harness.base_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and f"dask ok: {n - 2} workers" in p.stdout, \
+        f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+
+
+@pytest.mark.timeout(90)
+def test_too_small_a_world_fails_every_rank_quickly(tmp_path):
+    argv = [sys.executable, "-m", "commrun", "-n", "2", "--mpi4py",
+            os.path.join(_harness.CASES, "dask_cluster.py"), str(tmp_path / "scratch")]
+    p = subprocess.run(argv, env=_harness.base_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "WorldTooSmallException" in p.stdout + p.stderr, p.stdout + p.stderr
