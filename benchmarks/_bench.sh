@@ -1,4 +1,4 @@
-# Sourced by benchmarks/mpi_layer.sh and benchmarks/torch_backend.sh (after setting here=, the
+# Sourced by benchmarks/mpi_layer.sh, torch_backend.sh, trace_overhead.sh and mlx_ring.sh (after setting here=, the
 # benchmarks directory): the rounds / output / log / timeout structure they share.
 #
 #   bench_init NAME DEFAULT_TIMEOUT "$@"   parses [ROUNDS] [-- extra options]: sets rounds, extra
@@ -12,6 +12,11 @@
 #                                          function) for N = 2 and 4 and every IMPL, the order of
 #                                          the impls rotating from round to round
 #   bench_note TEXT                        "# DATE TEXT" to the log and stderr
+#   bench_scratch                          for the small scripts that keep their runs to themselves
+#                                          (trace_overhead.sh, mlx_ring.sh): py ($PYTHON or python3),
+#                                          PYTHONPATH this tree, one thread per rank, a scratch
+#                                          directory removed at exit with out=scratch/runs.jsonl;
+#                                          then cd /tmp
 
 bench_init() {  # name default_timeout [ROUNDS] [-- extra options]
     local name=$1
@@ -54,4 +59,13 @@ bench_rounds() {  # impl...
             done
         done
     done
+}
+
+bench_scratch() {
+    py=${PYTHON:-python3}
+    export PYTHONPATH=$(cd "$here/.." && pwd) OMP_NUM_THREADS=1
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    out=$scratch/runs.jsonl
+    cd /tmp
 }

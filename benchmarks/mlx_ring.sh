@@ -11,12 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-3}
 shift || true
 ns=${*:-2 4}
-py=${PYTHON:-python3}
-export PYTHONPATH=$(cd "$here/.." && pwd) OMP_NUM_THREADS=1
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-out=$scratch/runs.jsonl
-cd /tmp
+source "$here/_bench.sh"
+bench_scratch
 ring() {  # ring N: one MLX ring job of N ranks on loopback
     local n=$1 hosts=$scratch/hosts.json pids=()
     "$py" - "$n" > "$hosts" <<'PY'

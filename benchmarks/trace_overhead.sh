@@ -8,12 +8,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-5}
-py=${PYTHON:-python3}
-export PYTHONPATH=$(cd "$here/.." && pwd) OMP_NUM_THREADS=1
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-out=$scratch/runs.jsonl
-cd /tmp
+source "$here/_bench.sh"
+bench_scratch
 for round in $(seq "$rounds"); do
     for n in 1 2; do
         modes="off on"
