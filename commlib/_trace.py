@@ -420,6 +420,12 @@ def _timeline(traces):
     return ranked, rows, t_min or 0, by_coll, waits
 
 
+def algorithm(flags):
+    """The algorithm a record's flags name (`_tracecall.ALGO_SHIFT`), or None."""
+    code = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
+    return _tracecall.ALGORITHMS[code - 1] if 0 < code <= len(_tracecall.ALGORITHMS) else None
+
+
 def transport(meta, gid, peer=-1):
     """How a record's bytes travelled, from its process's meta: to group `gid`'s members (its
     routes joined by " + " where they differ) or, for a point-to-point call, to group rank `peer`;
@@ -453,9 +459,9 @@ def events(traces):
             args["transport"] = how
         if flags & F_ERROR:
             args["error"] = True
-        algo = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
-        if 0 < algo <= len(_tracecall.ALGORITHMS):
-            args["algorithm"] = _tracecall.ALGORITHMS[algo - 1]
+        algo = algorithm(flags)
+        if algo:
+            args["algorithm"] = algo
         key = (gid, seq, name)
         w = waits.get((rank, key))
         if w is not None:
@@ -514,9 +520,9 @@ def summarize(traces):
                                  "wait_seconds": 0.0, "last": {}, "ranks": set(), "algorithms": set(),
                                  "transports": set()})
         a["calls"] += 1
-        algo = (flags >> _tracecall.ALGO_SHIFT) & 0xFF
-        if 0 < algo <= len(_tracecall.ALGORITHMS):
-            a["algorithms"].add(_tracecall.ALGORITHMS[algo - 1])
+        algo = algorithm(flags)
+        if algo:
+            a["algorithms"].add(algo)
         how = transport(metas[rank], gid, peer)
         if how and how != "self":
             a["transports"].add(how)
