@@ -1,8 +1,8 @@
 """commrun --trace / --stats with ranks on other hosts, each with its own /tmp.
 
-Two namespace hosts whose remote shell also gives each host a private /tmp (a mount namespace
-with a per-host directory bound over /tmp): the ranks' records stay on their host, as on real
-machines, and commrun must fetch them over the remote shell after the job. Skipped with the
+Two namespace hosts whose remote shell also gives each host a private temporary directory (a
+mount namespace with a per-host directory bound over commrun's TMPDIR): the ranks' records stay
+on their host, as on real machines, and commrun must fetch them over the remote shell after the job. Skipped with the
 reason without root, iproute2 or unshare.
 """
 import json
@@ -24,19 +24,23 @@ def test_records_of_every_host_are_fetched_into_one_trace(tmp_path):
     if shutil.which("unshare") is None:
         pytest.skip("util-linux `unshare` is not installed")
     with Fabric(2, "10.236.10") as fab:
-        roots = tempfile.mkdtemp(prefix="commlib-hosts-", dir="/var/tmp")  # each host's /tmp, outside /tmp
+        # commrun makes its trace directory under TMPDIR=roots/local; the remote shell binds each
+        # host's own roots/<host> over that path, so a rank's records (under the same name as
+        # commrun's directory) land in its host's directory and nowhere commrun can see. /tmp, where
+        # Python, the tree or a virtual environment may live, stays as it is.
+        roots = tempfile.mkdtemp(prefix="commlib-hosts-", dir="/var/tmp")
         try:
-            for h in fab.hosts:
-                os.mkdir(os.path.join(roots, h))
+            local = os.path.join(roots, "local")
+            for d in ["local", *fab.hosts]:
+                os.mkdir(os.path.join(roots, d))
             rsh = tmp_path / "hostshell"  # (a name ending in "rsh" would be taken for ssh)
             rsh.write_text(f"#!/bin/sh\nhost=$1\nshift\nexec ip netns exec $host unshare -m sh -c "
-                           f"'mount --bind \"$0\" /tmp && exec \"$@\"' {roots}/$host \"$@\"\n")
+                           f"'mount --bind \"$0\" \"$1\" && shift && exec \"$@\"' {roots}/$host {local} \"$@\"\n")
             rsh.chmod(0o755)
             argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", f"{rsh} {{host}}",
                     "--hosts", f"{fab.hosts[0]}:2,{fab.hosts[1]}:2", "--ifname", "fab0",
                     "--trace", str(tmp_path / "t.json"), "--stats", os.path.join(CASES, "trace_job.py")]
-            before = {d for d in os.listdir("/tmp") if d.startswith("commlib-trace-")}
-            rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=60), timeout=200)
+            rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=60, TMPDIR=local), timeout=200)
             assert rc == 0 and out.count(": done") == 4, f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
             assert "trace of 4 rank(s)" in err and "missing" not in err, err
             ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
@@ -51,8 +55,7 @@ def test_records_of_every_host_are_fetched_into_one_trace(tmp_path):
             table = err[err.index("(--stats):"):].splitlines()[1:]
             row, = [line for line in table if line.startswith("all_sum") and "shared memory + tcp" in line]
             assert re.search(r"rank 3 \([34]×\)", row), table  # the 3 slow calls (and perhaps its pair's)
-            for h in fab.hosts:  # each host's records were removed there once fetched
-                assert os.listdir(os.path.join(roots, h)) == [], (h, os.listdir(os.path.join(roots, h)))
-            assert {d for d in os.listdir("/tmp") if d.startswith("commlib-trace-")} <= before
+            for d in ["local", *fab.hosts]:  # records removed on each host once fetched, and commrun's own
+                assert os.listdir(os.path.join(roots, d)) == [], (d, os.listdir(os.path.join(roots, d)))
         finally:
             shutil.rmtree(roots, ignore_errors=True)
