@@ -29,8 +29,8 @@ try:
 except ImportError as e:
     raise ImportError(f"commlib.mlx needs MLX ({e}): pip install 'commlib[mlx]' (on Linux: mlx[cpu])") from e
 
-from . import _api
-from ._errors import CommError
+from . import _api, _rendezvous
+from ._api import lifecycle
 
 BACKENDS = ("any", "commlib", "ring", "mpi", "nccl", "jaccl")
 
@@ -88,12 +88,10 @@ def init(strict=False, backend="any"):
     """The group of every process of the job (the same one on later calls). Outside any launcher: a
     group of one, or a RuntimeError when `strict` (as MLX)."""
     _check_backend(backend)
-    try:
-        return Group(_api.init(strict=strict))
-    except CommError as e:
-        if strict and "no launcher environment" in str(e):
-            raise RuntimeError(f"commlib.mlx.init(strict=True): {e}") from e
-        raise
+    if strict and lifecycle.current() is None and _rendezvous.discover() is None:
+        raise RuntimeError("commlib.mlx.init(strict=True): no launcher environment found (run under commrun, "
+                           "srun, or set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
+    return Group(_api.init(strict=strict))
 
 
 def _group(group):
@@ -138,11 +136,16 @@ def _mlx(a, dtype):
     return mx.array(a, dtype=dtype)  # dtype given: MLX would make float64 float32 otherwise
 
 
+def _alone(x, a, dtype):
+    """A collective's result in a group of one: its input, as MLX returns it."""
+    return x if isinstance(x, mx.array) else _mlx(a, dtype)
+
+
 def _reduce(x, op, group, what):
     a, dtype = _numpy(x, what)
     g = _group(group)
     if g.size() == 1:
-        return x if isinstance(x, mx.array) else _mlx(a, dtype)
+        return _alone(x, a, dtype)
     return _mlx(_api.all_reduce(a, op, group=g), dtype)
 
 
@@ -166,7 +169,7 @@ def all_gather(x, *, group=None, stream=None):
     a, dtype = _numpy(x, "all_gather")
     g = _group(group)
     if g.size() == 1:
-        return x if isinstance(x, mx.array) else _mlx(a, dtype)
+        return _alone(x, a, dtype)
     return _mlx(_api.all_gather(a, group=g), dtype)
 
 
@@ -180,7 +183,7 @@ def sum_scatter(x, *, group=None, stream=None):
         raise ValueError(f"commlib.mlx.sum_scatter: rank {g.rank()}: the first axis of x (shape {tuple(a.shape)}) "
                          f"must be a multiple of the group's size {n}")
     if n == 1:
-        return x if isinstance(x, mx.array) else _mlx(a, dtype)
+        return _alone(x, a, dtype)
     res = _api.reduce_scatter(a, "sum", group=g)
     return _mlx(res.reshape((a.shape[0] // n,) + a.shape[1:]), dtype)
 
