@@ -107,3 +107,84 @@ def remote_argv(rsh, host, argv, env, cwd):
 def forwarded_env(environ=os.environ):
     """The local variables remote ranks also get: PYTHONPATH and the user's COMMLIB_* settings."""
     return {k: v for k, v in environ.items() if k == "PYTHONPATH" or (k.startswith("COMMLIB_") and k != "COMMLIB_RSH")}
+
+
+def expand_nodelist(s):
+    """Slurm host list -> host names: 'node[01-03,07],gpu5' -> node01 node02 node03 node07 gpu5."""
+    hosts, depth, start = [], 0, 0
+    for i, ch in enumerate(s + ","):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in node list {s!r}")
+        elif ch == "," and depth == 0:
+            item = s[start:i].strip()
+            if item:
+                hosts += _expand_one(item, s)
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '[' in node list {s!r}")
+    return hosts
+
+
+def _expand_one(item, whole):
+    m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\](.*)", item)
+    if not m:
+        if "[" in item or "]" in item:
+            raise ValueError(f"bad node list {whole!r}")
+        return [item]
+    prefix, ranges, rest = m.groups()
+    suffixes = _expand_one(rest, whole) if rest else [""]
+    out = []
+    for part in ranges.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad range {part!r} in node list {whole!r}")
+        width = len(lo)
+        for n in range(int(lo), int(hi if sep else lo) + 1):
+            out += [f"{prefix}{n:0{width}d}{suffix}" for suffix in suffixes]
+    return out
+
+
+def tasks_per_node(value):
+    """Slurm's compressed counts: '2(x3),1' -> [2, 2, 2, 1]."""
+    counts = []
+    for part in value.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise ValueError(value)
+        counts += [int(m[1])] * int(m[2] or 1)
+    return counts
+
+
+# How commrun starts a rank on a node of the Slurm allocation it runs in: one job step of one task
+# there, sharing the allocation's CPUs with the other ranks' steps (--overlap), ended by Slurm if
+# the task fails (--kill-on-bad-exit) and by commrun's signals otherwise (srun forwards them).
+SRUN_RSH = "srun --overlap --nodes=1 --ntasks=1 --nodelist={host} --kill-on-bad-exit=1 --mpi=none --quiet"
+
+
+def slurm_allocation(environ=os.environ):
+    """[(node, slots)] of the Slurm allocation this process runs in (an salloc shell, an sbatch
+    script), slots from SLURM_TASKS_PER_NODE (else SLURM_JOB_CPUS_PER_NODE); None outside one.
+
+    Raises ValueError naming the variable when Slurm's variables are malformed."""
+    if "SLURM_JOB_ID" not in environ:
+        return None
+    nodes_var = next((v for v in ("SLURM_JOB_NODELIST", "SLURM_NODELIST") if v in environ), None)
+    slots_var = next((v for v in ("SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE") if v in environ), None)
+    if nodes_var is None or slots_var is None:
+        return None
+    try:
+        nodes = expand_nodelist(environ[nodes_var])
+    except ValueError as e:
+        raise ValueError(f"malformed {nodes_var}={environ[nodes_var]!r}: {e}") from None
+    try:
+        slots = tasks_per_node(environ[slots_var])
+    except ValueError:
+        raise ValueError(f"malformed {slots_var}={environ[slots_var]!r} (expected counts like 2(x3),1)") from None
+    if not nodes or len(slots) != len(nodes) or min(slots) < 1:
+        raise ValueError(f"{nodes_var}={environ[nodes_var]!r} names {len(nodes)} node(s) but "
+                         f"{slots_var}={environ[slots_var]!r} gives {len(slots)} count(s)")
+    return list(zip(nodes, slots))

@@ -18,6 +18,8 @@ Examples:
   commrun -np 4 python script.py       as with mpirun: the interpreter (or any
                                        executable) given first runs as is
   commrun --hosts a:2,b:2 script.py    2 ranks on each host, over --rsh
+  salloc -n 8 commrun script.py        inside a Slurm allocation: its nodes and
+                                       task counts, ranks started by srun
 """
 
 
@@ -44,6 +46,25 @@ def _ifname_address(ifname, routed):
         raise click.BadParameter(f"{ifname} gives the loopback address {address}, which the other hosts cannot "
                                  f"reach; interfaces: {describe(table)}", param_hint="--ifname")
     return address
+
+
+def _slurm_hosts(ctx, rsh, verbose):
+    """Inside a Slurm allocation (salloc, sbatch) and given no hosts: the allocation's nodes and
+    task counts, ranks started on them by srun (unless --rsh says otherwise), as mpirun does."""
+    try:
+        allocation = hosts.slurm_allocation(os.environ)
+    except ValueError as e:
+        raise click.UsageError(f"inside Slurm job {os.environ.get('SLURM_JOB_ID')}: {e}; "
+                               "pass --hosts to choose the hosts yourself")
+    if allocation is None:
+        return None, rsh
+    if ctx.get_parameter_source("rsh") == click.core.ParameterSource.DEFAULT:
+        rsh = hosts.SRUN_RSH
+    if verbose:
+        supervise.say(f"Slurm job {os.environ['SLURM_JOB_ID']}: "
+                      f"{', '.join(f'{h}:{n}' for h, n in allocation)}; ranks on other nodes started by "
+                      f"`{rsh}`")
+    return allocation, rsh
 
 
 def _runs_as_is(first):
@@ -76,7 +97,7 @@ def _check_program(program, module, direct):
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
 @click.option("-n", "-np", "--np", "nprocs", type=click.IntRange(min=1), metavar="N",
-              help="Number of ranks [default: the slots of --hosts/--hostfile, else 1].")
+              help="Number of ranks [default: the slots of --hosts/--hostfile or of the Slurm allocation, else 1].")
 @click.option("--oversubscribe", "mpirun_habits", flag_value="oversubscribe", multiple=True,
               help="Accepted and ignored (mpirun habit): commrun never limits ranks to cores.")
 @click.option("--allow-run-as-root", "mpirun_habits", flag_value="allow-run-as-root", multiple=True,
@@ -129,6 +150,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             host_list = hosts.parse_hostfile(hostfile.read())
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--hostfile")
+    if not host_list:
+        host_list, rsh = _slurm_hosts(ctx, rsh, verbose)
     host_list = host_list or [("localhost", nprocs or 1)]
     n = nprocs or sum(slots for _, slots in host_list)
     ranks = [

@@ -1,7 +1,8 @@
 """--hosts / --hostfile -> ordered (host, slots) -> rank placement."""
 import click
 
-from commlib._hosts import is_local, parse_hostfile, parse_hosts, place  # noqa: F401 -- commrun's names for them
+from commlib._hosts import (SRUN_RSH, is_local, parse_hostfile, parse_hosts, place,  # noqa: F401 -- commrun's names
+                            slurm_allocation)
 
 
 class HostsType(click.ParamType):

@@ -41,7 +41,8 @@ def join(env, timeout, coordinator=None, eager=True):
         CommError (CommTimeout, AuthError) when the coordinator cannot be reached or refuses this
         rank; nothing is left open then.
     """
-    _rendezvous.warn_if_derived(env.secret)
+    if env.rank == 0:  # once a job, not once a rank
+        _rendezvous.warn_if_derived(env.secret)
     if coordinator is None and env.host_coordinator:
         coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
                                               port=env.coordinator[1])

@@ -18,6 +18,7 @@ import secrets
 import zlib
 
 from .._errors import CommError
+from .._hosts import expand_nodelist, tasks_per_node
 from .coordinator import Coordinator
 from .framing import fmt_address
 
@@ -296,17 +297,6 @@ def _under_srun(environ):
         raise CommError(f"malformed SLURM_STEP_ID={step!r}") from None
 
 
-def _tasks_per_node(value):
-    """'2(x3),1' -> [2, 2, 2, 1]."""
-    counts = []
-    for part in value.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if not m:
-            raise ValueError(value)
-        counts += [int(m[1])] * int(m[2] or 1)
-    return counts
-
-
 def _from_slurm(environ):
     rank = _var(environ, "SLURM_PROCID")
     size = _var(environ, "SLURM_NTASKS")
@@ -318,7 +308,7 @@ def _from_slurm(environ):
         raise CommError(f"malformed {nodelist_var}: empty")
     tpn_var = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
     if tpn_var in environ and "SLURM_NODEID" in environ:
-        counts = _var(environ, tpn_var, _tasks_per_node)
+        counts = _var(environ, tpn_var, tasks_per_node)
         node = _var(environ, "SLURM_NODEID")
         if not 0 <= node < len(counts):
             raise CommError(f"malformed SLURM_NODEID={node}: {tpn_var} lists {len(counts)} nodes")
@@ -369,42 +359,3 @@ def _from_torchrun(environ):
         source="torchrun",
     )
     return _checked(env, ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"))
-
-
-def expand_nodelist(s):
-    """Slurm host list -> host names: 'node[01-03,07],gpu5' -> node01 node02 node03 node07 gpu5."""
-    hosts, depth, start = [], 0, 0
-    for i, ch in enumerate(s + ","):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in node list {s!r}")
-        elif ch == "," and depth == 0:
-            item = s[start:i].strip()
-            if item:
-                hosts += _expand_one(item, s)
-            start = i + 1
-    if depth:
-        raise ValueError(f"unbalanced '[' in node list {s!r}")
-    return hosts
-
-
-def _expand_one(item, whole):
-    m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\](.*)", item)
-    if not m:
-        if "[" in item or "]" in item:
-            raise ValueError(f"bad node list {whole!r}")
-        return [item]
-    prefix, ranges, rest = m.groups()
-    suffixes = _expand_one(rest, whole) if rest else [""]
-    out = []
-    for part in ranges.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"bad range {part!r} in node list {whole!r}")
-        width = len(lo)
-        for n in range(int(lo), int(hi if sep else lo) + 1):
-            out += [f"{prefix}{n:0{width}d}{suffix}" for suffix in suffixes]
-    return out

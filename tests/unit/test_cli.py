@@ -98,6 +98,30 @@ def test_rsh_from_the_environment_and_ssh_style(invoke):
     assert "'COMMLIB_RSH=ssh -p 2222 {host}'" in argv[4]  # MPI.Spawn on that rank starts children the same way
 
 
+def test_inside_a_slurm_allocation_ranks_go_to_its_nodes_by_srun(invoke):
+    alloc = {"SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "localhost,nodeb", "SLURM_TASKS_PER_NODE": "1,2"}
+    result, (ranks, _) = invoke("-v", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
+    assert [(r.host, r.local, r.local_rank, r.local_size) for r in ranks] == [
+        ("localhost", True, 0, 1), ("nodeb", False, 0, 2), ("nodeb", False, 1, 2)]
+    assert ranks[1].argv[:9] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=nodeb",
+                                 "--kill-on-bad-exit=1", "--mpi=none", "--quiet", "sh"]
+    assert "commrun: Slurm job 41: localhost:1, nodeb:2; ranks on other nodes started by `srun" in result.output
+    _, (ranks, _) = invoke("-n", "2", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
+    assert [r.host for r in ranks] == ["localhost", "nodeb"]  # -n fills the allocation's slots in order
+    # the user's --rsh and --hosts win over the allocation's
+    _, (ranks, _) = invoke("--rsh", "ip netns exec {host}", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
+    assert ranks[1].argv[:4] == ["ip", "netns", "exec", "nodeb"]
+    _, (ranks, _) = invoke("--hosts", "localhost:2", "script.py", env=alloc)
+    assert [(r.host, r.local) for r in ranks] == [("localhost", True)] * 2
+
+
+def test_malformed_slurm_allocation_is_a_usage_error(invoke):
+    result, job = invoke("script.py", env={"SLURM_JOB_ID": "41", "SLURM_JOB_NODELIST": "n[1-",
+                                           "SLURM_TASKS_PER_NODE": "1"})
+    assert job is None and result.exit_code == 2
+    assert "inside Slurm job 41: malformed SLURM_JOB_NODELIST='n[1-'" in result.output
+
+
 def test_hostfile_and_default_n(invoke, tmp_path):
     (tmp_path / "hosts.txt").write_text("localhost slots=2\n127.0.0.1:1\n")
     _, (ranks, _) = invoke("--hostfile", "hosts.txt", "script.py")

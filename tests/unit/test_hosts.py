@@ -61,3 +61,37 @@ def test_is_local():
     for name in ("localhost", "127.0.0.1", "::1", socket.gethostname()):
         assert hosts.is_local(name)
     assert not hosts.is_local("surely-not-this-machine.example")
+
+
+@pytest.mark.parametrize(
+    "env, allocation",
+    [
+        ({"SLURM_JOB_NODELIST": "sn[1-3,5]", "SLURM_TASKS_PER_NODE": "2(x3),1"},
+         [("sn1", 2), ("sn2", 2), ("sn3", 2), ("sn5", 1)]),
+        ({"SLURM_NODELIST": "a,b", "SLURM_TASKS_PER_NODE": "1(x2)"}, [("a", 1), ("b", 1)]),
+        ({"SLURM_JOB_NODELIST": "gpu[08-10]", "SLURM_JOB_CPUS_PER_NODE": "4,8(x2)"},  # no task counts
+         [("gpu08", 4), ("gpu09", 8), ("gpu10", 8)]),
+    ],
+)
+def test_slurm_allocation(env, allocation):
+    assert hosts.slurm_allocation({"SLURM_JOB_ID": "17", **env}) == allocation
+
+
+def test_no_slurm_allocation_outside_one():
+    assert hosts.slurm_allocation({}) is None
+    assert hosts.slurm_allocation({"SLURM_JOB_NODELIST": "a", "SLURM_TASKS_PER_NODE": "1"}) is None  # no job
+    assert hosts.slurm_allocation({"SLURM_JOB_ID": "3"}) is None  # e.g. a job's variables half copied
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"SLURM_JOB_NODELIST": "sn[1-", "SLURM_TASKS_PER_NODE": "1"}, "malformed SLURM_JOB_NODELIST='sn\\[1-'"),
+        ({"SLURM_JOB_NODELIST": "a,b", "SLURM_TASKS_PER_NODE": "2(y2)"}, "malformed SLURM_TASKS_PER_NODE"),
+        ({"SLURM_JOB_NODELIST": "a,b", "SLURM_TASKS_PER_NODE": "2(x3)"}, "names 2 node\\(s\\) but .* gives 3"),
+        ({"SLURM_JOB_NODELIST": "a", "SLURM_TASKS_PER_NODE": "0"}, "names 1 node"),
+    ],
+)
+def test_malformed_slurm_allocation_names_the_variable(env, message):
+    with pytest.raises(ValueError, match=message):
+        hosts.slurm_allocation({"SLURM_JOB_ID": "17", **env})
