@@ -1,0 +1,83 @@
+"""Ray Train's TorchTrainer with TorchConfig(backend="commlib"): DDP on N CPU workers, checked
+against one process training on the whole batches.
+
+usage: ray_train.py N TEMP_DIR [crash]. With `crash`, rank 1 dies (os._exit) mid-training in the
+first attempt; FailureConfig(max_failures=1) makes Ray Train start the worker group again, and the
+second attempt must train to the same weights. Prints `ray train ok: N workers, backend commlib`.
+"""
+import os
+import sys
+
+import ray.train
+import torch
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+
+from _ray_start import args, start
+
+STEPS, BATCH = 12, 24
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(BATCH, 8, generator=g)
+    return x, x.sum(1, keepdim=True).sin()
+
+
+def weights(m):
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def train_loop(config):
+    import torch.distributed as dist
+    from ray.train.torch import prepare_model
+
+    m = prepare_model(model())
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "commlib", dist.get_backend()
+    for step in range(STEPS):
+        x, y = batch(step)
+        loss = ((m(x[r::n]) - y[r::n]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        crash_mark = os.path.join(config["dir"], "crashed")
+        if config["crash"] and r == 1 and step == STEPS // 2 and not os.path.exists(crash_mark):
+            open(crash_mark, "w").close()
+            os._exit(1)  # the worker process dies mid-training
+    torch.save(weights(m), os.path.join(config["dir"], f"weights.{r}.pt"))
+    ray.train.report({"rank": r})
+
+
+if __name__ == "__main__":
+    n, temp_dir = args()
+    crash = "crash" in sys.argv[3:]
+    start(n + 1, temp_dir)  # the workers and Ray Train's controller
+    out = os.path.join(temp_dir, "train")
+    os.makedirs(out)
+    trainer = TorchTrainer(train_loop, train_loop_config={"dir": out, "crash": crash},
+                           scaling_config=ScalingConfig(num_workers=n),
+                           torch_config=TorchConfig(backend="commlib", timeout_s=60),
+                           run_config=RunConfig(storage_path=os.path.join(temp_dir, "results"),
+                                                failure_config=FailureConfig(max_failures=1 if crash else 0)))
+    trainer.fit()
+    ray.shutdown()
+    solo = model()
+    opt = torch.optim.SGD(solo.parameters(), lr=0.1)
+    for step in range(STEPS):
+        x, y = batch(step)
+        loss = ((solo(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for r in range(n):
+        got = torch.load(os.path.join(out, f"weights.{r}.pt"))
+        assert torch.allclose(got, weights(solo), atol=1e-5), (r, (got - weights(solo)).abs().max())
+    assert os.path.exists(os.path.join(out, "crashed")) == crash
+    print(f"ray train ok: {n} workers, backend commlib" + (", after a worker died" if crash else ""), flush=True)
