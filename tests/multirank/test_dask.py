@@ -32,3 +32,14 @@ def test_too_small_a_world_fails_every_rank_quickly(tmp_path):
             os.path.join(_harness.CASES, "dask_cluster.py"), str(tmp_path / "scratch")]
     p = subprocess.run(argv, env=_harness.base_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "WorldTooSmallException" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("n", [3, 4])
+def test_documented_example_as_written(n, tmp_path):
+    """docs/dask.md's program and command, as written."""
+    argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py",
+            os.path.join(_harness.REPO, "examples", "dask", "array_mean.py")]
+    p = subprocess.run(argv, env=_harness.base_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and f"{n - 2} workers: column means equal NumPy's" in p.stdout, \
+        f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
