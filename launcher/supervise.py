@@ -1,5 +1,6 @@
 """Hosts the coordinator, tags output, stops everything on the first failure, picks the exit code."""
 import contextlib
+import math
 import os
 import secrets
 import select
@@ -139,6 +140,8 @@ class _Job:
         self.stopping = False
         self.kill_at = None
         self.term_at = None  # after a rank failed: when to stop the others
+        self.exited = {}  # rank number -> (code, words, Rank, when reaped)
+        self.blame_by = None  # after a non-zero exit: until when to wait for a rank that failed before it
         self.timeout_at = time.monotonic() + timeout if timeout else None
         self.sel = selectors.DefaultSelector()
         self.fds = {}  # rank number -> its open output fds
@@ -168,6 +171,7 @@ class _Job:
 
     def stop(self, sig, result):
         self.stopping, self.result = True, result
+        self.blame_by = None  # stopped (a signal, the timeout): the result is this one
         for rank in self.live:
             if sig == signal.SIGABRT:
                 with contextlib.suppress(ProcessLookupError):
@@ -196,16 +200,40 @@ class _Job:
             self.live.remove(rank)
             code, words = exit_status(rank.proc.returncode)
             self.coordinator.notify_died(rank.rank, code, words)
-            if code != 0 and not self.stopping:
-                self.drain(rank)
-                say(f"{rank.describe()} {words}")
-                # The others have just been told (notify_died): give them a moment
-                # to raise PeerLost and say so themselves, then stop them.
-                self.stopping, self.result = True, code
-                self.term_at = time.monotonic() + NOTICE_S
+            self.exited[rank.rank] = (code, words, rank, time.monotonic())
+            if code != 0 and not self.stopping and self.blame_by is None:
+                self.blame_by = time.monotonic() + NOTICE_S
+        if self.blame_by is not None:
+            self.blame()
+
+    def blame(self, force=False):
+        """Name the rank that failed first and take its exit code: first by when the job learned of
+        it (its abort, goodbye or dropped connection reached the coordinator, or it was reaped),
+        not by the order processes are reaped in. A rank that ends with sys.exit(7) says goodbye at
+        exit, its peers fail with PeerLost and may exit before it does; so while a rank the job
+        heard from earlier is still running, wait for it (up to NOTICE_S)."""
+        heard = self.coordinator.departures()
+
+        def when(r):
+            return min(heard.get(r, math.inf), self.exited[r][3] if r in self.exited else math.inf)
+
+        first = min((r for r, e in self.exited.items() if e[0] != 0), key=when)
+        earlier = [rank for rank in self.live if heard.get(rank.rank, math.inf) < when(first)]
+        if earlier and not force and time.monotonic() < self.blame_by:
+            return
+        self.blame_by = None
+        code, words, rank, _ = self.exited[first]
+        self.drain(rank)
+        say(f"{rank.describe()} {words}")
+        # The others have been told (notify_died): give them a moment to raise PeerLost and
+        # say so themselves, then stop them.
+        self.stopping, self.result = True, code
+        self.term_at = time.monotonic() + NOTICE_S
 
     def tick(self):
         now = time.monotonic()
+        if self.blame_by is not None and now >= self.blame_by:
+            self.blame(force=True)
         if self.term_at is not None and now >= self.term_at:
             self.term_at = None
             if self.live:
@@ -220,7 +248,7 @@ class _Job:
             self.kill_at = now + 1.0
 
     def next_wakeup(self):
-        deadlines = [d for d in (self.timeout_at, self.kill_at, self.term_at) if d is not None]
+        deadlines = [d for d in (self.timeout_at, self.kill_at, self.term_at, self.blame_by) if d is not None]
         return max(0.0, min([time.monotonic() + 0.5] + deadlines) - time.monotonic())
 
 

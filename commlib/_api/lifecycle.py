@@ -31,6 +31,9 @@ _world = None
 _client = None
 _finalized = False
 _aborting = False
+_at_exit = False  # finalize() runs from atexit: the program ended without calling it
+_NOT_CALLED = object()
+_exit_status = _NOT_CALLED  # what the main thread last passed to sys.exit() (a hint for the peers)
 _lock = threading.Lock()
 
 
@@ -124,6 +127,7 @@ def _join(env, timeout, coordinator=None):
 
     _world, _client = world.join(env, timeout, coordinator)
     _install_excepthook(_client, env.rank)
+    _install_exit_hint()
     atexit.register(_finalize_at_exit)
     return _world
 
@@ -150,7 +154,8 @@ def finalize():
         _debug.log(_debug.INFO, lambda: _waits_text(world))
     from .._engine import world as joined
 
-    got = None if _aborting else joined.digests(world)
+    got = None if _aborting else joined.digests(world, at_exit=_at_exit,
+                                                 exit_code=_exit_code(_exit_status) if _at_exit else None)
     mismatch = _compare(world.world[world.rank()], *got) if got is not None else None
     joined.close(world, client)
     if mismatch is not None:
@@ -207,6 +212,8 @@ def _difference(me, ours, peer, theirs):
 
 def _finalize_at_exit():
     """finalize() at interpreter exit: a mismatch found now still fails the process."""
+    global _at_exit
+    _at_exit = True  # peers waiting on this rank learn that its program ended (and wait for its exit code)
     try:
         finalize()
     except MismatchError as exc:
@@ -231,6 +238,36 @@ def abort(code, message):
     with contextlib.suppress(Exception):
         os.write(2, f"commlib: {message}\n".encode())
     os._exit(code)
+
+
+def _install_exit_hint():
+    """Remember the code the main thread passes to sys.exit(), so that a program that ends with
+    sys.exit(7) while its peers wait on it can tell them "exited with code 7" in its goodbye:
+    atexit (where finalize() then runs) cannot see the code. sys.exit behaves as before."""
+    real = sys.exit
+    if getattr(real, "_commlib_hint", False):
+        return
+
+    def exit(status=None):
+        global _exit_status
+        if threading.current_thread() is threading.main_thread():  # elsewhere it ends a thread only
+            _exit_status = status
+        real(status)
+
+    exit._commlib_hint = True
+    exit.__doc__ = real.__doc__
+    sys.exit = exit
+
+
+def _exit_code(status):
+    """The process exit code Python makes of sys.exit(status); None when sys.exit was not called."""
+    if status is _NOT_CALLED:
+        return None
+    if status is None:
+        return 0
+    if isinstance(status, int) and not isinstance(status, bool):
+        return status & 0xFF
+    return 1  # a message: printed, and the process exits with 1
 
 
 def _install_excepthook(client, rank):

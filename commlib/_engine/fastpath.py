@@ -66,6 +66,7 @@ class FastPaths:
         resume = False
         got = first
         while True:
+            departed = False
             with self.lock:
                 if got is _NO_STEP:
                     if not resume and not self.idle():
@@ -79,11 +80,12 @@ class FastPaths:
                     return got
                 if got == 0 and not self.idle():
                     return FALLBACK
-                if got == 0 and not resume and self.p2p.finishing(src_w):
-                    raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} (it called finalize())",
-                                   rank=src_w, op=what)
+                departed = got == 0 and not resume and self.p2p.finishing(src_w)
                 resume = got > 0 or resume
                 got = _NO_STEP
+            if departed:  # why it left (its exit code, once the launcher reports it): without the lock
+                raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} ({notices.departure(src_w)})",
+                               rank=src_w, op=what)
 
     # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
     def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):

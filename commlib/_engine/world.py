@@ -86,9 +86,12 @@ def _joined(env, timeout, ep):
             f"{ep.routes_text()}")
 
 
-def digests(world):
+def digests(world, at_exit=False, exit_code=None):
     """Flush this rank's queued sends, then exchange every group's collective digest with every
     rank through the coordinator (waiting, bounded by the world's timeout, until all have finished).
+    `at_exit`: finalize() runs at interpreter exit (the peers say "its program ended");
+    `exit_code`: the code the program passed to sys.exit(), when it did (the peers say "exited with
+    code 7").
 
     Returns:
         (ours, {world rank: theirs}), or None when the job already failed (nothing to compare).
@@ -98,7 +101,8 @@ def digests(world):
         return None
     deadline = time.monotonic() + world.timeout
     engine.drain(deadline)
-    mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}}
+    mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}, "at_exit": at_exit,
+            "exit_code": exit_code}
     return mine, ep.notices.exchange_digests(mine, world.size(), deadline)
 
 

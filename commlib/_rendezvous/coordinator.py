@@ -67,6 +67,7 @@ class Coordinator:
         self._ranks = {}  # rank -> _Rank, authenticated and connected
         self._table = [None] * size
         self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
+        self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._saturated = False
         self._notices = queue.Queue()
@@ -89,6 +90,16 @@ class Coordinator:
         with self._lock:
             self._dead[rank] = msg
         self._notices.put(msg)
+
+    def departures(self):
+        """{rank: monotonic time} of the first sign each rank gave of leaving or failing (an abort it
+        sent, its goodbye, its connection dropping): the order in which the job learned of them."""
+        with self._lock:
+            return dict(self._first_heard)
+
+    def _heard(self, rank):
+        with self._lock:
+            self._first_heard.setdefault(rank, time.monotonic())
 
     def connected(self):
         """Ranks whose connection is open (they have not said goodbye or died)."""
@@ -217,6 +228,8 @@ class Coordinator:
         with self._lock:
             self._ranks.pop(conn.rank, None)
             closed = self._closed
+            if conn.rank is not None:
+                self._first_heard.setdefault(conn.rank, time.monotonic())
         conn.sock.close()
         if closed:
             return
@@ -243,6 +256,8 @@ class Coordinator:
             conn.push(encode({"kind": "census", "missing": self.missing(), "dead": dead}))
         elif "to" in msg:
             to = msg["to"]
+            if kind == "abort" or kind == "digest" and msg.get("at_exit"):  # a failure, or its program ended
+                self._heard(conn.rank)
             msg["from"] = conn.rank
             if to == "all":
                 self._broadcast(msg, exclude=conn.rank)

@@ -207,8 +207,9 @@ class CollectiveChannel:
         notices = self.ep.notices
         if peer is not None and notices.finishing(peer):
             what = decode(hdr).describe() if hdr else "a collective"
-            return self.ep.fail(PeerLost(f"rank {self.ep.rank}: {what} lost rank {peer} (it called finalize())",
-                                         rank=peer))
+            why = notices.departure(peer)  # its exit code, where the launcher reports it in time
+            self.ep.fail(PeerLost(f"rank {self.ep.rank}: {what} lost rank {peer} ({why})", rank=peer))
+            return self.ep.failure  # a cause that came meanwhile (the launcher's report of that exit) wins
         exc = peer_mismatch(self.ep.rank, hdr, peer, notices.peer_header(peer), dims)
         return self.ep.fail(exc) if exc is not None else None
 

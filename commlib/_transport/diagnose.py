@@ -41,12 +41,20 @@ def peer_mismatch(me, hdr, peer, theirs_bytes, dims):
     return MismatchError(mismatch_text(me, mine, peer, theirs, dims), rank=peer)
 
 
+def _why_gone(ep, peer):
+    """Why `peer` closed its connection, as far as known: a rank that finished (its program ended)
+    is asked for its exit status first (Notices.departure); None when nothing is known."""
+    notices = ep.notices
+    if peer is not None and notices.finishing(peer) and peer not in notices.exits_reported():
+        return notices.departure(peer)
+    return notices.exits.get(peer)
+
+
 def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, expect=b"", got=b"", dims=None):
     """Turn an _io status into the exception to raise (and mark the process failed)."""
     what = str(what)  # callers may pass an object that formats itself only when needed
     sent, recvd, _, err = (int(v) for v in state)
     me = ep.rank
-    notices = ep.notices
     if rc == _io.WAKE:
         f = ep.failure
         return type(f)(str(f), rank=f.rank, op=what)
@@ -68,13 +76,17 @@ def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, 
         f = ep.failure
         return type(f)(str(f), rank=f.rank, op=what)
     if rc == _io.EOF:
-        why = notices.exits.get(recv_peer, "connection closed")
+        why = _why_gone(ep, recv_peer) or "connection closed"
+        if ep.failure is not None and ep.failure_remote:  # its exit status (or another cause) came meanwhile
+            return type(ep.failure)(str(ep.failure), rank=ep.failure.rank, op=what)
         return ep.fail(PeerLost(f"rank {me}: {what} lost rank {recv_peer} ({why})", rank=recv_peer, op=what))
     if rc in (_io.SEND_ERROR, _io.RECV_ERROR):
         peer = send_peer if rc == _io.SEND_ERROR else recv_peer
         if err == 0:
             return ep.fail(CommError(f"rank {me}: {what}: reduction kernel refused the data", op=what))
-        why = notices.exits.get(peer) or os.strerror(err).lower()
+        why = _why_gone(ep, peer) or os.strerror(err).lower()
+        if ep.failure is not None and ep.failure_remote:
+            return type(ep.failure)(str(ep.failure), rank=ep.failure.rank, op=what)
         exc = PeerLost(f"rank {me}: {what} lost rank {peer} ({why})", rank=peer, op=what)
         exc.__cause__ = OSError(err, os.strerror(err))
         return ep.fail(exc)

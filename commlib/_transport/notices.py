@@ -18,6 +18,7 @@ from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
+EXIT_GRACE_S = 2.0  # how long a peer whose program ended waits for that process's exit status
 _ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
 
 
@@ -34,6 +35,8 @@ class Notices:
         self.digests = {}  # world rank -> its finalize() digest message
         self.reports = {}  # topic -> {world rank: "report" message}
         self._statuses = {}
+        self._died = set()  # world ranks the launcher reported as exited
+        self._released = set()  # world ranks that will not finalize with us (they wait on our exit status)
         self._cond = threading.Condition()
         self._spread = False
         self.coordinator_rank = None  # the rank whose process hosts the coordinator (None: the launcher does)
@@ -59,24 +62,24 @@ class Notices:
         if kind == "died":
             with self._cond:
                 self.exits[peer] = msg.get("message") or f"exited with code {msg.get('code')}"
+                self._died.add(peer)
                 self._cond.notify_all()
             if msg.get("code") != 0 and not ep.closed:
                 ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
         elif kind == "lost":
             # The coordinator sees the connection drop before the launcher has
             # reaped the process: give its "died" notice (with the exit status)
-            # a moment, then fail with what is known.
-            with self._cond:
-                self.exits.setdefault(peer, msg.get("message") or "lost its coordinator connection")
-                self._cond.notify_all()
-            timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer,))
+            # a moment, then fail with what is known. Until then the peer is not
+            # "gone" (gone() would fail point-to-point requests with the lesser text).
+            timer = threading.Timer(LOST_GRACE_S, self._lost,
+                                    args=(peer, msg.get("message") or "lost its coordinator connection"))
             timer.daemon = True
             timer.start()
         elif kind == "clock":
             self._clock.put(msg)
         elif kind == "left":
             with self._cond:
-                self.exits.setdefault(peer, "it called finalize()")
+                self.exits.setdefault(peer, self._finished_text(peer))
                 self._cond.notify_all()
         elif kind == "abort":
             error, origin = msg.get("error"), msg.get("from", peer)
@@ -102,6 +105,10 @@ class Notices:
             with self._cond:
                 self.digests[msg.get("from", peer)] = msg
                 self._cond.notify_all()
+        elif kind == "release":  # a peer failed waiting on us: our finalize() must not wait for its digest
+            with self._cond:
+                self._released.add(msg.get("from", peer))
+                self._cond.notify_all()
         elif kind == "report":  # a front-end's message relayed between ranks (commlib.doctor)
             with self._cond:
                 self.reports.setdefault(msg.get("topic"), {})[msg.get("from", peer)] = msg
@@ -123,10 +130,44 @@ class Notices:
         """Why world rank `peer` will send nothing more (it left, died, or is finishing), or None."""
         why = self.exits.get(peer)
         if why is None and self.finishing(peer):
-            why = "it called finalize()"
+            why = self._finished_text(peer)
         return why
 
-    def _lost(self, peer):
+    def _finished_text(self, peer):
+        digest = self.digests.get(peer) or {}
+        if digest.get("exit_code") is not None:  # it called sys.exit(code)
+            return f"exited with code {digest['exit_code']}"
+        return "its program ended without calling finalize()" if digest.get("at_exit") else "it called finalize()"
+
+    def exits_reported(self):
+        """World ranks whose exit the launcher reported."""
+        return self._died
+
+    def departure(self, peer):
+        """Why world rank `peer`, which finished (finalize()) while this rank waits on it, is gone.
+
+        A program that ends with sys.exit(7) finalizes at exit, and its finalize() waits for every
+        rank's digest: tell it not to wait for ours ("release"), so it can exit. Where a launcher
+        reports exits (commrun: "died" notices), then wait for that report a bounded moment
+        (EXIT_GRACE_S), so this rank says "exited with code 7" rather than "its program ended".
+        May block: call it without holding locks the listener needs."""
+        if self.send is None:
+            return self._finished_text(peer)
+        with contextlib.suppress(OSError, CommError):
+            self.send({"kind": "release", "to": [peer], "rank": self.rank})
+        digest = self.digests.get(peer) or {}
+        if self.coordinator_rank is None and digest.get("at_exit") and digest.get("exit_code") is None:
+            deadline = time.monotonic() + EXIT_GRACE_S
+            with self._cond:
+                while peer not in self._died and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+        with self._cond:
+            return self.exits[peer] if peer in self._died else self._finished_text(peer)
+
+    def _lost(self, peer, message):
+        with self._cond:
+            self.exits.setdefault(peer, message)
+            self._cond.notify_all()
         if not self.ep.closed:
             self.ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
 
@@ -227,7 +268,7 @@ class Notices:
         self.current = ("finalize() (waiting for every rank to finish)", None, None)
         with self._cond:
             while True:
-                heard = set(self.digests) | set(self.exits)
+                heard = set(self.digests) | set(self.exits) | self._released
                 if all(r in heard for r in range(size) if r != self.rank) or self.ep.failure is not None:
                     break
                 left = deadline - time.monotonic()

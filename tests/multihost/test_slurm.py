@@ -126,12 +126,28 @@ def test_a_failing_rank_is_named_on_every_other(cluster, launch):
     text = out + err
     caught = re.findall(r"rank (\d): caught PeerLost: (.*)", text)
     assert sorted(int(r) for r, _ in caught) == [0, 2, 3], text
-    assert all("rank 1" in why for _, why in caught), text
+    assert all("lost rank 1 (exited with code 7)" in why for _, why in caught), text
     assert rc != 0, text
-    if launch == "commrun":  # which rank commrun names first is issue 28's (the first to fail should win)
-        assert re.search(r"commrun: rank \d \(host sn\d, pid \d+\) exited with code [37]\n", text), text
+    if launch == "commrun":  # the first failure wins: rank 1's code, not a survivor's
+        assert rc == 7, text
+        assert re.findall(r"commrun: rank (\d) \(host sn\d, pid \d+\) (exited with code \d+)", text)[:1] == \
+            [("1", "exited with code 7")], text
     assert cluster.wait_gone(30) == [], cluster.processes()
     assert leftovers(marker) == []
+
+
+def _interrupted(cluster, argv, act, timeout):
+    """Run argv (4 ranks of collective_loop.py) on the submit host; once every rank loops, act();
+    (exit code, output, seconds from act() to the end)."""
+    job = Job(cluster.argv(*argv), _env(cluster, COMMLIB_TIMEOUT=60))
+    try:
+        assert job.wait_for(lambda lines: sum("looping" in line for line in lines) == 4, 90), job.output()
+        start = time.monotonic()
+        act()
+        rc = job.finish(timeout)
+        return rc, job.output(), time.monotonic() - start
+    finally:
+        job.kill()
 
 
 @pytest.mark.parametrize("launch", ["srun", "commrun"])
@@ -141,17 +157,14 @@ def test_scancel_ends_the_job(cluster, launch):
         argv = ["srun", "-n", "4", sys.executable, LOOP, marker]
     else:
         argv = ["salloc", "-n", "4", "commrun", LOOP, marker]
-    job = Job(cluster.argv(*argv), _env(cluster, COMMLIB_TIMEOUT=60))
-    try:
-        assert job.wait_for(lambda lines: sum("looping" in line for line in lines) == 4, 90), job.output()
-        jid = _job_id(cluster)
-        start = time.monotonic()
-        assert cluster.run("scancel", jid).returncode == 0
-        rc = job.finish(60)
-        took = time.monotonic() - start
-    finally:
-        job.kill()
-    out = job.output()
+    jid = []
+
+    def cancel():
+        jid.append(_job_id(cluster))
+        assert cluster.run("scancel", jid[0]).returncode == 0
+
+    rc, out, took = _interrupted(cluster, argv, cancel, 60)
+    jid = jid[0]
     assert rc != 0 and took < 30, f"exit {rc} after {took:.1f} s\n{out}"
     if launch == "srun":
         assert re.search(rf"STEP {jid}\.0 ON sn\d CANCELLED", out), out
@@ -168,16 +181,8 @@ def test_slurmd_killed_mid_job_ends_it():
     Nothing is left on any node."""
     marker = f"slurm-slurmd-{os.getpid()}"
     with SlurmCluster({"sn1": 2, "sn2": 2}, "10.236.12", slurmd_timeout=5) as c:
-        job = Job(c.argv("srun", "-n", "4", sys.executable, LOOP, marker), _env(c, COMMLIB_TIMEOUT=60))
-        try:
-            assert job.wait_for(lambda lines: sum("looping" in line for line in lines) == 4, 90), job.output()
-            start = time.monotonic()
-            os.kill(c.daemon_pid("sn2"), signal.SIGKILL)
-            rc = job.finish(120)
-            took = time.monotonic() - start
-        finally:
-            job.kill()
-        out = job.output()
+        rc, out, took = _interrupted(c, ["srun", "-n", "4", sys.executable, LOOP, marker],
+                                     lambda: os.kill(c.daemon_pid("sn2"), signal.SIGKILL), 120)
         assert rc != 0 and took < 90, f"exit {rc} after {took:.1f} s\n{out}"
         assert "Node failure on sn2" in out, out
         assert re.search(r"sn1: tasks 0-1: (Terminated|Exited)", out), out

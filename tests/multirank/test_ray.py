@@ -7,7 +7,6 @@ a plain Python driver, bounded in time; afterwards no process of that Ray may be
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,17 +43,10 @@ def run_ray(case, n, *args, timeout=200):
     env = _harness.base_env({"PYTHONPATH": os.pathsep.join([_harness.REPO, _harness.CASES])})
     argv = [sys.executable, os.path.join(_harness.CASES, case), str(n), temp_dir, *args]
     try:
-        proc = subprocess.Popen(argv, env=env, cwd=temp_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            pytest.fail(f"{case} {n} did not finish within {timeout} s\n{out[-6000:]}")
+        rc, out, err = _harness._communicate(argv, env, timeout, cwd=temp_dir)  # fails the test past timeout
         left = psutil.wait_procs(_leftovers(temp_dir), timeout=20)[1]  # Ray's processes end after shutdown
         assert not left, f"left behind by Ray: {[' '.join(p.cmdline()) for p in left]}"
-        return proc.returncode, out
+        return rc, out + err
     finally:
         for p in _leftovers(temp_dir):
             p.kill()

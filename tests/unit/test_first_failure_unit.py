@@ -1,0 +1,136 @@
+"""The first failure wins, in-process: commrun's choice of the rank to blame, the sys.exit hint, and
+the text peers give for a rank that finished."""
+import sys
+import threading
+import types
+
+import pytest
+
+from commlib._api import lifecycle
+from commlib._transport.notices import Notices
+from commrun import supervise
+
+pytestmark = pytest.mark.timeout(20)
+
+
+class _Proc:
+    def __init__(self, pid):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        return self.returncode
+
+
+class _Coordinator:
+    def __init__(self):
+        self.heard, self.died = {}, []
+
+    def departures(self):
+        return dict(self.heard)
+
+    def notify_died(self, rank, code, words):
+        self.died.append((rank, code))
+
+
+def _job(n):
+    ranks = [types.SimpleNamespace(rank=r, proc=_Proc(100 + r), describe=lambda r=r: f"rank {r}") for r in range(n)]
+    job = supervise._Job(ranks, _Coordinator(), None, 3.0)
+    job.live = list(ranks)
+    return job, ranks
+
+
+def test_a_rank_heard_from_first_is_blamed_though_reaped_last(monkeypatch):
+    said = []
+    monkeypatch.setattr(supervise, "say", said.append)
+    job, ranks = _job(4)
+    job.coordinator.heard = {1: 10.0, 3: 11.0}  # rank 1's program ended first, then rank 3 reported PeerLost
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: 12.0)
+    ranks[3].proc.returncode = 3
+    job.reap()
+    assert said == [] and job.blame_by == 12.0 + supervise.NOTICE_S  # rank 1 still runs: wait for it
+    ranks[1].proc.returncode = 7
+    job.reap()
+    assert said == ["rank 1 exited with code 7"] and job.result == 7 and job.blame_by is None
+
+
+def test_blame_does_not_wait_past_its_deadline(monkeypatch):
+    said = []
+    monkeypatch.setattr(supervise, "say", said.append)
+    job, ranks = _job(3)
+    job.coordinator.heard = {1: 10.0, 2: 11.0}
+    now = [12.0]
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: now[0])
+    ranks[2].proc.returncode = 3
+    job.reap()
+    assert said == []
+    now[0] = 12.0 + supervise.NOTICE_S
+    job.tick()  # rank 1 never ended: the failure seen is the one named
+    assert said == ["rank 2 exited with code 3"] and job.result == 3
+
+
+def test_a_clean_exit_is_never_blamed_and_a_signal_stop_keeps_its_code(monkeypatch):
+    said = []
+    monkeypatch.setattr(supervise, "say", said.append)
+    job, ranks = _job(3)
+    job.coordinator.heard = {0: 1.0, 2: 2.0}
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: 5.0)
+    ranks[0].proc.returncode = 0
+    ranks[2].proc.returncode = -9
+    job.reap()
+    assert said == ["rank 2 killed by SIGKILL"] and job.result == 137
+
+
+def test_exit_hint(monkeypatch):
+    monkeypatch.setattr(sys, "exit", sys.exit)  # restored after the test
+    monkeypatch.setattr(lifecycle, "_exit_status", lifecycle._NOT_CALLED)
+    assert lifecycle._exit_code(lifecycle._exit_status) is None  # sys.exit not called
+    lifecycle._install_exit_hint()
+    lifecycle._install_exit_hint()  # once only
+    assert getattr(sys.exit, "_commlib_hint", False)
+    with pytest.raises(SystemExit) as e:
+        sys.exit(7)
+    assert e.value.code == 7 and lifecycle._exit_code(lifecycle._exit_status) == 7
+    def in_a_thread():  # sys.exit there ends that thread only: not the process's code
+        try:
+            sys.exit(9)
+        except SystemExit:
+            return
+
+    t = threading.Thread(target=in_a_thread)
+    t.start()
+    t.join()
+    assert lifecycle._exit_code(lifecycle._exit_status) == 7
+    for status, code in ((None, 0), (0, 0), (300, 44), ("bye", 1)):
+        with pytest.raises(SystemExit):
+            sys.exit(status)
+        assert lifecycle._exit_code(lifecycle._exit_status) == code
+
+
+def _notices(**digest):
+    n = Notices(types.SimpleNamespace(rank=0))
+    if digest is not None:
+        n.digests[1] = {"kind": "digest", **digest}
+    return n
+
+
+@pytest.mark.parametrize("digest, text", [
+    ({"at_exit": False, "exit_code": None}, "it called finalize()"),
+    ({"at_exit": True, "exit_code": None}, "its program ended without calling finalize()"),
+    ({"at_exit": True, "exit_code": 7}, "exited with code 7"),
+    ({}, "it called finalize()"),  # an older peer's digest
+])
+def test_what_peers_say_of_a_rank_that_finished(digest, text):
+    n = _notices(**digest)
+    assert n.gone(1) == text
+    sent = []
+    n.send = sent.append
+    n.coordinator_rank = 0  # the coordinator is a rank's: no launcher reports exits, nothing to wait for
+    assert n.departure(1) == text
+    assert sent == [{"kind": "release", "to": [1], "rank": 0}]  # so its finalize() need not wait for ours
+
+
+def test_departure_takes_the_launchers_exit_report():
+    n = _notices(at_exit=True, exit_code=None)
+    n.send = lambda msg: None
+    n.on_notice({"kind": "died", "rank": 1, "code": 0, "message": "exited with code 0"})
+    assert n.departure(1) == "exited with code 0"
