@@ -228,8 +228,7 @@ class Coordinator:
         with self._lock:
             self._ranks.pop(conn.rank, None)
             closed = self._closed
-            if conn.rank is not None:
-                self._first_heard.setdefault(conn.rank, time.monotonic())
+        self._heard(conn.rank)  # its goodbye, or its connection dropping
         conn.sock.close()
         if closed:
             return

@@ -68,26 +68,24 @@ def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, 
                     f"({max(0, sent - HEADER_NBYTES)} of {send_len} bytes)")
             peer = send_peer
         return ep.fail(CommTimeout(text + ep.stall_report(), rank=peer, op=what))
-    if rc in (_io.EOF, _io.SEND_ERROR, _io.RECV_ERROR) and ep.failure is None:
+    closed = rc in (_io.EOF, _io.SEND_ERROR, _io.RECV_ERROR)
+    lost = closed and (rc == _io.EOF or err != 0)  # err 0: the kernel refused the data, the peer is there
+    peer = send_peer if rc == _io.SEND_ERROR else recv_peer
+    if closed and ep.failure is None:
         # A peer that closes first often did so because the job is failing:
         # its notice is in flight; report that cause rather than the symptom.
         select.select([ep.wake_r], [], [], NOTICE_GRACE_S)
-    if ep.failure is not None and ep.failure_remote:
+    why = _why_gone(ep, peer) if lost else None  # a rank that finished: may wait for its exit report
+    if ep.failure is not None and ep.failure_remote:  # the cause (its exit status included) wins
         f = ep.failure
         return type(f)(str(f), rank=f.rank, op=what)
     if rc == _io.EOF:
-        why = _why_gone(ep, recv_peer) or "connection closed"
-        if ep.failure is not None and ep.failure_remote:  # its exit status (or another cause) came meanwhile
-            return type(ep.failure)(str(ep.failure), rank=ep.failure.rank, op=what)
-        return ep.fail(PeerLost(f"rank {me}: {what} lost rank {recv_peer} ({why})", rank=recv_peer, op=what))
+        return ep.fail(PeerLost(f"rank {me}: {what} lost rank {peer} ({why or 'connection closed'})", rank=peer,
+                                op=what))
     if rc in (_io.SEND_ERROR, _io.RECV_ERROR):
-        peer = send_peer if rc == _io.SEND_ERROR else recv_peer
         if err == 0:
             return ep.fail(CommError(f"rank {me}: {what}: reduction kernel refused the data", op=what))
-        why = _why_gone(ep, peer) or os.strerror(err).lower()
-        if ep.failure is not None and ep.failure_remote:
-            return type(ep.failure)(str(ep.failure), rank=ep.failure.rank, op=what)
-        exc = PeerLost(f"rank {me}: {what} lost rank {peer} ({why})", rank=peer, op=what)
+        exc = PeerLost(f"rank {me}: {what} lost rank {peer} ({why or os.strerror(err).lower()})", rank=peer, op=what)
         exc.__cause__ = OSError(err, os.strerror(err))
         return ep.fail(exc)
     if rc == _io.MISMATCH:
