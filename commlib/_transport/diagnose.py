@@ -45,7 +45,7 @@ def _why_gone(ep, peer):
     """Why `peer` closed its connection, as far as known: a rank that finished (its program ended)
     is asked for its exit status first (Notices.departure); None when nothing is known."""
     notices = ep.notices
-    if peer is not None and notices.finishing(peer) and peer not in notices.exits_reported():
+    if peer is not None and notices.finishing(peer):
         return notices.departure(peer)
     return notices.exits.get(peer)
 

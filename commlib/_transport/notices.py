@@ -139,10 +139,6 @@ class Notices:
             return f"exited with code {digest['exit_code']}"
         return "its program ended without calling finalize()" if digest.get("at_exit") else "it called finalize()"
 
-    def exits_reported(self):
-        """World ranks whose exit the launcher reported."""
-        return self._died
-
     def departure(self, peer):
         """Why world rank `peer`, which finished (finalize()) while this rank waits on it, is gone.
 

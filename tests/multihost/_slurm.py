@@ -192,25 +192,19 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
                     out.append(f"--- {f}\n{fh.read()[-tail:]}")
         return "\n".join(out)
 
-    def kill_node(self, name):
-        """The node dies: every process in its namespace (slurmd, its steps, their tasks) SIGKILLed
-        and its link cut, as a machine that loses power."""
-        i = self.names.index(name) + 1
-        self.fabric.cut(i)
-        for pid in sh("ip", "netns", "pids", self.fabric.hosts[i], check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                continue
+    @staticmethod
+    def _pids(ns):
+        """The processes in network namespace `ns` (`ip netns pids`)."""
+        return [int(pid) for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split()]
 
     def processes(self):
         """Processes in any of the cluster's namespaces other than its daemons (slurmctld, its
         slurmscriptd, slurmd): job steps and their tasks, which must be gone after a job."""
         found = []
         for ns in self.fabric.hosts:
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            for pid in self._pids(ns):
                 try:
-                    cmd = psutil.Process(int(pid)).cmdline()
+                    cmd = psutil.Process(pid).cmdline()
                 except psutil.NoSuchProcess:
                     continue
                 if cmd and os.path.basename(cmd[0]).split(":")[0] in ("slurmctld", "slurmd"):
@@ -233,9 +227,9 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
                 pass
         # Steps and their tasks run in the daemons' namespaces but not their process groups.
         for ns in getattr(self.fabric, "hosts", []):
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            for pid in self._pids(ns):
                 try:
-                    os.kill(int(pid), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     continue
         for proc in self._daemons:
