@@ -18,8 +18,10 @@ found here). Only then does it say goodbye and close.
 import atexit
 import contextlib
 import os
+import random
 import sys
 import threading
+import time
 
 from .. import _debug
 from .._errors import CommError, MismatchError
@@ -35,6 +37,9 @@ _at_exit = False  # finalize() runs from atexit: the program ended without calli
 _NOT_CALLED = object()
 _exit_status = _NOT_CALLED  # what the main thread last passed to sys.exit() (a hint for the peers)
 _lock = threading.Lock()
+# Tests of failure reports: each rank waits a random 0..N s before it leaves (finalize(), at exit,
+# abort()), so that every order in which the peers learn of a cause and of a departure is tried.
+_EXIT_DELAY_S = float(os.environ.get("COMMLIB_TEST_EXIT_DELAY") or 0)
 
 
 def is_available():
@@ -143,6 +148,8 @@ def finalize():
         _trace.note_clock_end(_world)  # the clock against the coordinator's again: its drift over the job
         if _trace.STATS:
             _trace.report_at_finalize(_world)  # a collective of every rank, while the world still is one
+    if _EXIT_DELAY_S > 0:
+        _delay_exit()
     with _lock:
         world, client = _world, _client
         _world = _client = None
@@ -232,12 +239,24 @@ def abort(code, message):
     global _aborting
     _aborting = True
     code = code & 0xFF or 1
+    world, client = _world, _client
+    if world is not None and client is not None:  # the peers raise this cause, not a bare exit code
+        with contextlib.suppress(Exception):
+            client.send({"kind": "abort", "to": "all", "error": "abort", "rank": world.rank(),
+                         "message": f"{message} (exit code {code})"})
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     with contextlib.suppress(Exception):
         os.write(2, f"commlib: {message}\n".encode())
+    if _EXIT_DELAY_S > 0:
+        _delay_exit()
     os._exit(code)
+
+
+def _delay_exit():
+    """COMMLIB_TEST_EXIT_DELAY: a random pause before this rank leaves (tests only)."""
+    time.sleep(random.uniform(0, _EXIT_DELAY_S))
 
 
 def _install_exit_hint():
@@ -278,9 +297,12 @@ def _install_excepthook(client, rank):
         global _aborting
         if _world is not None and not issubclass(etype, (KeyboardInterrupt, SystemExit)):
             _aborting = True
+            # A commlib error keeps its kind and words (a mismatch stays a MismatchError on every
+            # rank, whichever notice arrives first); any other exception is named with its type.
+            ours = issubclass(etype, CommError)
             try:
-                client.send({"kind": "abort", "to": "all", "error": "exception", "rank": rank,
-                             "message": f"{etype.__name__}: {value}"})
+                client.send({"kind": "abort", "to": "all", "error": etype.__name__ if ours else "exception",
+                             "rank": rank, "message": str(value) if ours else f"{etype.__name__}: {value}"})
             except Exception as err:  # the report is best effort; the traceback still prints
                 print(f"commlib: could not report the failure to peers: {err}", file=sys.stderr)
         previous(etype, value, tb)

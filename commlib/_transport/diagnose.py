@@ -12,13 +12,10 @@ behind (it will get here): neither is a mismatch, so a late or early rank is
 never mistaken for a wrong one.
 """
 import os
-import select
 
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 from .._wire import HEADER_NBYTES, ProtocolError, decode
 from . import _io
-
-NOTICE_GRACE_S = 0.6  # how long a closed connection waits for the job's failure notice
 
 
 def mismatch_text(me, mine, peer, theirs, dims):
@@ -71,10 +68,10 @@ def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, 
     closed = rc in (_io.EOF, _io.SEND_ERROR, _io.RECV_ERROR)
     lost = closed and (rc == _io.EOF or err != 0)  # err 0: the kernel refused the data, the peer is there
     peer = send_peer if rc == _io.SEND_ERROR else recv_peer
-    if closed and ep.failure is None:
+    if closed:
         # A peer that closes first often did so because the job is failing:
         # its notice is in flight; report that cause rather than the symptom.
-        select.select([ep.wake_r], [], [], NOTICE_GRACE_S)
+        ep.await_cause()
     why = _why_gone(ep, peer) if lost else None  # a rank that finished: may wait for its exit report
     if ep.failure is not None and ep.failure_remote:  # the cause (its exit status included) wins
         f = ep.failure

@@ -85,7 +85,9 @@ class Notices:
             error, origin = msg.get("error"), msg.get("from", peer)
             cls = _ERRORS.get(error, PeerLost)
             text = msg.get("message", "")
-            if error not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
+            if error == "abort":  # MPI_Abort / commlib's abort(): the message says why
+                text = f"rank {self.rank}: rank {origin} aborted the job: {text}"
+            elif error not in ("MismatchError", "CommTimeout", "PeerLost", "CommError", "AuthError"):
                 text = f"rank {self.rank}: rank {origin} failed: {text}"
             elif error != "MismatchError":  # the text is rank origin's view: say so
                 text = f"rank {self.rank}: rank {origin} reported: {text}"

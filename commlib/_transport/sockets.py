@@ -25,6 +25,7 @@ import fcntl
 import logging
 import os
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -35,6 +36,8 @@ from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
 from . import shm
+
+NOTICE_GRACE_S = 0.6  # how long a peer that closed first waits for the job's failure notice (its cause)
 
 log = logging.getLogger("commlib")
 
@@ -228,8 +231,10 @@ class Endpoint:
                 old = self._in.get(key)
                 if old is not None and not _hung_up(old):
                     raise AuthError(f"duplicate connection for {key}")
-                if self._closed:
-                    raise AuthError("this rank is closing")
+                if self._closed:  # a peer's late connection while we finish: it learns why from the job
+                    if _debug.LEVEL:
+                        _debug.log(_debug.INFO, lambda: f"closing: turned away rank {rank}'s connection")
+                    return
                 # Proof last, registration first: once the client holds the proof the
                 # connection is ours. A client that gave up mid-handshake and retries
                 # finds its dead first attempt here, hung up with nothing sent: replaced.
@@ -454,10 +459,23 @@ class Endpoint:
         return fd
 
     def _peer_gone(self, peer, what):
-        """PeerLost when the refusing peer is known to be gone (an error of this operation only)."""
+        """PeerLost when the refusing peer is known to be gone (an error of this operation only).
+
+        A peer that left while the job fails (a mismatch it found, an exception) published that
+        cause before it closed anything; a cause from another rank may still be on its way: give
+        it a bounded moment, and raise the cause rather than the departure."""
         gone = self.notices.exits.get(peer)
         if gone is not None:
+            self.await_cause()
+            if self.failure is not None:  # not a consequence of this refusal: no "during handling" chain
+                f = self.failure
+                raise type(f)(str(f), rank=f.rank, op=f.op) from None
             raise PeerLost(f"rank {self.rank}: {what} lost rank {peer} ({gone})", rank=peer, op=what)
+
+    def await_cause(self, seconds=NOTICE_GRACE_S):
+        """Wait (bounded) for the job's failure notice when a peer closed before any cause is known."""
+        if self.failure is None:
+            select.select([self.wake_r], [], [], seconds)
 
     @property
     def closed(self):
