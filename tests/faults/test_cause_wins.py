@@ -103,5 +103,6 @@ def test_cause_wins_stress(jobs, n, transport):
             problem, job = _run(jobs, n, case)
             if problem is not None:
                 wrong.append(f"{case}: {problem}")
-    print(f"cause-wins stress n={n} {transport}: {len(CASES) * RUNS} runs, {len(wrong)} wrong")
+    per_case = {case: sum(w.startswith(case + ":") for w in wrong) for case in CASES}
+    print(f"cause-wins stress n={n} {transport}: {len(CASES) * RUNS} runs, {len(wrong)} wrong {per_case}")
     assert not wrong, "\n".join(wrong[:20])
