@@ -5,14 +5,41 @@ kernels (`_kernels`), wire (`_wire`), transport (`_transport/`), rendezvous
 (`_rendezvous`), engine (`_engine/`), algorithms (`_algorithms/`) and the API
 (`_api/`).
 """
+
+
+def _unbuilt(exc):
+    """The ImportError of a commlib without its compiled extensions: an unbuilt source checkout
+    that shadows an installed commlib (python run from the checkout's root) is named as such."""
+    import importlib.machinery
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    outside = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(here)]
+    for finder in sys.meta_path:
+        try:
+            if finder is importlib.machinery.PathFinder:
+                spec = finder.find_spec(__name__, outside)
+            else:
+                spec = finder.find_spec(__name__, None)
+        except Exception:  # a third-party finder that cannot answer: it found nothing for us
+            spec = None
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.dirname(os.path.abspath(origin)) != here:
+            return ImportError(
+                f"this commlib is an unbuilt source checkout ({here}), imported because its directory comes "
+                f"first on sys.path (the current directory, or the script's), and it shadows the installed "
+                f"commlib ({os.path.dirname(origin)}): run from another directory, or build the checkout in "
+                f"place with `python setup.py build_ext --inplace` (missing: {exc})")
+    return ImportError("commlib's compiled extensions are missing; build them with `pip install .` "
+                       f"(or `pip install -e .` / `python setup.py build_ext --inplace` for development): {exc}")
+
+
 try:
     from . import _kernels  # noqa: F401  (compiled extensions)
     from ._transport import _io  # noqa: F401
-except ImportError as exc:  # pragma: no cover - only in an unbuilt checkout
-    raise ImportError(
-        "commlib's compiled extensions are missing; build them with `pip install .` "
-        "(or `pip install -e .` / `python setup.py build_ext --inplace` for development)"
-    ) from exc
+except ImportError as exc:
+    raise _unbuilt(exc) from exc
 
 from ._api import *  # noqa: F401,F403  (exactly the names of API.md)
 from ._api import __all__ as _api_names

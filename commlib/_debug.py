@@ -11,7 +11,9 @@ in poll). TRACE: also every algorithm choice. Each line:
 on stderr, or appended to COMMLIB_DEBUG_FILE, whose `%r`, `%p` and `%h` become the rank, the pid
 and the host. Off (unset, empty or 0) every call site costs one test of LEVEL.
 """
+import faulthandler
 import os
+import signal
 import socket
 import sys
 import threading
@@ -25,6 +27,10 @@ if LEVEL is None:
           "debug lines are off", file=sys.stderr)
     LEVEL = 0
 INFO, TRACE = 1, 2
+# commrun --timeout asks every rank for its threads' stacks with this signal (a rank that joined
+# a job catches it: faulthandler prints the stacks and the rank goes on until commrun stops it);
+# a rank that does not catch it gets SIGABRT, and PYTHONFAULTHANDLER's dump of a "fatal error".
+STACK_SIGNAL = signal.SIGRTMIN + 2
 
 _start = time.monotonic()
 _rank = None
@@ -97,3 +103,9 @@ def size_class(nbytes):
         if nbytes <= limit:
             return label
     return "> 16 MiB"
+
+
+def catch_stack_signal():
+    """Print every thread's stack on STACK_SIGNAL (unless the program handles that signal itself)."""
+    if signal.getsignal(STACK_SIGNAL) == signal.SIG_DFL:
+        faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)

@@ -9,6 +9,8 @@ on its slice of the batch, and the gradients are summed with `psum` over "dp".
 Rank 0 prints the loss curve and checks it against one process training the
 whole model on the whole batch.
 """
+import sys
+
 import numpy as np
 
 import commlib as cl
@@ -69,7 +71,10 @@ def main():
         reference = serial()
         print(f"mesh {dict(zip(mesh.axis_names, mesh.shape))}: loss {losses[0]:.6f} -> {losses[-1]:.6f}")
         print("RESULT losses " + " ".join(f"{v:.12g}" for v in losses))
-        print(f"RESULT matches_one_process {np.allclose(losses, reference, rtol=1e-9, atol=1e-12)}")
+        same = np.allclose(losses, reference, rtol=1e-9, atol=1e-12)
+        print(f"RESULT matches_one_process {same}")
+        if not same:
+            sys.exit("the loss curve differs from one process training the whole model on the whole batch")
 
 
 if __name__ == "__main__":

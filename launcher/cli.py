@@ -32,8 +32,9 @@ class _Command(click.Command):
         return rest
 
 
-def _ifname_address(ifname, routed):
-    """The coordinator's address on --ifname (a job across hosts): never loopback."""
+def _ifname_address(ifname, routed, local=False):
+    """The coordinator's address on --ifname (a job across hosts): never loopback. `local`: only
+    check that the value names an address of this host, for the ranks started here."""
     from commlib._transport.interfaces import choose, describe, interfaces, is_loopback
     from commlib._errors import CommError
 
@@ -42,7 +43,7 @@ def _ifname_address(ifname, routed):
         address = choose(ifname, table, routed)
     except CommError as e:
         raise click.BadParameter(str(e), param_hint="--ifname")
-    if is_loopback(address):
+    if is_loopback(address) and not local:
         raise click.BadParameter(f"{ifname} gives the loopback address {address}, which the other hosts cannot "
                                  f"reach; interfaces: {describe(table)}", param_hint="--ifname")
     return address
@@ -118,6 +119,8 @@ def _check_program(program, module, direct):
 @click.option("--doctor", is_flag=True,
               help="Check the set-up instead of running a program: every pair connects and authenticates; "
                    "addresses, transports, bandwidth and latency per pair.")
+@click.option("--pair-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="With --doctor: how long each pair may take to connect and authenticate [default: 5].")
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
                    "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
@@ -138,7 +141,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
-         fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
+         pair_timeout, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
@@ -162,6 +165,10 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         if program:
             raise click.UsageError(f"--doctor runs its own check: no program ({program[0]}) is taken")
         program, module, direct = ("commlib.doctor",), True, False
+        if pair_timeout is not None:
+            program += ("--pair-timeout", repr(pair_timeout))
+    elif pair_timeout is not None:
+        raise click.UsageError("--pair-timeout is an option of --doctor")
     if any(rank.local for rank in ranks):
         _check_program(program, module, direct)
     elif not program:
@@ -179,6 +186,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 coordinator_host = None
             if ifname:
                 coordinator_host = _ifname_address(ifname, coordinator_host)
+    if ifname and len(remote) < len(ranks):
+        _ifname_address(ifname, None, local=True)  # this host's ranks would each fail on a bad value: say it once
     argv = spawn.program_argv(program, module, direct)
     extra = {"COMMLIB_RSH": rsh}  # MPI.Spawn starts children on other hosts the way commrun starts ranks
     if ifname:

@@ -78,14 +78,18 @@ def job_vars(rank, size, local_rank, local_size, coordinator, secret):
 def master_vars(rank0, coordinator, environ):
     """MASTER_ADDR/MASTER_PORT for programs that call torch's init_process_group (env://): rank 0's
     host and a port free there (a local rank 0: a port the OS just handed out; a remote one: the
-    port after commrun's coordinator). Values the user exported are kept."""
-    if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
-        return {}
-    if rank0.local:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(s.getsockname()[1])}
-    return {"MASTER_ADDR": rank0.host, "MASTER_PORT": str(coordinator[1] % 65535 + 1)}
+    port after commrun's coordinator). Each value the user exported is kept, alone or with the other."""
+    chosen = {}
+    if "MASTER_ADDR" not in environ:
+        chosen["MASTER_ADDR"] = "127.0.0.1" if rank0.local else rank0.host
+    if "MASTER_PORT" not in environ:
+        if rank0.local:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                chosen["MASTER_PORT"] = str(s.getsockname()[1])
+        else:
+            chosen["MASTER_PORT"] = str(coordinator[1] % 65535 + 1)
+    return chosen
 
 
 def mpi4py_standin():

@@ -11,9 +11,12 @@ import sys
 import threading
 import time
 
+from commlib._debug import STACK_SIGNAL
+
 from . import spawn
 
 TIMEOUT_EXIT = 124
+STACK_DUMP_S = 0.5  # on --timeout: how long ranks asked for their stacks have to print them before SIGTERM
 NOTICE_S = 1.0  # after a rank fails, how long the others may take to notice and exit before SIGTERM
 PARTIAL_LINE_LIMIT = 1 << 16  # longer unterminated output is passed on without waiting for its newline
 
@@ -124,6 +127,18 @@ def _relay(src, dst):
         os.close(dst)
 
 
+def _catches(pid, sig):
+    """Whether process `pid` has a handler for `sig` (Linux: SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError, IndexError):  # gone, or not Linux: it gets SIGABRT
+        return False
+    return False
+
+
 def _signal_group(rank, sig):
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(rank.proc.pid, sig)
@@ -172,13 +187,18 @@ class _Job:
     def stop(self, sig, result):
         self.stopping, self.result = True, result
         self.blame_by = None  # stopped (a signal, the timeout): the result is this one
+        asked = False
         for rank in self.live:
-            if sig == signal.SIGABRT:
+            if sig == signal.SIGABRT:  # the rank itself dumps its stacks
+                catches = _catches(rank.proc.pid, STACK_SIGNAL)
+                asked = asked or catches
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(rank.proc.pid, sig)  # the rank itself dumps its stacks
+                    os.kill(rank.proc.pid, STACK_SIGNAL if catches else sig)
             else:
                 _signal_group(rank, sig)
-        self.kill_at = time.monotonic() + self.grace
+        if asked:  # those asked for their stacks go on: a moment to print them, then SIGTERM
+            self.term_at = time.monotonic() + STACK_DUMP_S
+        self.kill_at = time.monotonic() + self.grace + (STACK_DUMP_S if asked else 0.0)
 
     def on_signal(self, signum):
         if signum == signal.SIGCHLD:

@@ -132,6 +132,8 @@ def _join(env, timeout, coordinator=None):
 
     _world, _client = world.join(env, timeout, coordinator)
     _install_excepthook(_client, env.rank)
+    with contextlib.suppress(Exception):  # no usable stderr (closed by the program): no stack dumps
+        _debug.catch_stack_signal()
     _install_exit_hint()
     atexit.register(_finalize_at_exit)
     return _world

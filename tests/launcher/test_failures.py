@@ -143,3 +143,26 @@ def test_timeout_dumps_stacks_and_exits_124(commrun):
     for rank in (0, 1):
         assert re.search(rf"\[{rank}\]   File \".*stuck.py\", line \d+ in wait_forever", r.stderr), r.stderr
     assert "commrun: rank" not in r.stderr  # the timeout is the verdict, not the ranks' SIGABRT
+
+
+@both_launches
+def test_timeout_stacks_of_ranks_in_a_job_are_not_a_fatal_error(commrun):
+    """A rank that joined the job prints its stacks on commlib's own signal (faulthandler.register),
+    not as a 'Fatal Python error: Aborted' crash, then is stopped."""
+    script = commrun.script("stuck_in_job.py", """
+        import time
+        import commlib as cl
+        def stuck_in_barrier():
+            cl.barrier()
+        cl.init()
+        if cl.init().rank() == 1:
+            time.sleep(60)
+        stuck_in_barrier()
+    """)
+    r = commrun.run("-n", 2, "--timeout", "2", script)
+    assert r.returncode == 124
+    assert "commrun: job timed out after 2 s" in r.stderr
+    assert re.search(r"\[0\]   File \".*stuck_in_job.py\", line \d+ in stuck_in_barrier", r.stderr), r.stderr
+    assert re.search(r"\[1\]   File \".*stuck_in_job.py\", line \d+ in <module>", r.stderr), r.stderr
+    assert "Fatal Python error" not in r.stderr, r.stderr
+    assert "commrun: rank" not in r.stderr

@@ -34,23 +34,24 @@ def test_tensor_parallel_mlp_matches_one_process(n, reference):
     assert len(losses) == len(reference)
     np.testing.assert_allclose(losses, reference, rtol=1e-9, atol=1e-12)
     assert losses[-1] < losses[0] / 5  # it trains
+    assert "RESULT matches_one_process True" in out  # the example's own check
 
 
-def _result(n, name, key):
+def _results(n, name):
+    """{key: text} of the example's `RESULT key text` lines, run at n ranks."""
     path = os.path.join(_harness.REPO, "examples", name)
     rc, out, err = _harness._communicate([sys.executable, "-m", "commrun", "-n", str(n), path],
                                          _harness.base_env({"COMMLIB_TIMEOUT": "30"}), 100)
     assert rc == 0, f"exit {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
-    line = next((ln for ln in out.splitlines() if f"RESULT {key} " in ln), None)
-    assert line, _harness._tail(out)
-    return [float(v) for v in line.split(f"RESULT {key} ", 1)[1].split()]
+    found = dict(ln.split("RESULT ", 1)[1].split(" ", 1) for ln in out.splitlines() if "RESULT " in ln)
+    assert found, _harness._tail(out)
+    return found
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_fft2d_pencil_matches_numpy(n):
-    (err,) = _result(n, "fft2d_pencil.py", "max_abs_error")
-    assert err < 1e-9
+    assert float(_results(n, "fft2d_pencil.py")["max_abs_error"]) < 1e-9
 
 
 @pytest.mark.timeout(120)
@@ -62,6 +63,8 @@ def test_zero_sharded_sgd_matches_one_process(n):
         import zero_sharded_sgd
     finally:
         sys.path.pop(0)
-    losses = _result(n, "zero_sharded_sgd.py", "losses")
+    found = _results(n, "zero_sharded_sgd.py")
+    assert found["matches_one_process"] == "True"  # the example's own check
+    losses = [float(v) for v in found["losses"].split()]
     np.testing.assert_allclose(losses, zero_sharded_sgd.serial(), rtol=1e-9, atol=1e-12)
     assert losses[-1] < losses[0] / 50  # it trains

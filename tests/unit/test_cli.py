@@ -198,3 +198,35 @@ def test_help_says_the_mpirun_flags_are_ignored(invoke):
     result, _ = invoke("--help")
     assert "-np" in result.output and "--oversubscribe" in result.output
     assert "Accepted and ignored" in result.output
+
+
+def test_doctor_takes_the_pair_timeout_the_docs_name(invoke):
+    _, (ranks, _) = invoke("-n", "2", "--doctor", "--pair-timeout", "2")
+    assert ranks[0].argv == [sys.executable, "-m", "commlib.doctor", "--pair-timeout", "2.0"]
+    _, (ranks, _) = invoke("-n", "2", "--doctor")
+    assert ranks[0].argv == [sys.executable, "-m", "commlib.doctor"]
+    result, job = invoke("-n", "2", "--pair-timeout", "2", "script.py")
+    assert job is None and "--pair-timeout is an option of --doctor" in result.output
+
+
+@pytest.mark.parametrize("exported", [{}, {"MASTER_PORT": "29555"}, {"MASTER_ADDR": "10.1.2.3"},
+                                      {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29555"}])
+def test_exported_master_addr_or_port_is_kept_alone(invoke, monkeypatch, exported):
+    for var in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in exported.items():
+        monkeypatch.setenv(var, value)
+    _, (ranks, _) = invoke("-n", "2", "script.py")
+    for env in (ranks[0].env, ranks[1].env):
+        assert env["MASTER_ADDR"] == exported.get("MASTER_ADDR", "127.0.0.1")
+        assert env["MASTER_PORT"] == exported.get("MASTER_PORT", env["MASTER_PORT"])
+        assert 0 < int(env["MASTER_PORT"]) < 65536
+    assert ranks[0].env["MASTER_PORT"] == ranks[1].env["MASTER_PORT"]
+
+
+def test_a_bad_ifname_is_one_usage_error_before_any_rank_starts(invoke):
+    result, job = invoke("-n", "3", "--ifname", "nosuch0", "script.py")
+    assert job is None and result.exit_code == 2
+    assert "--ifname" in result.output and "no interface named nosuch0 on this host" in result.output
+    _, job = invoke("-n", "2", "--ifname", "lo", "script.py")
+    assert job is not None and job[0][0].env["COMMLIB_IFNAME"] == "lo"
