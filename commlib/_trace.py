@@ -18,13 +18,16 @@ the merge puts every rank on the coordinator's clock, drifting linearly between 
 measurements; a trace without those offsets (ranks that recorded before any world) falls back to
 each host's wall clock.
 """
+import contextlib
 import ctypes
+import errno
 import json
 import mmap
 import os
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -35,6 +38,7 @@ RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, 
 CHUNK_BITS = 15
 CHUNK = 1 << CHUNK_BITS  # records mapped at a time (1.5 MiB)
 F_ERROR = 1  # the call raised
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk or quota: recording stops, the job goes on
 GROUPS_AT_ONCE = 64  # groups whose transport is written to the meta file as each first records
 
 _dir = ""
@@ -72,6 +76,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.chunk = -1
         self.map = self._view = None
+        self.full = None  # the OSError that stopped recording (a full disk), once it happened
         _tracecall.restart()
         self._map(0)
         self.meta = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -81,7 +86,15 @@ class Recorder:
 
     def _map(self, chunk):
         size = RECORD.size * CHUNK
-        os.ftruncate(self.fd, size * (chunk + 1))
+        try:
+            os.ftruncate(self.fd, size * (chunk + 1))
+            # The chunk's blocks now: on a full disk, a store into a sparse map is a SIGBUS.
+            os.posix_fallocate(self.fd, size * chunk, size)
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:  # a file system without fallocate: the sparse map as before
+                raise
+            self._stop(exc, chunk)
+            return
         self.map = mmap.mmap(self.fd, size, offset=size * chunk)
         self._view = ctypes.c_char.from_buffer(self.map)  # keeps the map open while records go there
         self.chunk = chunk
@@ -89,9 +102,26 @@ class Recorder:
 
     def _write_meta(self):
         tmp = self.meta_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.meta, f)
-        os.replace(tmp, self.meta_path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.meta, f)
+            os.replace(tmp, self.meta_path)
+        except OSError as exc:  # the last complete meta file stays; no half-written one is left
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if exc.errno not in _NO_SPACE:
+                raise
+            self._stop(exc, self.chunk)
+
+    def _stop(self, exc, chunk):
+        """Out of disk space: stop recording (the records so far stay readable) and say so once."""
+        _tracecall.set_map(0, -1, CHUNK_BITS, self.move_to)  # no map: each later record is dropped
+        if self.full is None:
+            self.full = exc
+            print(f"[commlib rank {env_rank()}] tracing stopped: "
+                  f"{os.strerror(exc.errno)} in {os.path.dirname(self.path)} (each {CHUNK} calls take "
+                  f"{RECORD.size * CHUNK >> 10} KiB); the trace keeps the {max(chunk, 0) * CHUNK} calls before",
+                  file=sys.stderr, flush=True)
 
     def ops_changed(self):
         self.meta["ops"] = list(_names)
@@ -104,7 +134,7 @@ class Recorder:
     def move_to(self, chunk):
         """Map chunk `chunk` (records are numbered in order: one thread moves the map on)."""
         with self.lock:
-            while chunk > self.chunk:
+            while chunk > self.chunk and self.full is None:
                 self._map(self.chunk + 1)
             if len(self.meta.get("groups", ())) > GROUPS_AT_ONCE:
                 self._write_meta()
@@ -491,9 +521,14 @@ def merge(directory, path, traces=None):
         traces = read(directory)
     ev = events(traces)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, f)
+        os.replace(tmp, path)
+    except OSError:  # a full disk: no half-written trace is left, at `path` or beside it
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return len(traces), sum(len(r) for _, r in traces)
 
 

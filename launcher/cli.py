@@ -7,6 +7,7 @@ import tempfile
 import click
 
 from commlib._hosts import route_address
+from commlib._transport.limits import raise_fd_limit
 
 from . import __version__, hosts, spawn, supervise, tracefetch
 
@@ -143,6 +144,7 @@ def _check_program(program, module, direct):
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
          pair_timeout, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
+    raise_fd_limit()  # three pipes per rank here, and the ranks inherit it
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
         direct = True

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._dtypes import DT_BYTES
 from .._errors import CommError, CommTimeout
+from .._transport.limits import thread_limit_text
 from .._transport.p2p import AGAIN, ARRIVED, HEADER, LOST, PAYLOAD, SENT
 from .._wire import FLAG_ACK, KIND_P2P, ProtocolError, decode
 from .matching import Message
@@ -34,8 +35,13 @@ class Progress:
         if self.transport is None:
             return
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name="commlib-progress", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # this call fails; a later one tries again
+                raise CommError(f"rank {self.transport.ep.rank}: no thread for point-to-point progress "
+                                f"({exc}: {thread_limit_text()})") from None
+            self._thread = thread
         self._work.notify_all()
         if self._polling or self._driver is not None:  # a wait on a stale set: interrupt it
             self.poller.wake()

@@ -14,6 +14,7 @@ import time
 
 from .. import _debug, _rendezvous, _trace
 from .._transport import Endpoint, Transport
+from .._transport.limits import raise_fd_limit
 from .group import Group
 from .p2p import Engine
 
@@ -43,6 +44,7 @@ def join(env, timeout, coordinator=None, eager=True):
     """
     if env.rank == 0:  # once a job, not once a rank
         _rendezvous.warn_if_derived(env.secret)
+    raise_fd_limit()  # a socket per peer (and per group): the soft default of 1,024 is no ceiling of ours
     if coordinator is None and env.host_coordinator:
         coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
                                               port=env.coordinator[1])

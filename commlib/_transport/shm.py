@@ -30,6 +30,7 @@ import struct
 
 from .._errors import CommError
 from . import _io
+from .limits import OUT_OF_FDS, fd_limit_text
 
 log = logging.getLogger("commlib")
 
@@ -101,7 +102,7 @@ def single_copy():
 
 
 def _unavailable(exc, strict):
-    text = f"shared memory unavailable ({exc})"
+    text = f"shared memory unavailable ({fd_limit_text(exc.errno) if exc.errno in OUT_OF_FDS else exc})"
     if strict:
         raise CommError(f"COMMLIB_TRANSPORT=shm: {text}")
     if not _warned:

@@ -36,6 +36,7 @@ from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
 from . import shm
+from .limits import OUT_OF_FDS, fd_limit_text, thread_limit_text
 
 NOTICE_GRACE_S = 0.6  # how long a peer that closed first waits for the job's failure notice (its cause)
 
@@ -194,10 +195,13 @@ class Endpoint:
         while not self._closed:
             try:
                 sock, addr = listener.accept()
-            except OSError:
+            except OSError as exc:
                 if self._closed:
                     return
-                time.sleep(0.01)  # e.g. EMFILE: back off instead of spinning
+                if exc.errno in OUT_OF_FDS and self.failure is None:  # peers would wait in our backlog
+                    self.spread(self.fail(CommError(f"rank {self.rank}: cannot accept a peer's connection: "
+                                                    f"{fd_limit_text(exc.errno)}")))
+                time.sleep(0.01)  # back off instead of spinning
                 continue
             # Many peers connecting at once wait in the listen backlog for a handshake slot; dropping
             # them made each retry after its own timeout and sleep.
@@ -210,7 +214,16 @@ class Endpoint:
                     if self._closed:
                         sock.close()
                         return
-            threading.Thread(target=self._handshake_server, args=(sock, addr), daemon=True).start()
+            try:
+                threading.Thread(target=self._handshake_server, args=(sock, addr), daemon=True).start()
+            except RuntimeError as exc:  # no memory for its stack, or RLIMIT_NPROC: the peer would wait
+                sock.close()
+                self._pending.release()
+                if self.failure is None:
+                    self.spread(self.fail(CommError(
+                        f"rank {self.rank}: cannot accept a peer's connection: no thread for its handshake "
+                        f"({exc}: {thread_limit_text()})")))
+                time.sleep(0.01)
 
     def _handshake_server(self, sock, addr):
         try:
@@ -408,7 +421,13 @@ class Endpoint:
                     raise CommTimeout(text + _why(last), rank=dst)
                 raise self.fail(CommTimeout(text + _why(last) + self.stall_report(), rank=dst))
             family = socket.AF_UNIX if local else (socket.AF_INET6 if ":" in address[0] else socket.AF_INET)
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                if exc.errno not in OUT_OF_FDS:
+                    raise
+                raise self.fail(CommError(f"rank {self.rank}: {what} could not connect to rank {dst}: "
+                                          f"{fd_limit_text(exc.errno)}", rank=dst)) from None
             memfd = -1
             try:
                 sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
@@ -437,6 +456,9 @@ class Endpoint:
                 raise
             except (ConnectionError, OSError, EOFError) as exc:  # EOFError: closed mid-handshake
                 shm.close(sock)
+                if getattr(exc, "errno", None) in OUT_OF_FDS:  # no retry frees one: say which limit
+                    raise self.fail(CommError(f"rank {self.rank}: {what} could not connect to rank {dst}: "
+                                              f"{fd_limit_text(exc.errno)}", rank=dst)) from None
                 last = exc
                 if getattr(exc, "errno", None) in _UNREACHABLE:
                     unreachable_since = unreachable_since or time.monotonic()

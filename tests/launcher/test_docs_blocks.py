@@ -1,0 +1,196 @@
+"""Every ```python block of README.md and docs/*.md runs as written, through the real commrun.
+
+The line directly above each ```python fence (no blank line between) is an HTML comment saying how
+the block is checked; a python block without one fails `test_every_python_block_is_marked`:
+
+    <!-- run: commrun -n 2,4 -->
+        a complete program: written to a file and run as `commrun -n N file.py` for each N listed
+        (other commrun options may come before -n: `<!-- run: commrun --mpi4py -n 3,4 -->`);
+    <!-- run: continues the program above -->
+        a fragment: appended to the nearest `run: commrun` block above it in the same file and run
+        with that block's sizes and options (fragments do not chain: each continues a program);
+    <!-- not run: REASON -->
+        only for blocks that need what this machine cannot give (a Ray, Slurm or Kubeflow
+        cluster); REASON says where the suite runs the same code instead. The block must compile.
+
+Either `run` marker may end with `; needs MODULE[, MODULE...]`: the block is skipped where one of
+them does not import (pytest.importorskip). Every block, run or not, must compile.
+
+Commands in README.md's other fenced blocks that run a file of this repository through commrun
+(`commrun -n 4 examples/hello.py`) run as well, from the repository root.
+"""
+import glob
+import os
+import re
+import shlex
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multirank"))
+import _harness  # noqa: E402
+
+REPO = _harness.REPO
+FILES = ["README.md"] + sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
+FENCE = re.compile(r"^ {0,3}(`{3,})\s*([^`\s]*)[^`]*$")
+MARKER = re.compile(r"^<!--\s*(run|not run):\s*(.*?)\s*-->\s*$")
+PROGRAM = re.compile(r"^commrun\s+(.*)$")
+CONTINUES = "continues the program above"
+RUN_TIMEOUT = 100  # seconds for one commrun job; COMMLIB_TIMEOUT (30 s) turns a hang into an error first
+
+
+class Block:
+    def __init__(self, path, line, lang, source, above):
+        self.path, self.line, self.lang, self.source, self.above = path, line, lang, source, above
+        self.kind = None  # "program" | "fragment" | "not run"
+        self.sizes, self.options, self.needs = [], [], []
+        self.base = None  # the program a fragment continues
+        self.problem = None
+
+    @property
+    def where(self):
+        return f"{self.path}:{self.line}"
+
+    def parts(self):
+        """[(where, source)] of what runs: the program, then this fragment."""
+        return (self.base.parts() if self.base else []) + [(self.where, self.source)]
+
+
+def fenced_blocks(path):
+    """Every fenced block of a Markdown file: Block(path, line of the opening fence, info string's
+    first word, source, the line directly above the fence)."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        ticks, lang, start = m.group(1), m.group(2).lower(), i
+        i += 1
+        while i < len(lines) and not re.match(r"^ {0,3}" + ticks + r"`*\s*$", lines[i]):
+            i += 1
+        blocks.append(Block(path, start + 1, lang, "\n".join(lines[start + 1:i]) + "\n",
+                            lines[start - 1] if start > 0 else ""))
+        i += 1  # past the closing fence (or the end of an unclosed block)
+    return blocks
+
+
+def classify(block, last_program):
+    m = MARKER.match(block.above)
+    if not m:
+        block.problem = f"{block.where}: no marker on the line directly above the ```python fence"
+        return
+    verb, text = m.groups()
+    if verb == "not run":
+        block.kind = "not run"
+        if not text:
+            block.problem = f"{block.where}: `not run` needs a reason"
+        return
+    what, _, needs = text.partition(";")
+    what, needs = what.strip(), needs.strip()
+    if needs:
+        if not needs.startswith("needs "):
+            block.problem = f"{block.where}: after `;` the marker takes `needs MODULE, ...`, not {needs!r}"
+            return
+        block.needs = [n.strip() for n in needs[len("needs "):].split(",") if n.strip()]
+    if what == CONTINUES:
+        if last_program is None:
+            block.problem = f"{block.where}: a fragment with no `run: commrun` program above it in {block.path}"
+            return
+        block.kind, block.base = "fragment", last_program
+        block.sizes, block.options = last_program.sizes, last_program.options
+        block.needs = last_program.needs + [n for n in block.needs if n not in last_program.needs]
+        return
+    p = PROGRAM.match(what)
+    args = shlex.split(p.group(1)) if p else []
+    if "-n" not in args or args.index("-n") + 1 >= len(args):
+        block.problem = f"{block.where}: cannot read the marker {block.above.strip()!r}"
+        return
+    k = args.index("-n")
+    try:
+        block.sizes = [int(s) for s in args[k + 1].split(",")]
+    except ValueError:
+        block.problem = f"{block.where}: `-n` takes sizes such as 2,4, not {args[k + 1]!r}"
+        return
+    block.kind, block.options = "program", args[:k] + args[k + 2:]
+
+
+def python_blocks():
+    found = []
+    for path in FILES:
+        last_program = None
+        for block in fenced_blocks(path):
+            if block.lang != "python":
+                continue
+            classify(block, last_program)
+            if block.kind == "program":
+                last_program = block
+            found.append(block)
+    return found
+
+
+BLOCKS = python_blocks()
+RUNS = [pytest.param(b, n, id=f"{b.where}-n{n}") for b in BLOCKS if b.kind in ("program", "fragment")
+        for n in b.sizes]
+
+
+def readme_commands():
+    """`commrun ...` commands of README.md's non-python blocks whose arguments name a file of the repo."""
+    found = []
+    for block in fenced_blocks("README.md"):
+        if block.lang == "python":
+            continue
+        for k, line in enumerate(block.source.splitlines(), block.line + 1):
+            for command in line.split("#")[0].split("&&"):
+                argv = shlex.split(command)
+                if argv[:1] == ["commrun"] and any(os.path.isfile(os.path.join(REPO, a)) for a in argv[1:]):
+                    found.append(pytest.param(argv[1:], id=f"README.md:{k}"))
+    return found
+
+
+def test_extraction_finds_the_blocks():
+    assert len(BLOCKS) > 15, f"only {len(BLOCKS)} python blocks extracted from {FILES}"
+    assert len(RUNS) > 20, f"only {len(RUNS)} runs of python blocks"
+    files = {b.path for b in BLOCKS}
+    assert {"README.md", "docs/api.md", "docs/mesh.md", "docs/torch.md"} <= files, sorted(files)
+
+
+def test_every_python_block_is_marked():
+    problems = [b.problem for b in BLOCKS if b.problem]
+    assert not problems, ("every ```python fence needs, on the line directly above it, `<!-- run: commrun -n 2,4 -->`, "
+                          f"`<!-- run: {CONTINUES} -->` or `<!-- not run: REASON -->` (see this file's docstring):\n"
+                          + "\n".join(problems))
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.where) for b in BLOCKS])
+def test_block_compiles(block):
+    compile("".join(src for _, src in block.parts()), block.where, "exec")
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+@pytest.mark.parametrize("block, n", RUNS)
+def test_block_runs(block, n, tmp_path):
+    for module in block.needs:
+        pytest.importorskip(module)
+    parts, first, layout = block.parts(), 1, []
+    for where, src in parts:  # which lines of block.py (named in a traceback) came from which block
+        lines = src.count("\n")
+        layout.append(f"  lines {first}-{first + lines - 1} of block.py: {where}")
+        first += lines
+    (tmp_path / "block.py").write_text("".join(src for _, src in parts))
+    argv = [sys.executable, "-m", "commrun", *block.options, "-n", str(n), "block.py"]
+    rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "30"}), RUN_TIMEOUT,
+                                         cwd=str(tmp_path))
+    assert rc == 0, (f"{block.where} at n={n}: exit code {rc}\n" + "\n".join(layout)
+                     + f"\n--- stdout (tail)\n{_harness._tail(out)}\n--- stderr (tail)\n{_harness._tail(err)}")
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20)
+@pytest.mark.parametrize("args", readme_commands())
+def test_readme_command_runs(args):
+    argv = [sys.executable, "-m", "commrun", *args]
+    rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "30"}), RUN_TIMEOUT, cwd=REPO)
+    assert rc == 0, f"commrun {' '.join(args)}: exit code {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
