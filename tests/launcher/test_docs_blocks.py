@@ -186,6 +186,7 @@ def test_block_runs(block, n, tmp_path):
                                          cwd=str(tmp_path))
     assert rc == 0, (f"{block.where} at n={n}: exit code {rc}\n" + "\n".join(layout)
                      + f"\n--- stdout (tail)\n{_harness._tail(out)}\n--- stderr (tail)\n{_harness._tail(err)}")
+    assert "refused a connection" not in err, f"a clean job logged a refusal:\n{_harness._tail(err)}"
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 20)
@@ -194,3 +195,29 @@ def test_readme_command_runs(args):
     argv = [sys.executable, "-m", "commrun", *args]
     rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "30"}), RUN_TIMEOUT, cwd=REPO)
     assert rc == 0, f"commrun {' '.join(args)}: exit code {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
+
+
+def _commrun_options_named(line):
+    """The --options a line of the docs gives commrun (up to its program: `x.py`, `--`, `-m mod`)."""
+    found = []
+    for m in re.finditer(r"\bcommrun((?:[ \t]+[^\s`|;&#]+)+)", line):
+        tokens = m.group(1).split()
+        for k, tok in enumerate(tokens):
+            if tok == "--" or tok.endswith(".py") or (k > 0 and tokens[k - 1] in ("-m", "--module")):
+                break
+            if re.fullmatch(r"--[a-z][\w-]*(=.*)?", tok):
+                found.append(tok.split("=", 1)[0])
+    return found
+
+
+def test_every_commrun_option_the_docs_name_exists():
+    from commrun import cli
+    options = {o for p in cli.main.params for o in p.opts + p.secondary_opts} | {"--help", "--version"}
+    assert _commrun_options_named("`commrun --doctor --pair-timeout 2 -n 4 x.py --lr 1`") == ["--doctor",
+                                                                                             "--pair-timeout"]
+    unknown = []
+    for path in FILES:
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            for k, line in enumerate(f, 1):
+                unknown += [f"{path}:{k}: {o}" for o in _commrun_options_named(line) if o not in options]
+    assert not unknown, "the docs name commrun options it does not have:\n" + "\n".join(unknown)

@@ -65,6 +65,8 @@ def test_omp_threads_when_oversubscribed(invoke, monkeypatch):
     result, (ranks, _) = invoke("-n", "3", "script.py")
     assert ranks[0].env["OMP_NUM_THREADS"] == "1"
     assert "3 ranks on 2 cores: setting OMP_NUM_THREADS=1" in result.output
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "launcher.md")) as f:
+        assert "setting OMP_NUM_THREADS=1" in f.read()  # the notice is explained where commrun is
     _, (ranks, _) = invoke("-n", "2", "script.py")
     assert "OMP_NUM_THREADS" not in ranks[0].env
 
