@@ -1,0 +1,149 @@
+"""Bad networks between namespace hosts: delay with jitter (so reordering), loss, duplication, a
+bandwidth cap, and a link that goes down for less, or for more, than the group's timeout.
+
+The link is `_delayer.py` (a userspace emulator on the router's forwarding path: this kernel has
+no netem), checked first: the round trip it adds is measured. Two hosts with two ranks each (and
+three hosts in one case) run every collective and a cross-host exchange, each result checked
+against NumPy: no wrong result and no false PeerLost/CommTimeout while the link is slow, lossy
+or briefly down; a link down for longer than the timeout ends the job with an error naming the
+unreachable rank on every rank, and nothing is left behind.
+"""
+import os
+import re
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _netns import base_env, leftovers, run_job, Job  # noqa: E402
+from _shaped import ShapedFabric, rtt  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+CASE = """
+import sys, time, numpy as np, commlib as cl
+rounds = int(sys.argv[1])
+g = cl.init(); r, n = g.rank(), g.size()
+bad = 0
+t0 = time.monotonic()
+for it in range(rounds):
+    for count in (1, 4096, 200_000):
+        x = (np.arange(count) % 97 + r + it).astype(np.float64)
+        want = sum((np.arange(count) % 97 + k + it).astype(np.float64) for k in range(n))
+        bad += not np.array_equal(cl.all_reduce(x), want)
+        bad += not np.array_equal(cl.all_gather(x).reshape(n, count)[(r + 1) % n],
+                                  (np.arange(count) % 97 + (r + 1) % n + it).astype(np.float64))
+        bad += not np.array_equal(cl.broadcast(x.copy(), root=n - 1), (np.arange(count) % 97 + n - 1 + it))
+    t = cl.all_to_all(np.full((n, 8), r * 100 + it, np.int64))
+    bad += not np.array_equal(t[:, 0], np.arange(n) * 100 + it)
+    got = cl.sendrecv(np.full(1000, r + it), dst=(r + 2) % n, src=(r - 2) % n)   # crosses hosts
+    bad += not (got == (r - 2) % n + it).all()
+    if r == 0:
+        print(f"PROGRESS {it + 1}", flush=True)
+cl.barrier()
+print(f"RESULT rank {r} bad {bad} seconds {time.monotonic() - t0:.1f}", flush=True)
+sys.exit(1 if bad else 0)
+"""
+
+
+def _job(f, tmp_path, rounds, timeout_s, hosts=2, per_host=2):
+    case = tmp_path / "case.py"
+    case.write_text(CASE)
+    spec = ",".join(f"{h}:{per_host}" for h in f.hosts[:hosts])
+    argv = f.commrun("--hosts", spec, "--coordinator-host", f.addr(0), str(case), str(rounds))
+    return argv, base_env(COMMLIB_TIMEOUT=str(timeout_s))
+
+
+def _check_right(rc, out, err, n):
+    assert rc == 0, f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+    results = re.findall(r"RESULT rank (\d+) bad (\d+)", out)
+    assert sorted(int(r) for r, _ in results) == list(range(n)), out[-3000:]
+    assert all(b == "0" for _, b in results), out[-3000:]
+    assert "PeerLost" not in err and "CommTimeout" not in err, err[-3000:]
+
+
+def test_the_delayer_adds_the_delay_it_claims():
+    with ShapedFabric(2, "10.71", delay=0.04) as f:
+        measured = rtt(f, 0, 1)
+    assert 0.08 <= measured < 0.11, measured  # two crossings of 40 ms each
+    assert f.counters["written"] >= 40, f.counters
+    with ShapedFabric(2, "10.71", loss=0.2, dup=0.1, seed=3) as f:
+        rtt(f, 0, 1, count=40)  # TCP retransmits through the loss
+    assert 0.08 < f.counters["dropped"] / f.counters["read"] < 0.35, f.counters
+    assert f.counters["duplicated"] > 0, f.counters
+
+
+SHAPES = {
+    "delay 100 ms ± 50 ms": dict(delay=0.1, jitter=0.05),
+    "reordering (jitter 5 ms)": dict(delay=0.002, jitter=0.005),
+    "loss 3 %": dict(loss=0.03),
+    "duplication 5 %": dict(dup=0.05),
+    "loss 1 %, dup 1 %, delay 20 ± 10 ms": dict(delay=0.02, jitter=0.01, loss=0.01, dup=0.01),
+    "50 Mbit/s and loss 2 %": dict(rate="50mbit", loss=0.02),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_collectives_are_right_over_a_bad_link(shape, tmp_path):
+    with ShapedFabric(2, "10.72", seed=hash(shape) & 0xFFFF, **SHAPES[shape]) as f:
+        argv, env = _job(f, tmp_path, 3, 60)
+        rc, out, err, _ = run_job(argv, env, 200)
+        assert not leftovers(str(tmp_path))
+    _check_right(rc, out, err, 4)
+    if "loss" in shape:
+        assert f.counters["dropped"] > 0, f.counters
+    if "dup" in shape:
+        assert f.counters["duplicated"] > 0, f.counters
+
+
+def test_three_hosts_over_a_jittery_lossy_link(tmp_path):
+    with ShapedFabric(3, "10.73", delay=0.01, jitter=0.01, loss=0.02, seed=5) as f:
+        argv, env = _job(f, tmp_path, 2, 60, hosts=3)
+        rc, out, err, _ = run_job(argv, env, 200)
+        assert not leftovers(str(tmp_path))
+    _check_right(rc, out, err, 6)
+
+
+def test_a_link_down_shorter_than_the_timeout_costs_time_not_an_error(tmp_path):
+    with ShapedFabric(2, "10.74") as f:
+        argv, env = _job(f, tmp_path, 40, 20)
+        job = Job(argv, env)
+        try:
+            assert job.wait_for(lambda lines: any("PROGRESS 3" in ln for ln in lines), 90), job.output()[-3000:]
+            f.link_down(True)
+            time.sleep(4.0)  # well under COMMLIB_TIMEOUT=20
+            f.link_down(False)
+            rc = job.finish(150)
+        finally:
+            job.kill()
+        assert not leftovers(str(tmp_path))
+    out = job.output()
+    _check_right(rc, out, out, 4)
+    assert f.counters["dropped"] > 0, f.counters  # the link was down for a while
+
+
+def test_a_link_down_longer_than_the_timeout_ends_the_job_on_every_rank(tmp_path):
+    with ShapedFabric(2, "10.75") as f:
+        argv, env = _job(f, tmp_path, 1000, 5)
+        job = Job(argv, env)
+        try:
+            assert job.wait_for(lambda lines: any("PROGRESS 2" in ln for ln in lines), 90), job.output()[-3000:]
+            f.link_down(True)
+            t0 = time.monotonic()
+            rc = job.finish(90)
+            took = time.monotonic() - t0
+        finally:
+            job.kill()
+            f.link_down(False)
+        assert not leftovers(str(tmp_path))
+    out = err = job.output()
+    assert rc != 0, out[-2000:]
+    assert took < 60, took
+    for r in range(4):  # every rank that commrun heard from says why (a rank on the far host may be cut off)
+        said = re.findall(rf"^\[{r}\] commlib\._errors\.(\w+): (.*)$", err, re.M)
+        if r < 2:  # commrun's own host: its ranks always report
+            assert said, f"rank {r} said nothing\n{err[-4000:]}"
+        for kind, text in said:
+            assert kind in ("CommTimeout", "PeerLost"), (r, kind, text)
+            assert re.search(r"rank [0-3]", text), (r, text)
