@@ -147,3 +147,60 @@ def test_a_link_down_longer_than_the_timeout_ends_the_job_on_every_rank(tmp_path
         for kind, text in said:
             assert kind in ("CommTimeout", "PeerLost"), (r, kind, text)
             assert re.search(r"rank [0-3]", text), (r, text)
+
+
+THROUGHPUT = """
+import sys, time, numpy as np, commlib as cl
+g = cl.init(); r = g.rank()
+x = np.ones(4 << 20, np.uint8)                  # 4 MiB a message
+cl.barrier()
+t0, sent = time.monotonic(), 0
+while True:                                    # rank 0's clock decides, for both
+    if r == 0:
+        cl.send(x, 1)
+    else:
+        cl.recv_into(x, 0)
+    sent += x.nbytes
+    stop = cl.broadcast(np.array([time.monotonic() - t0 >= float(sys.argv[1])]), root=0)
+    if stop[0]:
+        break
+if r == 1:
+    print(f"RESULT bytes_per_s {sent / (time.monotonic() - t0):.0f}", flush=True)
+"""
+
+
+def _iperf3(f, seconds):
+    import json
+    import shutil
+    import subprocess
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 is not installed (the reference for throughput over a lossy link)")
+    server = subprocess.Popen(["ip", "netns", "exec", f.hosts[1], "iperf3", "-s", "-1", "-B", f.addr(1), "-p", "5301"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # until it listens
+            p = subprocess.run(["ip", "netns", "exec", f.hosts[0], "iperf3", "-c", f.addr(1), "-p", "5301", "-t",
+                                str(seconds), "-J"], capture_output=True, text=True, timeout=seconds + 30)
+            if p.returncode == 0:
+                return json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 8
+            time.sleep(0.1)
+        pytest.fail(f"iperf3 did not run: {p.stdout[-500:]} {p.stderr[-500:]}")
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.03])
+def test_throughput_over_a_lossy_link_is_within_2x_of_iperf3(loss, tmp_path):
+    with ShapedFabric(2, "10.76", loss=loss, seed=9) as f:
+        reference = _iperf3(f, 4)
+        case = tmp_path / "tput.py"
+        case.write_text(THROUGHPUT)
+        argv = f.commrun("--hosts", f"{f.hosts[0]}:1,{f.hosts[1]}:1", "--coordinator-host", f.addr(0),
+                         str(case), "4")
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT="60"), 120)
+        assert not leftovers(str(tmp_path))
+    assert rc == 0, f"{out[-2000:]}\n{err[-2000:]}"
+    ours = float(re.search(r"RESULT bytes_per_s (\d+)", out).group(1))
+    print(f"loss {loss:.0%}: commlib {ours / 1e6:.1f} MB/s, iperf3 {reference / 1e6:.1f} MB/s")
+    assert ours >= reference / 2, (ours, reference)
