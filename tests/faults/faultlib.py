@@ -248,6 +248,32 @@ def listening_sockets(job):
     return coord, tcp, unix
 
 
+class Listener:
+    """One listening socket of a running job: kind is 'coordinator', 'rank-tcp' or 'rank-unix'."""
+
+    def __init__(self, kind, rank, family, address):
+        self.kind, self.rank, self.family, self.address = kind, rank, family, address
+
+    def __repr__(self):
+        return f"{self.kind}(rank={self.rank}, {self.address!r})"
+
+    def connect(self, timeout=5.0):
+        s = socket.socket(self.family, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(self.address)
+        return s
+
+
+def listeners(job, cls=Listener):
+    """Every listening socket of a running job (the coordinator's, each rank's TCP and Unix)."""
+    coord, tcp, unix = listening_sockets(job)
+    found = [cls("coordinator", None, socket.AF_INET, a) for a in coord]
+    for rank in sorted(tcp):
+        found += [cls("rank-tcp", rank, socket.AF_INET, a) for a in tcp[rank]]
+        found += [cls("rank-unix", rank, socket.AF_UNIX, "\0" + name.lstrip("@\0")) for name in unix[rank]]
+    return found
+
+
 # Figures measured by the tests (detection latency, fuzz counts, soak rate), printed at the end of the run.
 FIGURES = {}
 

@@ -24,7 +24,7 @@ from commlib import _auth
 from commlib._rendezvous import framing
 from commlib._transport import shm
 from commlib._transport import sockets as _transport
-from faultlib import listening_sockets, record_figure
+from faultlib import Listener, listeners, record_figure
 
 INPUTS = int(os.environ.get("COMMLIB_FUZZ_INPUTS", "500"))
 MIB = 1 << 20
@@ -52,24 +52,15 @@ sys.exit(1 if bad else 0)
 """
 
 
-class Door:
-    """One listener: the coordinator's (kind "coord") or a rank's ("data"), over TCP or Unix."""
-
-    def __init__(self, kind, rank, family, address):
-        self.kind, self.rank, self.family, self.address = kind, rank, family, address
-
-    def __repr__(self):
-        return f"{self.kind} listener of {'commrun' if self.rank is None else f'rank {self.rank}'} {self.address!r}"
+class Door(Listener):
+    """A listener of the job, spoken to as a client of its handshake would."""
 
     def open(self):
-        s = socket.socket(self.family, socket.SOCK_STREAM)
-        s.settimeout(5.0)
-        s.connect(self.address)
-        return s
+        return self.connect()
 
     def hello(self, s):
         """Read the server's hello; its nonce."""
-        if self.kind == "coord":
+        if self.kind == "coordinator":
             got = _auth.recv_exact(s, len(framing.MAGIC) + _auth.NONCE_BYTES)
             assert got.startswith(framing.MAGIC), got
             return got[len(framing.MAGIC):]
@@ -80,22 +71,13 @@ class Door:
     def client_hello(self, secret, nonce, rank, rng):
         """A well-formed client hello, MACed with `secret` over the server nonce `nonce`."""
         cnonce = rng.randbytes(_auth.NONCE_BYTES)
-        if self.kind == "coord":
+        if self.kind == "coordinator":
             rank_bytes = struct.pack(">i", rank)
             return rank_bytes + cnonce + _auth.mac(secret, framing.CLIENT_LABEL, nonce, cnonce, rank_bytes)
         group, channel = rng.choice([(0, _transport.CH_COLL), (0, _transport.CH_P2P), (rng.randrange(1, 9), 1)])
         ident = struct.pack("<iIB", rank, group, channel)
         return _transport._CLIENT_HELLO.pack(_transport._DATA_MAGIC, rank, group, channel, cnonce,
                                              _auth.mac(secret, b"commlib/data/client", nonce, cnonce, ident))
-
-
-def _doors(job):
-    coord, tcp, unix = listening_sockets(job)
-    doors = [Door("coord", None, socket.AF_INET, a) for a in coord]
-    for rank in sorted(tcp):
-        doors += [Door("data", rank, socket.AF_INET, a) for a in tcp[rank]]
-        doors += [Door("data", rank, socket.AF_UNIX, "\0" + name.lstrip("@\0")) for name in unix[rank]]
-    return doors
 
 
 def _secret_of(proc):
@@ -158,7 +140,7 @@ def _genuine(door, secret, size, rng):
     It names a group (or a rank) no part of the job uses, so nothing of the job is touched."""
     with door.open() as s:
         nonce = door.hello(s)
-        if door.kind == "coord":
+        if door.kind == "coordinator":
             s.sendall(door.client_hello(secret, nonce, size + 5, rng))  # proof, then "out of range"
         else:
             cnonce = rng.randbytes(_auth.NONCE_BYTES)
@@ -193,8 +175,8 @@ def test_fuzzed_listeners_never_answer_and_the_job_stays_right(jobs, tmp_path):
     job.wait_for(lambda j: j.records("progress"), 60, "the job to make progress")
     secret = _secret_of(procs[0])
     assert secret != old_secret
-    doors = _doors(job)
-    assert {d.kind for d in doors} == {"coord", "data"} and len(doors) == 1 + 2 * n, doors
+    doors = listeners(job, Door)
+    assert {d.kind for d in doors} == {"coordinator", "rank-tcp", "rank-unix"} and len(doors) == 1 + 2 * n, doors
     maps_before = _mapped_segments(procs)
     rss_before = {r: p.memory_info().rss for r, p in procs.items()}
 

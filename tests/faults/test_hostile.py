@@ -22,9 +22,8 @@ import pytest
 
 import commlib as cl
 from commlib import _auth, _rendezvous, _wire as _protocol
-from commlib._rendezvous import framing
 from commlib._transport import sockets as _transport
-from faultlib import listening_sockets, record_figure
+from faultlib import listeners, record_figure
 
 MIB = 1 << 20
 RSS_GROWTH_LIMIT = 40 * MIB
@@ -54,35 +53,6 @@ while True:
 emit(iters=iters, bad=bad, seconds=time.monotonic() - t0)
 sys.exit(1 if bad else 0)
 """
-
-
-class Target:
-    """One listening socket of the job: kind is 'coordinator', 'rank-tcp' or 'rank-unix'."""
-
-    def __init__(self, kind, rank, family, address):
-        self.kind, self.rank, self.family, self.address = kind, rank, family, address
-
-    def __repr__(self):
-        return f"{self.kind}(rank={self.rank}, {self.address!r})"
-
-    def connect(self, timeout=5.0):
-        s = socket.socket(self.family, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        s.connect(self.address)
-        return s
-
-    @property
-    def hello_len(self):
-        return len(framing.MAGIC) + _auth.NONCE_BYTES if self.kind == "coordinator" else _transport._SERVER_HELLO.size
-
-
-def _targets(job):
-    coord, tcp, unix = listening_sockets(job)
-    targets = [Target("coordinator", None, socket.AF_INET, a) for a in coord]
-    for rank in sorted(tcp):
-        targets += [Target("rank-tcp", rank, socket.AF_INET, a) for a in tcp[rank]]
-        targets += [Target("rank-unix", rank, socket.AF_UNIX, "\0" + name.lstrip("@\0")) for name in unix[rank]]
-    return targets
 
 
 def _quietly(fn, *args):
@@ -207,7 +177,7 @@ def test_hostile_clients_do_not_harm_a_running_job(jobs, tmp_path, n):
     job = jobs(JOB, n, args=[stop_file, 60], commrun_args=["--grace", "2"]).start()
     procs = job.wait_ranks()
     job.wait_for(lambda j: j.records("progress"), 60, "the job to make progress")
-    targets = _targets(job)
+    targets = listeners(job)
     kinds = {t.kind for t in targets}
     assert kinds == {"coordinator", "rank-tcp", "rank-unix"}, targets
     assert len([t for t in targets if t.kind == "rank-tcp"]) == n, targets

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -120,7 +119,8 @@ def rtt(fabric, a, b, count=20):
     client = ("import socket,time,statistics\n"
               f"c=socket.create_connection(('{fabric.addr(b)}', 5999), timeout=30)\n"
               "c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1); t=[]\n"
-              f"for _ in range({count}):\n    t0=time.monotonic(); c.sendall(b'x'); c.recv(1); t.append(time.monotonic()-t0)\n"
+              f"for _ in range({count}):\n"
+              "    t0=time.monotonic(); c.sendall(b'x'); c.recv(1); t.append(time.monotonic()-t0)\n"
               "print(statistics.median(t))\n")
     srv = subprocess.Popen(["ip", "netns", "exec", fabric.hosts[b], sys.executable, "-c", server],
                            stdout=subprocess.PIPE, text=True)
@@ -133,4 +133,3 @@ def rtt(fabric, a, b, count=20):
     finally:
         srv.kill()
         srv.wait(5)
-        time.sleep(0)
