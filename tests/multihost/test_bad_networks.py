@@ -176,15 +176,16 @@ def _iperf3(f, seconds):
     import subprocess
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 is not installed (the reference for throughput over a lossy link)")
-    server = subprocess.Popen(["ip", "netns", "exec", f.hosts[1], "iperf3", "-s", "-1", "-B", f.addr(1), "-p", "5301"],
+    server = subprocess.Popen(["ip", "netns", "exec", f.hosts[1], "iperf3", "-s", "-B", f.addr(1), "-p", "5301"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(50):  # until it listens
+        for _ in range(20):  # until it listens, and past a run the lossy link broke off
             p = subprocess.run(["ip", "netns", "exec", f.hosts[0], "iperf3", "-c", f.addr(1), "-p", "5301", "-t",
                                 str(seconds), "-J"], capture_output=True, text=True, timeout=seconds + 30)
-            if p.returncode == 0:
+            try:
                 return json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 8
-            time.sleep(0.1)
+            except (ValueError, KeyError):
+                time.sleep(0.2)
         pytest.fail(f"iperf3 did not run: {p.stdout[-500:]} {p.stderr[-500:]}")
     finally:
         server.kill()
@@ -193,15 +194,20 @@ def _iperf3(f, seconds):
 
 @pytest.mark.parametrize("loss", [0.01, 0.03])
 def test_throughput_over_a_lossy_link_is_within_2x_of_iperf3(loss, tmp_path):
+    """Interleaved, 3 repeats of each (2 s), medians compared: this 2-core machine is shared."""
+    import statistics
+    case = tmp_path / "tput.py"
+    case.write_text(THROUGHPUT)
+    ours, reference = [], []
     with ShapedFabric(2, "10.76", loss=loss, seed=9) as f:
-        reference = _iperf3(f, 4)
-        case = tmp_path / "tput.py"
-        case.write_text(THROUGHPUT)
         argv = f.commrun("--hosts", f"{f.hosts[0]}:1,{f.hosts[1]}:1", "--coordinator-host", f.addr(0),
-                         str(case), "4")
-        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT="60"), 120)
+                         str(case), "2")
+        for _ in range(3):
+            reference.append(_iperf3(f, 2))
+            rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT="60"), 120)
+            assert rc == 0, f"{out[-2000:]}\n{err[-2000:]}"
+            ours.append(float(re.search(r"RESULT bytes_per_s (\d+)", out).group(1)))
         assert not leftovers(str(tmp_path))
-    assert rc == 0, f"{out[-2000:]}\n{err[-2000:]}"
-    ours = float(re.search(r"RESULT bytes_per_s (\d+)", out).group(1))
-    print(f"loss {loss:.0%}: commlib {ours / 1e6:.1f} MB/s, iperf3 {reference / 1e6:.1f} MB/s")
-    assert ours >= reference / 2, (ours, reference)
+    print(f"loss {loss:.0%}: commlib {[round(v / 1e6, 1) for v in ours]} MB/s, "
+          f"iperf3 {[round(v / 1e6, 1) for v in reference]} MB/s")
+    assert statistics.median(ours) >= statistics.median(reference) / 2, (ours, reference)
