@@ -198,9 +198,8 @@ class Endpoint:
             except OSError as exc:
                 if self._closed:
                     return
-                if exc.errno in OUT_OF_FDS and self.failure is None:  # peers would wait in our backlog
-                    self.spread(self.fail(CommError(f"rank {self.rank}: cannot accept a peer's connection: "
-                                                    f"{fd_limit_text(exc.errno)}")))
+                if exc.errno in OUT_OF_FDS:  # peers would wait in our backlog
+                    self._cannot_accept(fd_limit_text(exc.errno))
                 time.sleep(0.01)  # back off instead of spinning
                 continue
             # Many peers connecting at once wait in the listen backlog for a handshake slot; dropping
@@ -219,11 +218,19 @@ class Endpoint:
             except RuntimeError as exc:  # no memory for its stack, or RLIMIT_NPROC: the peer would wait
                 sock.close()
                 self._pending.release()
-                if self.failure is None:
-                    self.spread(self.fail(CommError(
-                        f"rank {self.rank}: cannot accept a peer's connection: no thread for its handshake "
-                        f"({exc}: {thread_limit_text()})")))
+                self._cannot_accept(f"no thread for its handshake ({exc}: {thread_limit_text()})")
                 time.sleep(0.01)
+
+    def _cannot_accept(self, why):
+        """A limit keeps this rank from accepting peers: fail the job now (they would wait in our
+        backlog until their timeout), naming it."""
+        if self.failure is None:
+            self.spread(self.fail(CommError(f"rank {self.rank}: cannot accept a peer's connection: {why}")))
+
+    def _no_fds(self, exc, what, dst):
+        """The failure of a connect that found no descriptor left (no retry would free one)."""
+        return self.fail(CommError(f"rank {self.rank}: {what} could not connect to rank {dst}: "
+                                   f"{fd_limit_text(exc.errno)}", rank=dst))
 
     def _handshake_server(self, sock, addr):
         try:
@@ -426,8 +433,7 @@ class Endpoint:
             except OSError as exc:
                 if exc.errno not in OUT_OF_FDS:
                     raise
-                raise self.fail(CommError(f"rank {self.rank}: {what} could not connect to rank {dst}: "
-                                          f"{fd_limit_text(exc.errno)}", rank=dst)) from None
+                raise self._no_fds(exc, what, dst) from None
             memfd = -1
             try:
                 sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
@@ -457,8 +463,7 @@ class Endpoint:
             except (ConnectionError, OSError, EOFError) as exc:  # EOFError: closed mid-handshake
                 shm.close(sock)
                 if getattr(exc, "errno", None) in OUT_OF_FDS:  # no retry frees one: say which limit
-                    raise self.fail(CommError(f"rank {self.rank}: {what} could not connect to rank {dst}: "
-                                              f"{fd_limit_text(exc.errno)}", rank=dst)) from None
+                    raise self._no_fds(exc, what, dst) from None
                 last = exc
                 if getattr(exc, "errno", None) in _UNREACHABLE:
                     unreachable_since = unreachable_since or time.monotonic()
