@@ -23,6 +23,7 @@ share no network namespace) never get this far and stay on TCP.
                           Below 128 a send of 64 KiB waits for its receiver (it is eager otherwise).
 """
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -136,8 +137,10 @@ def offer(sock, how):
 def answer(sock, how):
     """Acceptor, after the connector's hello: read its offer and map the segment when both want
     one. Returns the byte that follows the proof (b"\\1": linked, b"\\0": a plain socket)."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, _OFFER.size, 1)
+    data, fds, flags, _addr = socket.recv_fds(sock, _OFFER.size, 1)
     try:
+        if flags & socket.MSG_CTRUNC:  # the kernel could not give us the segment's descriptor
+            raise OSError(errno.EMFILE, "the segment a peer offered could not be received (MSG_CTRUNC)")
         while len(data) < _OFFER.size:  # the rest of the fixed-size offer (no descriptor comes later)
             more = sock.recv(_OFFER.size - len(data))
             if not more:

@@ -276,6 +276,8 @@ class Endpoint:
                 os.write(self._arrival_w, b"\0")
             sock = None
         except (OSError, EOFError, ValueError, struct.error, AuthError) as exc:
+            if getattr(exc, "errno", None) in OUT_OF_FDS:  # a limit, not a bad peer: it would only retry
+                self._cannot_accept(fd_limit_text(exc.errno))
             self._refused += 1
             if self._refused <= 10 or self._refused & (self._refused - 1) == 0:  # 1..10, then powers of 2
                 log.warning("commlib rank %d: refused a connection from %s: %s (%d refused so far)", self.rank,

@@ -44,6 +44,7 @@ if r == 2:
             break
 t0 = t_wall()
 try:
+    cl.barrier()                        # no peer reaches rank 2 before it has no descriptor left
     if where == "connect":
         cl.all_to_all(np.arange(4.0 * n))
     elif r == 2:                        # accept: every peer connects to rank 2 for point-to-point
