@@ -115,6 +115,10 @@ def _check_program(program, module, direct):
 @click.option("--ifname", metavar="IF[,IF...]|CIDR",
               help="Interface(s) or network whose address every rank listens on (sets COMMLIB_IFNAME); "
                    "across hosts the coordinator binds it too [default: the route to the coordinator].")
+@click.option("--encrypt", is_flag=True,
+              help="Encrypt and integrity-protect every TCP connection of the job (AES-256-GCM, keys from the "
+                   "job's secret; sets COMMLIB_ENCRYPT=1): for networks others share. Same-host traffic "
+                   "(shared memory, Unix sockets) stays in the kernel, in clear.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Each rank prints its address and the transport it uses to every peer (COMMLIB_VERBOSE=1).")
 @click.option("--doctor", is_flag=True,
@@ -141,7 +145,7 @@ def _check_program(program, module, direct):
 @click.version_option(__version__, "-V", "--version", prog_name="commrun")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, verbose, doctor,
+def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,
          pair_timeout, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     raise_fd_limit()  # three pipes per rank here, and the ranks inherit it
@@ -194,6 +198,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     extra = {"COMMLIB_RSH": rsh}  # MPI.Spawn starts children on other hosts the way commrun starts ranks
     if ifname:
         extra["COMMLIB_IFNAME"] = ifname
+    if encrypt:
+        extra["COMMLIB_ENCRYPT"] = "1"
     if mpi4py:
         standin = spawn.mpi4py_standin()
         extra["PYTHONPATH"] = os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p)

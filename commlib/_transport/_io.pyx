@@ -704,3 +704,4 @@ def link_sendmsg(int fd, list parts):
 include "_plan.pxi"
 include "_fast.pxi"
 include "_p2p_fast.pxi"
+include "_seal.pxi"

@@ -35,7 +35,7 @@ from .. import _auth, _debug
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
-from . import shm
+from . import seal, shm
 from .limits import OUT_OF_FDS, fd_limit_text, thread_limit_text
 
 NOTICE_GRACE_S = 0.6  # how long a peer that closed first waits for the job's failure notice (its cause)
@@ -158,6 +158,11 @@ class Endpoint:
         self._closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._saturated = False
+        try:
+            self.sealing = seal.enabled()
+            self.pumps = seal.Pumps(rank, self._forged) if self.sealing else None
+        except (ValueError, CommError) as exc:
+            raise CommError(f"rank {rank}: {exc}") from None
         self.wake_r, self._wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         self.arrival_r, self._arrival_w = os.pipe()  # a byte per new incoming connection
@@ -188,7 +193,7 @@ class Endpoint:
     def info(self):
         """What this rank registers with the coordinator."""
         return {"host": socket.gethostname(), "host_id": self.host_id, "tcp": list(self.tcp_address),
-                "unix": self.unix_name, "pid": os.getpid()}
+                "unix": self.unix_name, "pid": os.getpid(), "encrypt": self.sealing}
 
     # ------------------------------------------------------------- acceptance
     def _accept_loop(self, listener):
@@ -226,6 +231,11 @@ class Endpoint:
         backlog until their timeout), naming it."""
         if self.failure is None:
             self.spread(self.fail(CommError(f"rank {self.rank}: cannot accept a peer's connection: {why}")))
+
+    def _forged(self, peer, text):
+        """A sealed connection's record failed its check: end the job, naming the peer."""
+        if self.failure is None:
+            self.spread(self.fail(AuthError(text, rank=peer)))
 
     def _no_fds(self, exc, what, dst):
         """The failure of a connect that found no descriptor left (no retry would free one)."""
@@ -265,6 +275,10 @@ class Endpoint:
                 sock.settimeout(None)
                 sock.setblocking(False)
                 _tune(sock, sock.family != socket.AF_UNIX)
+                if self.sealing and sock.family != socket.AF_UNIX:
+                    c2s, s2c = seal.keys(self.secret, nonce, cnonce, ident)
+                    sock = self.pumps.seal(sock, s2c, c2s, rank, "from")
+                    _tune(sock, False)
                 self._in[key] = sock
                 self._cond.notify_all()
             if _debug.LEVEL:
@@ -363,7 +377,7 @@ class Endpoint:
         `sock` (a connection to dst) what that connection really uses."""
         kind, where = self.route(dst)
         if kind != "unix":
-            return f"tcp {_fmt(where)}"
+            return f"tcp {_fmt(where)}" + (" encrypted" if self.sealing else "")
         if sock is not None:
             return "shared memory" if shm.linked(sock) else "unix socket"
         return "shared memory" if self.shm_mode in ("auto", "shm") else "unix socket"
@@ -380,6 +394,12 @@ class Endpoint:
                                 f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
                                 f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
                                 f"interfaces here: {describe(interfaces())}")
+        onoff = ("off", "on")
+        for r, info in enumerate(table):
+            if bool(info.get("encrypt")) != self.sealing:
+                raise CommError(f"rank {self.rank}: {seal.ENV} is {onoff[self.sealing]} here but "
+                                f"{onoff[bool(info.get('encrypt'))]} on rank {r}: set it alike for every rank "
+                                f"(commrun --encrypt does)")
 
     def routes_text(self):
         """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""
@@ -392,7 +412,8 @@ class Endpoint:
         has data in flight that it stopped acknowledging (a link down, not a busy peer), else None."""
         with self._cond:
             socks = [s for k, s in list(self._out.items()) + list(self._in.items()) if k[2] == peer]
-        for sock in socks:
+        wire = self.pumps.wire if self.pumps is not None else {}
+        for sock in (wire.get(s, s) for s in socks):
             if sock.family != socket.AF_UNIX and (silent := silent_for(sock)) is not None:
                 with contextlib.suppress(OSError):
                     return f"tcp {_fmt(sock.getpeername())} unacknowledged for {silent:.0f} s"
@@ -479,6 +500,10 @@ class Endpoint:
         sock.settimeout(None)
         sock.setblocking(False)
         _tune(sock, not local)
+        if self.sealing and not local:
+            c2s, s2c = seal.keys(self.secret, nonce, cnonce, ident)
+            sock = self.pumps.seal(sock, c2s, s2c, dst, "to")
+            _tune(sock, False)
         with self._cond:
             if self._closed:  # close() ran while we connected: nobody would close this socket
                 shm.close(sock)
@@ -544,6 +569,8 @@ class Endpoint:
             self.fds.clear()
         for s in socks:
             shm.close(s)
+        if self.pumps is not None:  # after the data path's sockets: the pumps send what is left
+            self.pumps.close(min(seal.FLUSH_S, self.timeout))
         for s in (self._tcp, self._unix):
             if s is not None:
                 with contextlib.suppress(OSError):
