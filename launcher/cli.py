@@ -8,6 +8,7 @@ import click
 
 from commlib._hosts import route_address
 from commlib._transport.limits import raise_fd_limit
+from commlib._transport.seal import enabled as seal_enabled
 
 from . import __version__, hosts, spawn, supervise, tracefetch
 
@@ -198,8 +199,12 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     extra = {"COMMLIB_RSH": rsh}  # MPI.Spawn starts children on other hosts the way commrun starts ranks
     if ifname:
         extra["COMMLIB_IFNAME"] = ifname
-    if encrypt:
-        extra["COMMLIB_ENCRYPT"] = "1"
+    if encrypt:  # the ranks, and the coordinator here
+        extra["COMMLIB_ENCRYPT"] = os.environ["COMMLIB_ENCRYPT"] = "1"
+    try:
+        seal_enabled()
+    except ValueError as e:
+        raise click.UsageError(str(e))
     if mpi4py:
         standin = spawn.mpi4py_standin()
         extra["PYTHONPATH"] = os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH", "")) if p)

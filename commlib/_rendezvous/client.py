@@ -15,7 +15,7 @@ import time
 
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
-from .framing import CLIENT_LABEL, MAGIC, SERVER_LABEL, encode, fmt_address, recv_message
+from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message
 
 CONNECT_RETRY_MAX_S = 0.1
 
@@ -36,8 +36,10 @@ class Client:
         return self._sock
 
     @classmethod
-    def connect(cls, address, secret, rank, timeout):
-        """Connect and authenticate, retrying refused connections until `timeout`."""
+    def connect(cls, address, secret, rank, timeout, pumps=None):
+        """Connect and authenticate, retrying refused connections until `timeout`; with `pumps`
+        (COMMLIB_ENCRYPT: the endpoint's, `_transport/seal.py`) the connection is sealed."""
+        sealed = SEALED if pumps is not None else b""
         address = (address[0], int(address[1]))
         deadline = time.monotonic() + timeout
         delay, last = 0.02, None
@@ -66,17 +68,22 @@ class Client:
                 raise CommError(f"rank {rank}: {fmt_address(address)} is not a commlib coordinator")
             server_nonce, client_nonce = hello[len(MAGIC) :], secrets.token_bytes(NONCE_BYTES)
             rank_bytes = rank.to_bytes(4, "big")
-            digest = mac(secret, CLIENT_LABEL, server_nonce, client_nonce, rank_bytes)
+            digest = mac(secret, CLIENT_LABEL + sealed, server_nonce, client_nonce, rank_bytes)
             sock.sendall(rank_bytes + client_nonce + digest)
             try:
                 proof = recv_exact(sock, DIGEST_BYTES)
             except (EOFError, ConnectionError) as e:
                 raise AuthError(
                     f"rank {rank}: the coordinator at {fmt_address(address)} refused our credentials "
-                    f"(is COMMLIB_SECRET the job's secret?)"
+                    f"(is COMMLIB_SECRET the job's secret, and COMMLIB_ENCRYPT set alike for the whole job?)"
                 ) from e
-            if not verify(proof, secret, SERVER_LABEL, client_nonce, server_nonce):
+            if not verify(proof, secret, SERVER_LABEL + sealed, client_nonce, server_nonce):
                 raise AuthError(f"rank {rank}: the coordinator at {fmt_address(address)} does not know the job secret")
+            if pumps is not None:
+                left = sock.gettimeout()
+                sock = pumps.connection(sock, secret, server_nonce, client_nonce, rank_bytes, True, None,
+                                        "the coordinator")
+                sock.settimeout(left)
             welcome = recv_message(sock)
             if welcome["kind"] == "error":
                 raise CommError(f"rank {rank}: {welcome['message']}")

@@ -19,7 +19,7 @@ import time
 
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import CLIENT_LABEL, MAGIC, SERVER_LABEL, encode, fmt_address, recv_message
+from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message, sealing_pumps
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
@@ -73,6 +73,12 @@ class Coordinator:
         self._notices = queue.Queue()
         self._closed = False
         self._threads = []
+        try:
+            self._pumps = sealing_pumps("the coordinator")  # COMMLIB_ENCRYPT: every rank's connection sealed
+        except (ValueError, CommError):
+            self._listener.close()
+            raise
+        self._sealed = SEALED if self._pumps is not None else b""
 
     def start(self):
         for target in (self._accept_loop, self._notice_loop):
@@ -130,6 +136,8 @@ class Coordinator:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+        if self._pumps is not None:
+            self._pumps.close(1.0)
 
     # -- threads
 
@@ -179,14 +187,22 @@ class Coordinator:
         except socket.timeout:
             raise CommError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
         rank_bytes, client_nonce, digest = reply[:4], reply[4 : 4 + NONCE_BYTES], reply[4 + NONCE_BYTES :]
-        if not verify(digest, self._secret, CLIENT_LABEL, server_nonce, client_nonce, rank_bytes):
+        if not verify(digest, self._secret, CLIENT_LABEL + self._sealed, server_nonce, client_nonce, rank_bytes):
+            if verify(digest, self._secret, CLIENT_LABEL + (SEALED[:0] if self._sealed else SEALED), server_nonce,
+                      client_nonce, rank_bytes):
+                on, off = ("off", "on") if self._sealed else ("on", "off")
+                raise AuthError(f"rank {int.from_bytes(rank_bytes, 'big')} has COMMLIB_ENCRYPT {on} but the "
+                                f"coordinator has it {off}: set it alike for the whole job (commrun --encrypt does)")
             raise AuthError("failed authentication (wrong secret)")
         rank = int.from_bytes(rank_bytes, "big")
-        sock.sendall(mac(self._secret, SERVER_LABEL, client_nonce, server_nonce))
+        sock.sendall(mac(self._secret, SERVER_LABEL + self._sealed, client_nonce, server_nonce))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._pumps is not None:
+            sock = self._pumps.connection(sock, self._secret, server_nonce, client_nonce, rank_bytes, False, rank,
+                                          f"rank {rank}")
         # Reads block (close() wakes them); a rank that stops reading fails our sends after SEND_TIMEOUT.
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT), 0))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Rank(rank, sock, peer)
         conn.lock.acquire()  # broadcasts to this rank wait until the welcome is out
         with self._lock:

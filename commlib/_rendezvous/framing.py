@@ -10,6 +10,10 @@ with the transport's handshake between ranks)::
                       + HMAC(secret, b"commlib/coord/client" + server_nonce + client_nonce + rank)
     server -> client  HMAC(secret, b"commlib/coord/server" + client_nonce + server_nonce)
 
+With COMMLIB_ENCRYPT both labels end in b"/sealed" (so a side that disagrees is refused, and the
+coordinator says why) and everything after the handshake travels in sealed records
+(`_transport/seal.py`), keyed by the secret and both nonces like a connection between ranks.
+
 A connection that fails the handshake, stays silent past the deadline, or
 sends an oversized or malformed message is dropped and logged; the job goes on.
 
@@ -24,6 +28,8 @@ Messages pushed by the coordinator to ranks (``kind``):
   anything a rank sent with "to", plus "from": the sender's rank
 """
 import json
+import logging
+import os
 import struct
 
 from .._auth import recv_exact
@@ -32,7 +38,18 @@ MAGIC = b"commlib-coord/1\n"
 MAX_MESSAGE = 1 << 20
 CLIENT_LABEL = b"commlib/coord/client"
 SERVER_LABEL = b"commlib/coord/server"
+SEALED = b"/sealed"  # appended to both labels when the connection is encrypted (COMMLIB_ENCRYPT)
+
+
+def sealing_pumps(me):
+    """Pumps that encrypt this process's coordinator connections when COMMLIB_ENCRYPT asks (else
+    None); imported only then, so a plain job's launcher never loads the transport."""
+    if not os.environ.get("COMMLIB_ENCRYPT", "").strip():
+        return None
+    from .._transport import seal
+    return seal.Pumps(me, lambda peer, text: _log.warning("commlib %s", text)) if seal.enabled() else None
 _LEN = struct.Struct(">I")
+_log = logging.getLogger("commlib")
 
 
 def encode(msg):

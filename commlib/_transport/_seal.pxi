@@ -211,7 +211,7 @@ cdef struct Pump:
     Py_ssize_t in_len, in_want
     unsigned char* opened     # plaintext being written to local
     Py_ssize_t open_pos, open_len
-    bint local_eof, tcp_eof
+    bint local_eof, local_hup, tcp_eof
 
 
 cdef int _pump(Pump* p, long long* detail) noexcept nogil:
@@ -226,7 +226,8 @@ cdef int _pump(Pump* p, long long* detail) noexcept nogil:
         fds[0].events = POLLIN
         fds[0].revents = 0
         nfds = 1
-        # local: read plaintext when no record waits for the wire; write opened plaintext
+        # local: read plaintext when no record waits for the wire; write opened plaintext; after a
+        # half close (shutdown SHUT_WR) only its hang-up (closed for good) is of interest
         fds[nfds].fd = p.local
         fds[nfds].events = (POLLIN if p.out_len == 0 and not p.local_eof else 0) | \
                            (POLLOUT if p.open_len > p.open_pos else 0)
@@ -239,6 +240,8 @@ cdef int _pump(Pump* p, long long* detail) noexcept nogil:
         fds[nfds].revents = 0
         i_tcp = nfds
         nfds += 1
+        if fds[i_local].events == 0 and p.local_eof and not p.local_hup:
+            fds[i_local].events = POLLHUP  # (reported whether asked or not; asked, it keeps the fd in)
         for i in range(1, nfds):  # an end with nothing to do is left out: its HUP would spin the loop
             if fds[i].events == 0:
                 fds[i].fd = -1
@@ -250,6 +253,8 @@ cdef int _pump(Pump* p, long long* detail) noexcept nogil:
             return SEAL_IO_ERROR
         if fds[0].revents:
             return SEAL_CLOSED
+        if p.local_eof and fds[i_local].revents & POLLHUP:
+            p.local_hup = True
         # ---- local -> tcp
         if p.out_len > p.out_pos and fds[i_tcp].revents & (POLLOUT | POLLERR | POLLHUP):
             n = c_send(p.tcp, p.out + p.out_pos, p.out_len - p.out_pos, MSG_NOSIGNAL)
@@ -269,6 +274,7 @@ cdef int _pump(Pump* p, long long* detail) noexcept nogil:
                 n = 0
             if n == 0:
                 p.local_eof = True
+                p.local_hup = (fds[i_local].revents & POLLHUP) != 0  # closed, not only shut for writing
                 c_shutdown(p.tcp, SHUT_WR)
             elif n > 0:
                 if _seal(p.enc, p.sent_k, p.plain, <int>n, p.out) != 0:
@@ -312,8 +318,8 @@ cdef int _pump(Pump* p, long long* detail) noexcept nogil:
                     p.open_pos, p.open_len = 0, length
                     p.in_len, p.in_want = 0, SEAL_HDR
         # ---- ends
-        if p.local_eof and p.out_len == 0:
-            return SEAL_CLOSED      # everything the data path wrote is on the wire
+        if p.local_eof and p.local_hup and p.out_len == 0:
+            return SEAL_CLOSED      # everything the data path wrote is on the wire, and it reads no more
         if p.tcp_eof and p.open_len == 0:
             c_shutdown(p.local, SHUT_WR)
             return SEAL_PEER_EOF

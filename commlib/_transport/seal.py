@@ -92,50 +92,55 @@ def keys(secret, server_nonce, client_nonce, ident):
 class Pumps:
     """The sealed connections of one endpoint: a pump thread each, all stopped by close()."""
 
-    def __init__(self, rank, on_forged):
+    def __init__(self, me, on_forged):
         bind()
-        self.rank = rank
+        self.me = me  # "rank 3", "the coordinator": who speaks in messages
         self._on_forged = on_forged  # (peer, text) -> None: the endpoint fails the job
         self._stop_r, self._stop_w = os.pipe()
         self._threads = []
         self._lock = threading.Lock()
         self.wire = {}  # the data path's socket -> the TCP socket it is sealed onto
 
-    def seal(self, tcp, send_key, recv_key, peer, what):
+    def seal(self, tcp, send_key, recv_key, peer, other):
         """The socket the data path uses instead of `tcp` (non-blocking, like it): bytes written
-        there leave sealed, records arriving on tcp are read there opened."""
+        there leave sealed, records arriving on tcp are read there opened. `peer`: the other
+        side's rank (None: the coordinator); `other`: its name in messages ("rank 5")."""
         mine, theirs = socket.socketpair()
         for s in (mine, theirs, tcp):
             s.setblocking(False)
-        t = threading.Thread(target=self._run, args=(tcp, theirs, send_key, recv_key, peer, what),
-                             daemon=True, name=f"commlib-seal-{peer}")
+        t = threading.Thread(target=self._run, args=(tcp, theirs, send_key, recv_key, peer, other),
+                             daemon=True, name=f"commlib-seal-{other.replace(' ', '-')}")
         try:
             t.start()
         except RuntimeError as exc:  # RLIMIT_NPROC or no memory for a stack
             for s in (mine, theirs):
                 s.close()
-            raise CommError(f"rank {self.rank}: no thread to encrypt the connection {what} rank {peer} "
+            raise CommError(f"{self.me}: no thread to encrypt the connection with {other} "
                             f"({exc}: {thread_limit_text()})", rank=peer) from None
         with self._lock:
             self._threads.append(t)
             self.wire[mine] = tcp
         return mine
 
-    def _run(self, tcp, theirs, send_key, recv_key, peer, what):
+    def connection(self, tcp, secret, server_nonce, client_nonce, ident, client, peer, other):
+        """`seal` with the keys of this connection's handshake, from the client's or the server's side."""
+        c2s, s2c = keys(secret, server_nonce, client_nonce, ident)
+        return self.seal(tcp, *((c2s, s2c) if client else (s2c, c2s)), peer, other)
+
+    def _run(self, tcp, theirs, send_key, recv_key, peer, other):
         try:
             code, detail = _io.seal_pump(tcp.fileno(), theirs.fileno(), self._stop_r, send_key, recv_key)
             if code in (_io.PUMP_FORGED, _io.PUMP_BAD_LENGTH):  # the job fails before the data path sees EOF
                 how = "failed its integrity check" if code == _io.PUMP_FORGED else "has an impossible length"
-                self._on_forged(peer, f"rank {self.rank}: encrypted record {detail} {what} rank {peer} {how}: "
-                                      f"the bytes were changed, replayed or reordered on the way "
-                                      f"(or sent by something other than rank {peer})")
+                self._on_forged(peer, f"{self.me}: encrypted record {detail} from {other} {how}: the bytes "
+                                      f"were changed, replayed or reordered on the way (or not sent by {other})")
             elif code == _io.PUMP_CUT:
                 with contextlib.suppress(OSError):
                     theirs.shutdown(socket.SHUT_WR)
             if _debug.LEVEL:
-                _debug.log(_debug.INFO, lambda: f"sealed connection {what} rank {peer} ended: code {code} ({detail})")
+                _debug.log(_debug.INFO, lambda: f"sealed connection with {other} ended: code {code} ({detail})")
         except Exception as exc:  # noqa: BLE001 -- a pump must not die silently: the data path would wait
-            log.warning("commlib rank %d: the encrypted connection %s rank %d failed: %s", self.rank, what, peer, exc)
+            log.warning("commlib %s: the encrypted connection with %s failed: %s", self.me, other, exc)
         finally:
             for s in (theirs, tcp):
                 with contextlib.suppress(OSError):

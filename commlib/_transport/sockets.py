@@ -160,7 +160,7 @@ class Endpoint:
         self._saturated = False
         try:
             self.sealing = seal.enabled()
-            self.pumps = seal.Pumps(rank, self._forged) if self.sealing else None
+            self.pumps = seal.Pumps(f"rank {rank}", self._forged) if self.sealing else None
         except (ValueError, CommError) as exc:
             raise CommError(f"rank {rank}: {exc}") from None
         self.wake_r, self._wake_w = os.pipe()
@@ -193,7 +193,7 @@ class Endpoint:
     def info(self):
         """What this rank registers with the coordinator."""
         return {"host": socket.gethostname(), "host_id": self.host_id, "tcp": list(self.tcp_address),
-                "unix": self.unix_name, "pid": os.getpid(), "encrypt": self.sealing}
+                "unix": self.unix_name, "pid": os.getpid()}
 
     # ------------------------------------------------------------- acceptance
     def _accept_loop(self, listener):
@@ -276,8 +276,7 @@ class Endpoint:
                 sock.setblocking(False)
                 _tune(sock, sock.family != socket.AF_UNIX)
                 if self.sealing and sock.family != socket.AF_UNIX:
-                    c2s, s2c = seal.keys(self.secret, nonce, cnonce, ident)
-                    sock = self.pumps.seal(sock, s2c, c2s, rank, "from")
+                    sock = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, False, rank, f"rank {rank}")
                     _tune(sock, False)
                 self._in[key] = sock
                 self._cond.notify_all()
@@ -394,12 +393,6 @@ class Endpoint:
                                 f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
                                 f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
                                 f"interfaces here: {describe(interfaces())}")
-        onoff = ("off", "on")
-        for r, info in enumerate(table):
-            if bool(info.get("encrypt")) != self.sealing:
-                raise CommError(f"rank {self.rank}: {seal.ENV} is {onoff[self.sealing]} here but "
-                                f"{onoff[bool(info.get('encrypt'))]} on rank {r}: set it alike for every rank "
-                                f"(commrun --encrypt does)")
 
     def routes_text(self):
         """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""
@@ -422,6 +415,8 @@ class Endpoint:
     def coordinator_note(self):
         """Words for a coordinator connection that stopped acknowledging what we sent, else None."""
         sock = self.coordinator_sock
+        if sock is not None and self.pumps is not None:
+            sock = self.pumps.wire.get(sock, sock)
         silent = silent_for(sock, queued=True) if sock is not None else None
         if silent is None:
             return None
@@ -501,8 +496,7 @@ class Endpoint:
         sock.setblocking(False)
         _tune(sock, not local)
         if self.sealing and not local:
-            c2s, s2c = seal.keys(self.secret, nonce, cnonce, ident)
-            sock = self.pumps.seal(sock, c2s, s2c, dst, "to")
+            sock = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, True, dst, f"rank {dst}")
             _tune(sock, False)
         with self._cond:
             if self._closed:  # close() ran while we connected: nobody would close this socket

@@ -206,9 +206,9 @@ def test_a_man_in_the_middle_is_caught(attack, middle, record):
 
 def test_a_forged_record_reaches_the_endpoint_naming_the_peer():
     told = []
-    pumps = seal.Pumps(3, lambda peer, text: told.append((peer, text)))
+    pumps = seal.Pumps("rank 3", lambda peer, text: told.append((peer, text)))
     tcp, attacker = socket.socketpair()
-    mine = pumps.seal(tcp, _key(), _key(), 5, "from")
+    mine = pumps.seal(tcp, _key(), _key(), 5, "rank 5")
     attacker.sendall(_io.seal_record(_key(), 0, b"not from rank 5"))
     mine.setblocking(True)
     mine.settimeout(10)
