@@ -2,6 +2,7 @@
 # Collectives across hosts on shaped links: network namespaces as hosts, one rank per host.
 #
 #   sudo bash benchmarks/shaped_links.sh [--hosts "2 4"] [--rates "1gbit 10gbit"] [--reps 3] [--impls "commlib mpi"]
+#   (impls: commlib, commlib-enc = commlib under `commrun --encrypt`, all_reduce and chain broadcast; mpi)
 #
 # Topology: one namespace per host (h1..hN) and a switch namespace holding a Linux bridge; each
 # host is joined to the bridge by a veth pair, 10.236.S.0/24 (S random), so all traffic stays in
@@ -86,9 +87,10 @@ run_one() {  # run_one RATE N IMPL [ALGO]
   local rate=$1 n=$2 impl=$3 algo=${4:-} hosts="" i
   for i in $(seq "$n"); do hosts="$hosts${hosts:+,}h$i$TAG:1"; done
   local tagjson="\"rate\": \"$rate\", \"impl\": \"$impl\""
-  if [ "$impl" = commlib ]; then
+  if [ "$impl" != mpi ]; then
+    local enc=""; [ "$impl" = commlib-enc ] && enc=--encrypt
     ops="all_reduce broadcast"; [ "$algo" = tree ] && ops=broadcast
-    COMMLIB_ALGO_BROADCAST=$algo timeout 300 ip netns exec "h1$TAG" "$PY" -m commrun --no-tag-output \
+    COMMLIB_ALGO_BROADCAST=$algo timeout 300 ip netns exec "h1$TAG" "$PY" -m commrun --no-tag-output $enc \
       --hosts "$hosts" --rsh "ip netns exec {host}" --coordinator-host "$SUB.1" "$RANK_PY" commlib $ops
   else
     local mhosts; mhosts=$(echo "$hosts" | tr -d ' ')
@@ -108,6 +110,7 @@ for rep in $(seq "$REPS"); do
     for n in $HOSTS_LIST; do
       for impl in $IMPLS; do
         if [ "$impl" = commlib ]; then run_one "$rate" "$n" commlib chain; run_one "$rate" "$n" commlib tree
+        elif [ "$impl" = commlib-enc ]; then run_one "$rate" "$n" commlib-enc chain
         else run_one "$rate" "$n" mpi; fi
       done
     done

@@ -73,7 +73,9 @@ def status_error(ep, rc, state, what, send_peer, send_len, recv_peer, recv_len, 
         # its notice is in flight; report that cause rather than the symptom.
         ep.await_cause()
     why = _why_gone(ep, peer) if lost else None  # a rank that finished: may wait for its exit report
-    if ep.failure is not None and ep.failure_remote:  # the cause (its exit status included) wins
+    # the cause wins: another rank's (its exit status included), or one this rank already found
+    # with this peer (a sealed connection's forged record: its pump closed the connection after)
+    if ep.failure is not None and (ep.failure_remote or ep.failure.rank == peer):
         f = ep.failure
         return type(f)(str(f), rank=f.rank, op=what)
     if rc == _io.EOF:

@@ -5,8 +5,11 @@ default route is the router's `{net}.{i}.1`. In the router, every packet that ar
 is policy-routed into the TUN device `dly_in`; the delayer (delay, jitter, loss, duplication, a
 link down while a file exists) writes it to `dly_out`, from where the kernel forwards it to its
 destination host. Every packet between hosts crosses the delayer once. `rate` adds a tbf
-bandwidth cap on each host's own link. Names carry a random suffix; everything is deleted on
-close (the delayer is stopped first, and its counters kept in `.counters`).
+bandwidth cap on each host's own link. `tamper_after`/`tamper_min` make the delayer flip one bit
+in the payload of one TCP packet (checksum fixed, so TCP accepts it); `capture` names a file that
+gets the TCP payload of every forwarded packet (see `_delayer.py`). Names carry a random suffix;
+everything is deleted on close (the delayer is stopped first, and its counters kept in
+`.counters`).
 """
 import os
 import shutil
@@ -15,14 +18,14 @@ import sys
 import uuid
 
 import pytest
-
 from _netns import sh
 
 DELAYER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_delayer.py")
 
 
 class ShapedFabric:
-    def __init__(self, n, net, *, delay=0.0, jitter=0.0, loss=0.0, dup=0.0, rate=None, seed=0):
+    def __init__(self, n, net, *, delay=0.0, jitter=0.0, loss=0.0, dup=0.0, rate=None, seed=0,
+                 tamper_after=None, tamper_min=1000, capture=None):
         if os.geteuid() != 0:
             pytest.skip("network namespaces need root")
         if shutil.which("ip") is None or not os.path.exists("/dev/net/tun"):
@@ -35,7 +38,12 @@ class ShapedFabric:
         self.counters = None
         self._made, self._delayer = [], None
         try:
-            self._build(delay, jitter, loss, dup, rate, seed)
+            extra = []
+            if tamper_after is not None:
+                extra += ["--tamper-after", str(tamper_after), "--tamper-min", str(tamper_min)]
+            if capture is not None:
+                extra += ["--capture", str(capture)]
+            self._build(delay, jitter, loss, dup, rate, seed, extra)
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             self.close()
             pytest.skip(f"cannot build the shaped fabric here: {exc}")
@@ -43,7 +51,7 @@ class ShapedFabric:
     def addr(self, i):
         return f"{self.net}.{i}.2"
 
-    def _build(self, delay, jitter, loss, dup, rate, seed):
+    def _build(self, delay, jitter, loss, dup, rate, seed, extra=()):
         r = self.router
         for ns in [r] + self.hosts:
             sh("ip", "netns", "add", ns)
@@ -54,7 +62,7 @@ class ShapedFabric:
         self._delayer = subprocess.Popen(
             ["ip", "netns", "exec", r, sys.executable, DELAYER, "dly_in", "dly_out", "--delay", str(delay),
              "--jitter", str(jitter), "--loss", str(loss), "--dup", str(dup), "--down", self.down_file,
-             "--seed", str(seed)], stdout=subprocess.PIPE, text=True)
+             "--seed", str(seed), *extra], stdout=subprocess.PIPE, text=True)
         if self._delayer.stdout.readline().strip() != "ready":
             raise RuntimeError("the delayer did not start")
         for dev in ("dly_in", "dly_out"):
@@ -127,7 +135,7 @@ def rtt(fabric, a, b, count=20):
     try:
         assert srv.stdout.readline().strip() == "up"
         out = subprocess.run(["ip", "netns", "exec", fabric.hosts[a], sys.executable, "-c", client],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
         return float(out.stdout.strip())
     finally:

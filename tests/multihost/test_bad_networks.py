@@ -16,8 +16,8 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _netns import base_env, leftovers, run_job, Job  # noqa: E402
-from _shaped import ShapedFabric, rtt  # noqa: E402
+from _netns import Job, base_env, leftovers, run_job
+from _shaped import ShapedFabric, rtt
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,14 +74,50 @@ def test_the_delayer_adds_the_delay_it_claims():
     assert f.counters["duplicated"] > 0, f.counters
 
 
+def test_the_delayer_tampers_one_byte_and_captures_payloads(tmp_path):
+    """One bit of one full-size segment flipped, its TCP checksum fixed: TCP delivers the change."""
+    import subprocess
+    chunks, size = 10, 4000
+    sent = b"".join((b"PATTERN-%d-" % i * size)[:size] for i in range(chunks))
+    server = ("import socket,sys\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+              "s.settimeout(30); s.bind((sys.argv[1], 5998)); s.listen(1); print('up', flush=True)\n"
+              "c,_=s.accept(); c.settimeout(30); got=[]\n"
+              "while (b := c.recv(65536)):\n    got.append(b)\n"
+              "sys.stdout.buffer.write(b''.join(got))\n")
+    client = ("import socket,sys\nc=socket.create_connection((sys.argv[1], 5998), timeout=30)\n"
+              f"for i in range({chunks}):\n    c.sendall((b'PATTERN-%d-' % i * {size})[:{size}])\n"
+              "c.shutdown(socket.SHUT_WR); c.recv(1); c.close()\n")
+    cap = tmp_path / "cap"
+    with ShapedFabric(2, "10.73", tamper_after=2, tamper_min=1000, capture=str(cap)) as f:
+        srv = subprocess.Popen(["ip", "netns", "exec", f.hosts[1], sys.executable, "-c", server, f.addr(1)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert srv.stdout.readline().strip() == b"up"
+            cli = subprocess.run(["ip", "netns", "exec", f.hosts[0], sys.executable, "-c", client, f.addr(1)],
+                                 capture_output=True, text=True, timeout=60, check=False)
+            assert cli.returncode == 0, cli.stderr
+            got, err = srv.communicate(timeout=60)
+            assert srv.returncode == 0, err
+        finally:
+            srv.kill()
+            srv.wait(5)
+    assert f.counters["tampered"] == 1, f.counters
+    assert len(got) == len(sent), (len(got), len(sent))
+    diff = [i for i, (x, y) in enumerate(zip(got, sent)) if x != y]
+    assert len(diff) == 1 and got[diff[0]] ^ sent[diff[0]] == 0x01, diff[:10]
+    captured = cap.read_bytes()
+    assert len(captured) >= len(sent) and b"PATTERN-7-PATTERN-7-" in captured, len(captured)
+    assert got[max(0, diff[0] - 32):diff[0] + 32] in captured  # the capture holds what was forwarded
+
+
 SHAPES = {
-    "delay 100 ms ± 50 ms": dict(delay=0.1, jitter=0.05),
-    "delay 200 ms ± 20 ms": dict(delay=0.2, jitter=0.02),
-    "reordering (jitter 5 ms)": dict(delay=0.002, jitter=0.005),
-    "loss 3 %": dict(loss=0.03),
-    "duplication 5 %": dict(dup=0.05),
-    "loss 1 %, dup 1 %, delay 20 ± 10 ms": dict(delay=0.02, jitter=0.01, loss=0.01, dup=0.01),
-    "50 Mbit/s and loss 2 %": dict(rate="50mbit", loss=0.02),
+    "delay 100 ms ± 50 ms": {"delay": 0.1, "jitter": 0.05},
+    "delay 200 ms ± 20 ms": {"delay": 0.2, "jitter": 0.02},
+    "reordering (jitter 5 ms)": {"delay": 0.002, "jitter": 0.005},
+    "loss 3 %": {"loss": 0.03},
+    "duplication 5 %": {"dup": 0.05},
+    "loss 1 %, dup 1 %, delay 20 ± 10 ms": {"delay": 0.02, "jitter": 0.01, "loss": 0.01, "dup": 0.01},
+    "50 Mbit/s and loss 2 %": {"rate": "50mbit", "loss": 0.02},
 }
 
 
@@ -142,7 +178,7 @@ def test_a_link_down_longer_than_the_timeout_ends_the_job_on_every_rank(tmp_path
     assert rc != 0, out[-2000:]
     assert took < 60, took
     for r in range(4):  # every rank that commrun heard from says why (a rank on the far host may be cut off)
-        said = re.findall(rf"^\[{r}\] commlib\._errors\.(\w+): (.*)$", err, re.M)
+        said = re.findall(rf"^\[{r}\] commlib\._errors\.(\w+): (.*)$", err, re.MULTILINE)
         if r < 2:  # commrun's own host: its ranks always report
             assert said, f"rank {r} said nothing\n{err[-4000:]}"
         for kind, text in said:
@@ -181,7 +217,8 @@ def _iperf3(f, seconds):
     try:
         for _ in range(20):  # until it listens, and past a run the lossy link broke off
             p = subprocess.run(["ip", "netns", "exec", f.hosts[0], "iperf3", "-c", f.addr(1), "-p", "5301", "-t",
-                                str(seconds), "-J"], capture_output=True, text=True, timeout=seconds + 30)
+                                str(seconds), "-J"], capture_output=True, text=True, timeout=seconds + 30,
+                               check=False)
             try:
                 return json.loads(p.stdout)["end"]["sum_received"]["bits_per_second"] / 8
             except (ValueError, KeyError):
