@@ -230,7 +230,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             ctx.exit(1)
 
     def setup(ranks, address, secret):
-        master = spawn.master_vars(ranks[0], address, os.environ)  # torch's env:// rendezvous works unchanged
+        master = spawn.master_vars(ranks[0], address, os.environ, spans_hosts=bool(remote))  # torch's env:// works
         for rank in ranks:
             env = spawn.job_vars(rank.rank, len(ranks), rank.local_rank, rank.local_size, address, secret)
             env.update(master)

@@ -75,17 +75,21 @@ def job_vars(rank, size, local_rank, local_size, coordinator, secret):
     }
 
 
-def master_vars(rank0, coordinator, environ):
+def master_vars(rank0, coordinator, environ, spans_hosts=False):
     """MASTER_ADDR/MASTER_PORT for programs that call torch's init_process_group (env://): rank 0's
-    host and a port free there (a local rank 0: a port the OS just handed out; a remote one: the
-    port after commrun's coordinator). Each value the user exported is kept, alone or with the other."""
+    host and a port free there (a local rank 0: a port the OS just handed out, on loopback for a job
+    on this host alone, else on the coordinator's address, which the other hosts reach; a remote
+    rank 0: its host and the port after commrun's coordinator). Each value the user exported is
+    kept, alone or with the other."""
     chosen = {}
+    local_host = coordinator[0] if spans_hosts else "127.0.0.1"
     if "MASTER_ADDR" not in environ:
-        chosen["MASTER_ADDR"] = "127.0.0.1" if rank0.local else rank0.host
+        chosen["MASTER_ADDR"] = local_host if rank0.local else rank0.host
     if "MASTER_PORT" not in environ:
         if rank0.local:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
+            family = socket.AF_INET6 if ":" in local_host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((local_host, 0))
                 chosen["MASTER_PORT"] = str(s.getsockname()[1])
         else:
             chosen["MASTER_PORT"] = str(coordinator[1] % 65535 + 1)

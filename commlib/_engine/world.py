@@ -13,7 +13,8 @@ import sys
 import time
 
 from .. import _debug, _rendezvous, _trace
-from .._transport import Endpoint, Transport
+from .._errors import CommError
+from .._transport import Endpoint, Transport, seal
 from .._transport.limits import raise_fd_limit
 from .group import Group
 from .p2p import Engine
@@ -42,6 +43,14 @@ def join(env, timeout, coordinator=None, eager=True):
         CommError (CommTimeout, AuthError) when the coordinator cannot be reached or refuses this
         rank; nothing is left open then.
     """
+    try:
+        sealing = seal.enabled()
+    except ValueError as exc:
+        raise CommError(f"rank {env.rank}: {exc}") from None
+    if sealing and (weak := _rendezvous.weak_secret_words(env.secret)) is not None:
+        raise CommError(f"rank {env.rank}: {seal.ENV}=1 needs a secret only the job knows, but {weak}: export "
+                        f"the same COMMLIB_SECRET to every rank (e.g. from a Kubernetes Secret; "
+                        f"`python -c 'import secrets; print(secrets.token_hex(32))'` makes one)")
     if env.rank == 0:  # once a job, not once a rank
         _rendezvous.warn_if_derived(env.secret)
     raise_fd_limit()  # a socket per peer (and per group): the soft default of 1,024 is no ceiling of ours

@@ -13,7 +13,8 @@
 """
 from .client import Client
 from .coordinator import Coordinator
-from .discovery import JobEnv, discover, expand_nodelist, explicit, via_key_value, warn_if_derived
+from .discovery import (JobEnv, discover, expand_nodelist, explicit, via_key_value, warn_if_derived,
+                        weak_secret_words)
 
 __all__ = ["Client", "Coordinator", "JobEnv", "discover", "expand_nodelist", "explicit", "via_key_value",
            "warn_if_derived"]

@@ -128,7 +128,7 @@ def via_key_value(rank, size, put, get, peer_host, prefix="commlib/", environ=os
         from .._transport import routed_address
 
         host = routed_address(peer_host)
-        secret = given or secrets.token_bytes(32)
+        secret = given or PublishedSecret(secrets.token_bytes(32))
         coordinator = Coordinator(size, secret, host=host)
         coordinator.start()
         if given is None:
@@ -136,7 +136,7 @@ def via_key_value(rank, size, put, get, peer_host, prefix="commlib/", environ=os
         put(prefix + "coordinator", fmt_address(coordinator.address))
         address = coordinator.address[:2]
     else:
-        secret = given or bytes.fromhex(get(prefix + "secret"))
+        secret = given or PublishedSecret(bytes.fromhex(get(prefix + "secret")))
         address = parse_address(get(prefix + "coordinator"))
     env = JobEnv(rank=rank, size=size, local_rank=0, local_size=1, coordinator=address, secret=secret,
                  host_coordinator=False, source="store")
@@ -248,6 +248,20 @@ def parse_address(value):
 
 class DerivedSecret(bytes):
     """A secret derived from the job's identity (no COMMLIB_SECRET): warned about when it is used."""
+
+
+class PublishedSecret(bytes):
+    """A fresh secret that rank 0 handed the others through the launcher's key-value store (torch's
+    TCPStore, Ray's): as private as that store's traffic, which commlib does not encrypt."""
+
+
+def weak_secret_words(secret):
+    """Why `secret` cannot key encryption (COMMLIB_ENCRYPT), or None when only the job knows it."""
+    if isinstance(secret, DerivedSecret):
+        return "the job's secret is derived from its identity (anyone who sees the job can recompute it)"
+    if isinstance(secret, PublishedSecret):
+        return "the job's secret went to the other ranks through the launcher's key-value store, in clear"
+    return None
 
 
 def _secret(environ, identity):

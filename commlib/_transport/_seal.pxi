@@ -204,12 +204,12 @@ cdef struct Pump:
     void* enc
     void* dec
     uint64_t sent_k, recv_k
-    unsigned char* plain      # read from local, sealed as one record
+    unsigned char* plain      # read from local (at out + SEAL_HDR), sealed in place as one record
     unsigned char* out        # the sealed record being written to tcp
     Py_ssize_t out_pos, out_len
     unsigned char* inrec      # the record being read from tcp
     Py_ssize_t in_len, in_want
-    unsigned char* opened     # plaintext being written to local
+    unsigned char* opened     # plaintext being written to local (inrec + SEAL_HDR, opened in place)
     Py_ssize_t open_pos, open_len
     bint local_eof, local_hup, tcp_eof
 
@@ -337,10 +337,11 @@ def seal_pump(int tcp_fd, int local_fd, int stop_fd, bytes send_key, bytes recv_
     p.in_want = SEAL_HDR
     p.enc = _py_context(send_key, True)
     p.dec = _context(<const unsigned char*><char*>recv_key, False) if len(recv_key) == SEAL_KEY else NULL
-    p.plain = <unsigned char*>malloc(SEAL_MAX)
+    # sealed and opened in place (GCM allows it): one buffer a direction stays in cache
     p.out = <unsigned char*>malloc(SEAL_HDR + SEAL_MAX + SEAL_TAG)
     p.inrec = <unsigned char*>malloc(SEAL_HDR + SEAL_MAX + SEAL_TAG)
-    p.opened = <unsigned char*>malloc(SEAL_MAX)
+    p.plain = p.out + SEAL_HDR if p.out != NULL else NULL
+    p.opened = p.inrec + SEAL_HDR if p.inrec != NULL else NULL
     try:
         if p.dec == NULL or not (p.plain and p.out and p.inrec and p.opened):
             raise MemoryError("no memory for a sealed connection's buffers")
@@ -351,7 +352,5 @@ def seal_pump(int tcp_fd, int local_fd, int stop_fd, bytes send_key, bytes recv_
         _evp.ctx_free(p.enc)
         if p.dec != NULL:
             _evp.ctx_free(p.dec)
-        free(p.plain)
         free(p.out)
         free(p.inrec)
-        free(p.opened)

@@ -6,6 +6,7 @@ same across namespace hosts, with the bytes on the link captured and tampered wi
 checked against NumPy by the cases; a rank killed mid-job is still reported as lost, and a job
 whose ranks disagree about encryption stops with one clear error.
 """
+import socket
 import subprocess
 import sys
 
@@ -145,3 +146,59 @@ else:
                          env=base_env(SEALED), capture_output=True, text=True, timeout=90)
     assert res.returncode == 0 and res.stdout.count("got it") == 3, res.stdout + res.stderr[-3000:]
 
+
+
+def _ranks(envs, code, timeout=60):
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for e in envs]
+    try:
+        return [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=timeout)]]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PLAIN = "import numpy as np, commlib as cl\ng = cl.init()\nassert (cl.all_reduce(np.ones(4)) == g.size()).all()\nprint('ok')"
+TORCH = """
+import torch, torch.distributed as dist, commlib.torch
+dist.init_process_group("commlib")
+t = torch.ones(3); dist.all_reduce(t); assert t.tolist() == [dist.get_world_size()] * 3
+print("ok")
+"""
+
+
+def _unlaunched(extra, n=2):
+    port = _port()
+    scrub = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_", "TORCHELASTIC")
+    env = {k: v for k, v in base_env().items() if not k.startswith(scrub)}
+    return [dict(env, RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_TIMEOUT="30", COMMLIB_TRANSPORT="tcp", COMMLIB_ENCRYPT="1", **extra) for r in range(n)]
+
+
+@pytest.mark.parametrize("how", ["derived from the job's identity", "through torch's store"])
+def test_encryption_refuses_a_secret_others_can_know(how):
+    """Without COMMLIB_SECRET a job's secret is derived from its identity (MASTER_ADDR:PORT) or
+    travels through torch's TCPStore in clear: keys made from it would protect nothing."""
+    if "torch" in how:
+        pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+    results = _ranks(_unlaunched({}), TORCH if "torch" in how else PLAIN)
+    for code, out, err in results:
+        assert code != 0 and "COMMLIB_ENCRYPT=1 needs a secret only the job knows" in err, err[-2000:]
+        assert "export the same COMMLIB_SECRET to every rank" in err
+    words = "derived from its identity" if "derived" in how else "launcher's key-value store, in clear"
+    assert any(words in err for _, _, err in results)
+
+
+@pytest.mark.parametrize("code_text", [PLAIN, TORCH], ids=["init", "torch"])
+def test_encryption_with_an_exported_secret_needs_no_commrun(code_text):
+    if code_text is TORCH:
+        pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+    for code, out, err in _ranks(_unlaunched({"COMMLIB_SECRET": "cd" * 32}, n=3), code_text):
+        assert code == 0 and out.strip().endswith("ok"), err[-2000:]

@@ -226,6 +226,17 @@ def test_exported_master_addr_or_port_is_kept_alone(invoke, monkeypatch, exporte
     assert ranks[0].env["MASTER_PORT"] == ranks[1].env["MASTER_PORT"]
 
 
+def test_a_local_rank_0_of_a_job_across_hosts_gives_torch_a_reachable_master_addr():
+    """Remote ranks reach rank 0's torch store at the coordinator's address, never at loopback."""
+    from commrun import spawn
+    local, remote = spawn.Rank(0, "localhost", 0, 1, True), spawn.Rank(0, "node2", 0, 1, False)
+    assert spawn.master_vars(local, ("127.0.0.1", 5000), {})["MASTER_ADDR"] == "127.0.0.1"
+    across = spawn.master_vars(local, ("127.0.0.1", 5000), {}, spans_hosts=True)
+    assert across["MASTER_ADDR"] == "127.0.0.1"  # (the coordinator's address: here a loopback one)
+    assert spawn.master_vars(local, ("127.0.0.2", 5000), {}, spans_hosts=True)["MASTER_ADDR"] == "127.0.0.2"
+    assert spawn.master_vars(remote, ("10.0.0.1", 5000), {}) == {"MASTER_ADDR": "node2", "MASTER_PORT": "5001"}
+
+
 def test_a_bad_ifname_is_one_usage_error_before_any_rank_starts(invoke):
     result, job = invoke("-n", "3", "--ifname", "nosuch0", "script.py")
     assert job is None and result.exit_code == 2
