@@ -15,7 +15,7 @@ import time
 
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
-from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message
+from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, TableParts, encode, fmt_address, recv_message
 
 CONNECT_RETRY_MAX_S = 0.1
 
@@ -106,6 +106,7 @@ class Client:
         """Send this rank's info; block until every rank has; return the table."""
         self.send({"kind": "register", "info": info})
         deadline = time.monotonic() + timeout
+        parts = TableParts()
         census_asked = False
         while True:
             remaining = deadline - time.monotonic()
@@ -118,7 +119,13 @@ class Client:
             msg = self._read(remaining)
             kind = msg["kind"]
             if kind == "table":
-                return msg["table"]
+                try:
+                    table = parts.add(msg)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise CommError(f"rank {self.rank}: the coordinator sent a bad table ({e})") from None
+                if table is not None:
+                    return table
+                continue
             if kind in ("died", "lost"):
                 what = msg["message"] if kind == "died" else "lost its coordinator connection"
                 raise PeerLost(f"rank {self.rank}: rank {msg['rank']} {what} before the job assembled", rank=msg["rank"])

@@ -19,7 +19,8 @@ import time
 
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message, sealing_pumps
+from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, pack_table, recv_message,
+                      sealing_pumps)
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
@@ -66,6 +67,7 @@ class Coordinator:
         self._lock = threading.Lock()
         self._ranks = {}  # rank -> _Rank, authenticated and connected
         self._table = [None] * size
+        self._registered = 0  # ranks whose info is in the table
         self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
         self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
@@ -258,11 +260,14 @@ class Coordinator:
         kind = msg["kind"]
         if kind == "register":
             with self._lock:
+                if self._table[conn.rank] is None:
+                    self._registered += 1
                 self._table[conn.rank] = msg.get("info", {})
-                complete = all(info is not None for info in self._table)
-                table = list(self._table)
+                complete = self._registered == self.size
+                table = list(self._table) if complete else None
             if complete:
-                self._broadcast({"kind": "table", "table": table})
+                for part in pack_table(table):  # encoded once, sent to every rank
+                    self._broadcast(part)
         elif kind == "clock":  # a rank aligning its trace's clock with ours (commlib._trace)
             conn.push(encode({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}))
         elif kind == "census":
@@ -284,9 +289,14 @@ class Coordinator:
             self._log(f"rank {conn.rank}: ignored message of unknown kind {kind!r}")
 
     def _broadcast(self, msg, exclude=None, only=None):
-        data = encode(msg)
+        """Send msg (a dict, or bytes already encoded) to every connected rank, or to those in `only`
+        (looked up one by one: a relay to a few ranks costs no scan of all of them)."""
+        data = msg if isinstance(msg, bytes) else encode(msg)
         with self._lock:
-            targets = [c for r, c in self._ranks.items() if r != exclude and (only is None or r in only)]
+            if only is None:
+                targets = [c for r, c in self._ranks.items() if r != exclude]
+            else:
+                targets = [c for r in only if r != exclude and (c := self._ranks.get(r)) is not None]
         for conn in targets:
             try:
                 conn.push(data)

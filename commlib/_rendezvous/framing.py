@@ -18,7 +18,9 @@ A connection that fails the handshake, stays silent past the deadline, or
 sends an oversized or malformed message is dropped and logged; the job goes on.
 
 Messages pushed by the coordinator to ranks (``kind``):
-  ``table``   {"table": [info of rank 0, info of rank 1, ...]} once all registered
+  ``table``   {"part": i, "parts": k, "data": str} once all registered: the k parts' data, joined,
+              is the job's table in JSON, compact (`pack_table`): no frame holds more than
+              TABLE_PART characters of it, so the table has no size limit
   ``died``    {"rank", "code", "message"} from the supervisor (commrun), see notify_died
   ``left``    {"rank"} the rank said goodbye (Client.close) and disconnected
   ``lost``    {"rank", "message"} the rank's connection closed without a goodbye
@@ -50,6 +52,52 @@ def sealing_pumps(me):
     return seal.Pumps(me, lambda peer, text: _log.warning("commlib %s", text)) if seal.enabled() else None
 _LEN = struct.Struct(">I")
 _log = logging.getLogger("commlib")
+
+
+TABLE_PART = 256 << 10  # characters of the packed table per "table" message
+_SHARED = ("host", "host_id")  # info fields many ranks have in common: listed once, referred to by index
+
+
+def pack_table(table):
+    """The table (a list of info dicts) as "table" messages (encoded): the dicts' keys once, the
+    values of _SHARED fields once each, every rank a row of values; about 60 bytes a rank."""
+    keys = sorted({k for info in table for k in info})
+    shared, index = [], {}
+    rows = []
+    for info in table:
+        row = []
+        for k in keys:
+            v = info.get(k)
+            if k in _SHARED and isinstance(v, str):
+                if v not in index:
+                    index[v] = len(shared)
+                    shared.append(v)
+                v = index[v]
+            row.append(v)
+        rows.append(row)
+    text = json.dumps({"keys": keys, "shared": shared, "rows": rows}, separators=(",", ":"))
+    parts = [text[i:i + TABLE_PART] for i in range(0, len(text), TABLE_PART)] or [""]
+    return [encode({"kind": "table", "part": i, "parts": len(parts), "data": d}) for i, d in enumerate(parts)]
+
+
+class TableParts:
+    """Collects "table" messages; `add(msg)` returns the table (a list of info dicts) once whole."""
+
+    def __init__(self):
+        self._parts = {}
+
+    def add(self, msg):
+        parts, part, data = msg.get("parts"), msg.get("part"), msg.get("data")
+        if not (isinstance(parts, int) and isinstance(part, int) and 0 <= part < parts and isinstance(data, str)):
+            raise ValueError(f"malformed table message (part {part!r} of {parts!r})")
+        self._parts[part] = data
+        if len(self._parts) < parts:
+            return None
+        packed = json.loads("".join(self._parts[i] for i in range(parts)))
+        keys, shared = packed["keys"], packed["shared"]
+        at = [k in _SHARED for k in keys]
+        return [{k: (shared[v] if s and isinstance(v, int) else v) for k, s, v in zip(keys, at, row)}
+                for row in packed["rows"]]
 
 
 def encode(msg):

@@ -508,3 +508,32 @@ def test_discover_torchrun():
 def test_discover_malformed_torchrun_vars(over, name):
     with pytest.raises(CommError, match=name):
         rv.discover(torch_env(**over))
+
+
+def _infos(n, hosts=157):
+    return [{"host": f"nid{r // 64:06d}", "host_id": f"nid{r // 64:06d}/0f1e2d3c-boot/4026531840",
+             "tcp": [f"10.1.{r // 64 % 256}.{r % 64 + 2}", 40000 + r % 20000],
+             "unix": f"commlib-{100000 + r}-{r:016x}", "pid": 100000 + r} for r in range(n)]
+
+
+@pytest.mark.parametrize("n", [1, 3, 10_000])
+def test_the_table_packs_compactly_and_comes_back_whole(n):
+    from commlib._rendezvous import framing
+    table = _infos(n)
+    messages = framing.pack_table(table)
+    assert all(len(m) <= framing.MAX_MESSAGE for m in messages)
+    assert sum(map(len, messages)) < 100 * n + 200  # ~90 B a rank (the old JSON: ~200, in one frame)
+    parts = framing.TableParts()
+    got = None
+    for m in reversed(messages):  # parts may come in any order
+        got = parts.add(framing.json.loads(m[4:]))
+    assert got == table
+
+
+def test_ten_thousand_ranks_need_several_frames_and_a_bad_part_is_refused():
+    from commlib._rendezvous import framing
+    messages = framing.pack_table(_infos(10_000))
+    assert len(messages) > 1
+    for bad in ({"part": 3, "parts": 2, "data": ""}, {"part": 0, "parts": 1, "data": 5}, {"parts": 1}):
+        with pytest.raises(ValueError, match="malformed table message"):
+            framing.TableParts().add(bad)

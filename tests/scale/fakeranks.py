@@ -1,0 +1,178 @@
+"""Thousands of fake ranks against the real coordinator: start-up, a lost rank, finalize.
+
+A fake rank is a coroutine that speaks the coordinator's real protocol (`commlib._rendezvous`:
+the HMAC handshake, length-prefixed JSON, the packed table) and nothing else: no NumPy, no data
+path. The coordinator runs in its own process (as under commrun), so its CPU time and threads
+can be read from /proc. `run(n)` returns, per phase, the wall time, the bytes and messages the
+fake ranks received, and the coordinator's CPU seconds and threads:
+
+  start     every rank connects, proves the secret, registers, and holds the whole table
+  lost      one rank drops its connection without a goodbye; every other rank hears of it
+  finalize  every other rank says goodbye and waits for the coordinator to hang up
+"""
+import asyncio
+import json
+import os
+import resource
+import secrets
+import struct
+import subprocess
+import sys
+import time
+
+from commlib import _auth
+from commlib._rendezvous import framing
+
+COORDINATOR = """
+import sys
+from commlib._transport.limits import raise_fd_limit
+raise_fd_limit()
+from commlib._rendezvous import Coordinator
+c = Coordinator(int(sys.argv[1]), bytes.fromhex(sys.argv[2]), host="127.0.0.1", log=lambda line: None)
+c.start()
+print(c.address[1], flush=True)
+sys.stdin.read()
+c.close()
+"""
+_LEN = struct.Struct(">I")
+
+
+def _cpu_and_threads(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    with open(f"/proc/{pid}/status") as f:
+        threads = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    return cpu, threads
+
+
+class _Tally:
+    def __init__(self):
+        self.bytes = self.messages = 0
+
+
+async def _read(reader, tally):
+    (n,) = _LEN.unpack(await reader.readexactly(4))
+    body = await reader.readexactly(n)
+    tally.bytes += 4 + n
+    tally.messages += 1
+    return json.loads(body)
+
+
+def _info(rank, per_host=64):
+    h = rank // per_host
+    return {"host": f"nid{h:06d}", "host_id": f"nid{h:06d}/0f1e2d3c-boot/4026531840",
+            "tcp": [f"10.1.{h % 256}.{rank % per_host + 2}", 40000 + rank % 20000],
+            "unix": f"commlib-{100000 + rank}-{rank:016x}", "pid": 100000 + rank}
+
+
+async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop):
+    for attempt in range(200):  # a burst of connects overflows the backlog: retry, as Client does
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.01 * (1 + attempt % 10))
+    else:
+        raise RuntimeError(f"fake rank {rank} could not connect")
+    hello = await reader.readexactly(len(framing.MAGIC) + _auth.NONCE_BYTES)
+    server_nonce, client_nonce = hello[len(framing.MAGIC):], secrets.token_bytes(_auth.NONCE_BYTES)
+    rank_bytes = rank.to_bytes(4, "big")
+    writer.write(rank_bytes + client_nonce + _auth.mac(secret, framing.CLIENT_LABEL, server_nonce, client_nonce,
+                                                      rank_bytes))
+    proof = await reader.readexactly(_auth.DIGEST_BYTES)
+    assert _auth.verify(proof, secret, framing.SERVER_LABEL, client_nonce, server_nonce), rank
+    assert (await _read(reader, tally))["kind"] == "welcome"
+    writer.write(framing.encode({"kind": "register", "info": _info(rank)}))
+    parts, table = framing.TableParts(), None
+    while table is None:
+        msg = await _read(reader, tally)
+        if msg["kind"] == "table":
+            table = parts.add(msg)
+    assert len(table) == len(table_done.want) and table[rank] == _info(rank), rank
+    table_done.arrive()
+    if rank == drop:
+        await go_bye.wait()  # phase 2: this one vanishes without a goodbye
+        writer.transport.abort()
+        return
+    async def listen():  # every later message, until the coordinator hangs up
+        try:
+            while True:
+                msg = await _read(reader, tally)
+                if msg["kind"] == "lost" and msg["rank"] == drop:
+                    lost_heard.arrive()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+
+    listener = asyncio.ensure_future(listen())
+    await go_bye.finalize.wait()  # phase 3: goodbye, then wait for the coordinator to hang up
+    writer.write(framing.encode({"kind": "bye"}))
+    writer.write_eof()
+    await listener
+    writer.close()
+
+
+class _Count:
+    def __init__(self, want):
+        self.want, self.got, self.done = range(want), 0, asyncio.Event()
+
+    def arrive(self):
+        self.got += 1
+        if self.got == len(self.want):
+            self.done.set()
+
+
+async def _job(n, port, secret, pid, timeout):
+    tally, phases = _Tally(), {}
+    table_done, lost_heard = _Count(n), _Count(n - 1)
+    go_bye = asyncio.Event()
+    go_bye.finalize = asyncio.Event()
+    cpu0, _ = _cpu_and_threads(pid)
+    t0 = time.monotonic()
+    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, drop=n - 1))
+             for r in range(n)]
+
+    async def phase(name, event, start_t, start_cpu):
+        await asyncio.wait_for(event.wait(), timeout)
+        cpu, threads = _cpu_and_threads(pid)
+        phases[name] = {"seconds": time.monotonic() - start_t, "bytes": tally.bytes, "messages": tally.messages,
+                        "cpu_s": cpu - start_cpu, "threads": threads}
+        tally.bytes = tally.messages = 0
+        return time.monotonic(), cpu
+
+    t, cpu = await phase("start", table_done.done, t0, cpu0)
+    go_bye.set()
+    t, cpu = await phase("lost", lost_heard.done, t, cpu)
+    go_bye.finalize.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout)
+    cpu_end, threads = _cpu_and_threads(pid)
+    phases["finalize"] = {"seconds": time.monotonic() - t, "bytes": tally.bytes, "messages": tally.messages,
+                          "cpu_s": cpu_end - cpu, "threads": threads}
+    return phases
+
+
+def run(n, timeout=300):
+    """{phase: {seconds, bytes, messages, cpu_s, threads}} for a job of n fake ranks."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < n + 100:
+        raise RuntimeError(f"{n} fake ranks need {n + 100} descriptors; the limit is {hard}")
+    secret = secrets.token_bytes(32)
+    proc = subprocess.Popen([sys.executable, "-c", COORDINATOR, str(n), secret.hex()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        return asyncio.run(_job(n, port, secret, proc.pid, timeout))
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+if __name__ == "__main__":
+    for size in map(int, sys.argv[1:] or ["1000"]):
+        print(size, json.dumps(run(size)), flush=True)

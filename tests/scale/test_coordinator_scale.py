@@ -1,0 +1,30 @@
+"""The real coordinator with a thousand fake ranks (and more on request): start-up, a rank lost
+without a goodbye, finalize; what each costs is printed (`-s`) and bounded.
+
+COMMLIB_SCALE_RANKS="1000,2000,4000,8000" runs larger jobs (benchmarks/RESULTS.md records them);
+CI runs 1,000.
+"""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fakeranks  # noqa: E402
+
+SIZES = [int(s) for s in os.environ.get("COMMLIB_SCALE_RANKS", "1000").split(",")]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("n", SIZES)
+def test_fake_ranks_assemble_hear_a_loss_and_leave(n):
+    phases = fakeranks.run(n, timeout=600)
+    print(f"\nn={n}: " + "; ".join(f"{k} {v['seconds']:.2f} s, {v['bytes'] / 1e6:.1f} MB in {v['messages']} messages, "
+                                   f"coordinator {v['cpu_s']:.2f} CPU-s, {v['threads']} threads"
+                                   for k, v in phases.items()))
+    start, lost = phases["start"], phases["lost"]
+    # every rank got the whole table: n packed tables, ~80 B a rank each (JSON rows were ~200 B, in
+    # one frame capped at 1 MiB: about 5,000 ranks at most)
+    assert n * n * 60 < start["bytes"] < n * n * 100 + n * 1000, start
+    assert lost["messages"] == n - 1, lost  # one notice to each other rank, nothing more
+    assert start["threads"] <= n + 8, start  # (today: a thread per rank; per-host agents will change it)
