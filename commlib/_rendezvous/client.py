@@ -13,11 +13,13 @@ import socket
 import threading
 import time
 
+from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, TableParts, encode, fmt_address, recv_message
 
 CONNECT_RETRY_MAX_S = 0.1
+CONNECT_PATIENT_AFTER_S = 5.0  # retrying this long: the coordinator is not just starting, back off further
 
 
 class Client:
@@ -42,7 +44,7 @@ class Client:
         sealed = SEALED if pumps is not None else b""
         address = (address[0], int(address[1]))
         deadline = time.monotonic() + timeout
-        delay, last = 0.02, None
+        attempt, last, started = 0, None, time.monotonic()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -57,9 +59,12 @@ class Client:
             except OSError as e:
                 last = e
                 # Under srun every rank but 0 waits here while rank 0 imports and starts the
-                # coordinator: a short cap keeps them from sleeping long after it is up.
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, CONNECT_RETRY_MAX_S)
+                # coordinator: a short cap keeps them from sleeping long after it is up, and a
+                # longer one after a while spares a coordinator that is slow to come (the jitter
+                # keeps thousands of ranks from retrying in step).
+                cap = CONNECT_RETRY_MAX_S if time.monotonic() - started < CONNECT_PATIENT_AFTER_S else 1.0
+                time.sleep(min(_backoff.delay(attempt, cap=cap), max(0.0, deadline - time.monotonic())))
+                attempt += 1
         try:
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 
+from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
 from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, pack_table, recv_message,
@@ -25,6 +26,7 @@ from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_add
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
+LEFT_COALESCE_S = 0.02  # how long a goodbye waits for others to share its "left" message
 
 _log = logging.getLogger("commlib")
 
@@ -64,6 +66,11 @@ class Coordinator:
             self._listener.close()
             raise
         self.address = self._listener.getsockname()[:2]
+        backlog = _backoff.somaxconn()
+        if backlog is not None and size > backlog:  # a start-up burst overflows the backlog: SYNs retried 1 s, 3 s later
+            self._log(f"{size} ranks but the kernel caps a listen backlog at {backlog} (net.core.somaxconn): ranks "
+                      f"connecting at once beyond it wait for TCP to retry; raise it on this host "
+                      f"(sysctl -w net.core.somaxconn={1 << (size - 1).bit_length()})")
         self._lock = threading.Lock()
         self._ranks = {}  # rank -> _Rank, authenticated and connected
         self._table = [None] * size
@@ -165,8 +172,31 @@ class Coordinator:
             threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
 
     def _notice_loop(self):
-        while (msg := self._notices.get()) is not None:
-            self._broadcast(msg, exclude=msg["rank"])
+        """Broadcast queued notices in order. Goodbyes are coalesced: a "left" waits up to
+        LEFT_COALESCE_S for the ones after it, and they go out as one message, so a job's ranks
+        finishing together cost a few messages per rank rather than one per other rank."""
+        pending = None
+        while True:
+            if pending is not None:
+                msg, pending = pending, None
+            else:
+                msg = self._notices.get()
+            if msg is None:
+                return
+            if msg["kind"] != "left":
+                self._broadcast(msg, exclude=msg["rank"])
+                continue
+            ranks, until = [msg["rank"]], time.monotonic() + LEFT_COALESCE_S
+            while (left := until - time.monotonic()) > 0:
+                try:
+                    more = self._notices.get(timeout=left)
+                except queue.Empty:
+                    break
+                if more is None or more["kind"] != "left":
+                    pending = more  # in order: after these goodbyes
+                    break
+                ranks.append(more["rank"])
+            self._broadcast({"kind": "left", "rank": ranks[0], "ranks": ranks})  # (the leavers are gone already)
 
     def _serve(self, sock, peer):
         try:
@@ -251,7 +281,7 @@ class Coordinator:
         if closed:
             return
         if said_bye:
-            self._broadcast({"kind": "left", "rank": conn.rank}, exclude=conn.rank)
+            self._notices.put({"kind": "left", "rank": conn.rank})  # coalesced with other goodbyes
         else:
             message = f"rank {conn.rank} {why} without saying goodbye"
             self._broadcast({"kind": "lost", "rank": conn.rank, "message": message}, exclude=conn.rank)

@@ -22,7 +22,8 @@ Messages pushed by the coordinator to ranks (``kind``):
               is the job's table in JSON, compact (`pack_table`): no frame holds more than
               TABLE_PART characters of it, so the table has no size limit
   ``died``    {"rank", "code", "message"} from the supervisor (commrun), see notify_died
-  ``left``    {"rank"} the rank said goodbye (Client.close) and disconnected
+  ``left``    {"rank", "ranks"} these ranks said goodbye (Client.close) and disconnected: the
+              goodbyes of LEFT_COALESCE_S share one message
   ``lost``    {"rank", "message"} the rank's connection closed without a goodbye
   ``census``  {"missing": [...], "dead": [...]} the answer to a census request
   ``welcome`` {"size"} first message after the handshake, or instead

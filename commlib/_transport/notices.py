@@ -77,9 +77,10 @@ class Notices:
             timer.start()
         elif kind == "clock":
             self._clock.put(msg)
-        elif kind == "left":
+        elif kind == "left":  # one rank's goodbye, or several coalesced ("ranks")
             with self._cond:
-                self.exits.setdefault(peer, self._finished_text(peer))
+                for r in msg.get("ranks") or [peer]:
+                    self.exits.setdefault(r, self._finished_text(r))
                 self._cond.notify_all()
         elif kind == "abort":
             error, origin = msg.get("error"), msg.get("from", peer)

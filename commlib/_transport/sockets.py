@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 
-from .. import _auth, _debug
+from .. import _auth, _backoff, _debug
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, is_loopback, listen_address
 from .notices import Notices
@@ -488,7 +488,7 @@ class Endpoint:
                 else:
                     unreachable_since = None
                 self._peer_gone(dst, what)  # refused or cut off by a peer known to be gone
-                time.sleep(0.01)
+                time.sleep(_backoff.delay(tries - 1, first=0.01, cap=0.2))  # jittered: many ranks may retry at once
             finally:
                 if memfd >= 0:
                     os.close(memfd)
