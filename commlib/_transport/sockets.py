@@ -295,6 +295,8 @@ class Endpoint:
             if self._refused <= 10 or self._refused & (self._refused - 1) == 0:  # 1..10, then powers of 2
                 log.warning("commlib rank %d: refused a connection from %s: %s (%d refused so far)", self.rank,
                             addr or "unix socket", exc, self._refused)
+        except CommError as exc:  # a limit (no thread for an encrypted connection's pump), not a bad peer
+            self._cannot_accept(str(exc).removeprefix(f"rank {self.rank}: "))
         finally:
             if sock is not None:
                 shm.close(sock)
@@ -496,7 +498,16 @@ class Endpoint:
         sock.setblocking(False)
         _tune(sock, not local)
         if self.sealing and not local:
-            sock = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, True, dst, f"rank {dst}")
+            try:
+                sealed = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, True, dst, f"rank {dst}")
+            except (OSError, CommError) as exc:  # no descriptor for its socketpair, or no thread for its pump
+                shm.close(sock)
+                if isinstance(exc, CommError):
+                    raise self.fail(exc) from None
+                if exc.errno in OUT_OF_FDS:
+                    raise self._no_fds(exc, what, dst) from None
+                raise
+            sock = sealed
             _tune(sock, False)
         with self._cond:
             if self._closed:  # close() ran while we connected: nobody would close this socket
