@@ -27,6 +27,7 @@ HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
 LEFT_COALESCE_S = 0.02  # how long a goodbye waits for others to share its "left" message
+_NOTHING = object()  # (the notice loop holds no message back)
 
 _log = logging.getLogger("commlib")
 
@@ -175,13 +176,13 @@ class Coordinator:
         """Broadcast queued notices in order. Goodbyes are coalesced: a "left" waits up to
         LEFT_COALESCE_S for the ones after it, and they go out as one message, so a job's ranks
         finishing together cost a few messages per rank rather than one per other rank."""
-        pending = None
+        pending = _NOTHING
         while True:
-            if pending is not None:
-                msg, pending = pending, None
+            if pending is not _NOTHING:
+                msg, pending = pending, _NOTHING
             else:
                 msg = self._notices.get()
-            if msg is None:
+            if msg is None:  # close()
                 return
             if msg["kind"] != "left":
                 self._broadcast(msg, exclude=msg["rank"])
@@ -193,7 +194,7 @@ class Coordinator:
                 except queue.Empty:
                     break
                 if more is None or more["kind"] != "left":
-                    pending = more  # in order: after these goodbyes
+                    pending = more  # in order: after these goodbyes (None included: close() comes last)
                     break
                 ranks.append(more["rank"])
             self._broadcast({"kind": "left", "rank": ranks[0], "ranks": ranks})  # (the leavers are gone already)

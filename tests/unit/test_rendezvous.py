@@ -577,3 +577,14 @@ def test_the_coordinator_warns_when_the_job_outgrows_the_kernels_backlog(monkeyp
     lines.clear()
     rv.Coordinator(8, b"s" * 32, log=lines.append).close()
     assert not lines
+
+
+def test_close_stops_the_notice_loop_even_right_after_a_goodbye():
+    c = rv.Coordinator(3, b"s" * 32)
+    c.start()
+    c._notices.put({"kind": "left", "rank": 1})  # a goodbye the loop holds while it waits for more...
+    c.close()  # ...then the sentinel: the loop must see it, not wait for another message
+    loops = [t for t in threading.enumerate() if t.name == "commlib-coordinator"]
+    for t in loops:
+        t.join(2)
+    assert not any(t.is_alive() for t in loops)
