@@ -335,21 +335,21 @@ def seal_pump(int tcp_fd, int local_fd, int stop_fd, bytes send_key, bytes recv_
     memset(&p, 0, sizeof(Pump))
     p.tcp, p.local, p.stop = tcp_fd, local_fd, stop_fd
     p.in_want = SEAL_HDR
-    p.enc = _py_context(send_key, True)
-    p.dec = _context(<const unsigned char*><char*>recv_key, False) if len(recv_key) == SEAL_KEY else NULL
     # sealed and opened in place (GCM allows it): one buffer a direction stays in cache
     p.out = <unsigned char*>malloc(SEAL_HDR + SEAL_MAX + SEAL_TAG)
     p.inrec = <unsigned char*>malloc(SEAL_HDR + SEAL_MAX + SEAL_TAG)
-    p.plain = p.out + SEAL_HDR if p.out != NULL else NULL
-    p.opened = p.inrec + SEAL_HDR if p.inrec != NULL else NULL
     try:
-        if p.dec == NULL or not (p.plain and p.out and p.inrec and p.opened):
+        p.enc = _py_context(send_key, True)  # (a key of the wrong length: ValueError, as for records)
+        p.dec = _py_context(recv_key, False)
+        if p.out == NULL or p.inrec == NULL:
             raise MemoryError("no memory for a sealed connection's buffers")
+        p.plain, p.opened = p.out + SEAL_HDR, p.inrec + SEAL_HDR
         with nogil:
             rc = _pump(&p, &detail)
         return rc, detail
     finally:
-        _evp.ctx_free(p.enc)
+        if p.enc != NULL:
+            _evp.ctx_free(p.enc)
         if p.dec != NULL:
             _evp.ctx_free(p.dec)
         free(p.out)

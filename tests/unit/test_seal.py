@@ -218,3 +218,14 @@ def test_a_forged_record_reaches_the_endpoint_naming_the_peer():
     assert "rank 3: encrypted record 0 from rank 5 failed its integrity check" in told[0][1]
     attacker.close()
     mine.close()
+
+
+def test_a_pump_given_a_key_of_the_wrong_length_says_so():
+    a, b = socket.socketpair()
+    r, w = os.pipe()
+    try:
+        for send, recv in ((_key(), b"short"), (b"short", _key())):
+            with pytest.raises(ValueError, match="a key is 32 bytes, not 5"):
+                _io.seal_pump(a.fileno(), b.fileno(), r, send, recv)
+    finally:
+        a.close(), b.close(), os.close(r), os.close(w)
