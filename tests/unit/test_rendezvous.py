@@ -584,7 +584,7 @@ def test_close_stops_the_notice_loop_even_right_after_a_goodbye():
     c.start()
     c._notices.put({"kind": "left", "rank": 1})  # a goodbye the loop holds while it waits for more...
     c.close()  # ...then the sentinel: the loop must see it, not wait for another message
-    loops = [t for t in threading.enumerate() if t.name == "commlib-coordinator"]
-    for t in loops:
+    # Only this coordinator's threads: other tests in the process may have coordinators of their own.
+    for t in c._threads:
         t.join(2)
-    assert not any(t.is_alive() for t in loops)
+    assert c._threads and not any(t.is_alive() for t in c._threads)
