@@ -67,12 +67,18 @@ class Notices:
             if msg.get("code") != 0 and not ep.closed:
                 ep.fail(PeerLost(f"rank {self.rank}: lost rank {peer} ({self.exits[peer]})", rank=peer), remote=True)
         elif kind == "lost":
+            message = msg.get("message") or "lost its coordinator connection"
+            if self.coordinator_rank is not None:
+                # No launcher reports exits (torchrun, Ray, srun: a rank hosts the coordinator),
+                # so no better cause will come: fail now. Waiting, the survivors of a Ray Train
+                # worker group were torn down before they could say why.
+                self._lost(peer, message)
+                return
             # The coordinator sees the connection drop before the launcher has
             # reaped the process: give its "died" notice (with the exit status)
             # a moment, then fail with what is known. Until then the peer is not
             # "gone" (gone() would fail point-to-point requests with the lesser text).
-            timer = threading.Timer(LOST_GRACE_S, self._lost,
-                                    args=(peer, msg.get("message") or "lost its coordinator connection"))
+            timer = threading.Timer(LOST_GRACE_S, self._lost, args=(peer, message))
             timer.daemon = True
             timer.start()
         elif kind == "clock":

@@ -1,5 +1,6 @@
 """The first failure wins, in-process: commrun's choice of the rank to blame, the sys.exit hint, and
 the text peers give for a rank that finished."""
+import time
 import sys
 import threading
 import types
@@ -7,6 +8,7 @@ import types
 import pytest
 
 from commlib._api import lifecycle
+from commlib._transport import notices as notices_module
 from commlib._transport.notices import Notices
 from commrun import supervise
 
@@ -134,3 +136,32 @@ def test_departure_takes_the_launchers_exit_report():
     n.send = lambda msg: None
     n.on_notice({"kind": "died", "rank": 1, "code": 0, "message": "exited with code 0"})
     assert n.departure(1) == "exited with code 0"
+
+
+class _FailingEndpoint:
+    def __init__(self):
+        self.rank, self.closed, self.failures = 0, False, []
+
+    def fail(self, exc, remote=False):
+        self.failures.append((type(exc).__name__, str(exc), time.monotonic()))
+
+
+@pytest.mark.parametrize("coordinator_rank", [0, None])
+def test_a_lost_rank_fails_at_once_where_no_launcher_reports_exits(coordinator_rank):
+    """torchrun, Ray, srun: a rank hosts the coordinator and no exit status will ever come, so a
+    "lost" notice is the cause (Ray Train tore survivors down during a wait for a better one).
+    Under commrun the launcher's "died" notice may follow: it gets a moment (LOST_GRACE_S)."""
+    ep = _FailingEndpoint()
+    n = Notices(ep)
+    n.coordinator_rank = coordinator_rank
+    t0 = time.monotonic()
+    n.on_notice({"kind": "lost", "rank": 1, "message": "rank 1 closed its coordinator connection"})
+    if coordinator_rank is not None:
+        assert ep.failures and ep.failures[0][0] == "PeerLost"
+        assert "rank 0: lost rank 1 (rank 1 closed its coordinator connection)" in ep.failures[0][1]
+    else:
+        assert not ep.failures  # waiting for the launcher's word
+        deadline = time.monotonic() + 5
+        while not ep.failures and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ep.failures and ep.failures[0][2] - t0 >= notices_module.LOST_GRACE_S * 0.9

@@ -3,7 +3,8 @@ against one process training on the whole batches.
 
 usage: ray_train.py N TEMP_DIR [crash]. With `crash`, rank 1 dies (os._exit) mid-training in the
 first attempt; FailureConfig(max_failures=1) makes Ray Train start the worker group again, and the
-second attempt must train to the same weights. Prints `ray train ok: N workers, backend commlib`.
+second attempt must train to the same weights; each survivor of the first attempt prints the
+error it met (`survivor R: ...`). Prints `ray train ok: N workers, backend commlib`.
 """
 import os
 import sys
@@ -45,7 +46,14 @@ def train_loop(config):
         x, y = batch(step)
         loss = ((m(x[r::n]) - y[r::n]) ** 2).mean()
         opt.zero_grad()
-        loss.backward()
+        try:
+            loss.backward()  # DDP's all-reduce: where a survivor meets the death of rank 1
+        except Exception as e:
+            # Ray Train may stop the group on the dead worker's account before this error reaches
+            # it, so the survivor keeps its own record for the driver to print.
+            with open(os.path.join(config["dir"], f"survivor.{r}"), "w") as f:
+                f.write(f"survivor {r}: {type(e).__name__}: {e}")
+            raise
         opt.step()
         crash_mark = os.path.join(config["dir"], "crashed")
         if config["crash"] and r == 1 and step == STEPS // 2 and not os.path.exists(crash_mark):
@@ -80,4 +88,8 @@ if __name__ == "__main__":
         got = torch.load(os.path.join(out, f"weights.{r}.pt"))
         assert torch.allclose(got, weights(solo), atol=1e-5), (r, (got - weights(solo)).abs().max())
     assert os.path.exists(os.path.join(out, "crashed")) == crash
+    for name in sorted(os.listdir(out)):
+        if name.startswith("survivor."):
+            with open(os.path.join(out, name)) as f:
+                print(f.read().replace("\n", " "), flush=True)
     print(f"ray train ok: {n} workers, backend commlib" + (", after a worker died" if crash else ""), flush=True)
