@@ -98,8 +98,9 @@ def _joined(env, timeout, ep):
 
 
 def digests(world, at_exit=False, exit_code=None):
-    """Flush this rank's queued sends, then exchange every group's collective digest with every
-    rank through the coordinator (waiting, bounded by the world's timeout, until all have finished).
+    """Flush this rank's queued sends, then send every group's collective digest to the coordinator,
+    which compares them with every other rank's (waiting, bounded by the world's timeout, for its
+    verdict: once all have finished).
     `at_exit`: finalize() runs at interpreter exit (the peers say "its program ended");
     `exit_code`: the code the program passed to sys.exit(), when it did (the peers say "exited with
     code 7").
@@ -114,7 +115,7 @@ def digests(world, at_exit=False, exit_code=None):
     engine.drain(deadline)
     mine = {"groups": {str(gid): g.summary() for gid, g in list(engine.groups.items())}, "at_exit": at_exit,
             "exit_code": exit_code}
-    return mine, ep.notices.exchange_digests(mine, world.size(), deadline)
+    return mine, ep.notices.exchange_digests(mine, deadline)
 
 
 def close(world, client):

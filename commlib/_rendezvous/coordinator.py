@@ -5,7 +5,10 @@ each rank (framing.py's handshake), collects every rank's info and pushes
 the table once all have registered, then stays connected for the job's life:
 it relays messages between ranks and tells the others when one dies
 (``died``, from the supervisor), says goodbye (``left``) or vanishes
-(``lost``). One thread accepts, one serves each connection, one sends
+(``lost``). At finalize() it holds every rank's collective digest, tells the
+others who is finishing (``finishing``), and once every rank has sent its
+digest or is gone, compares them and answers each rank (``verdict``): n
+messages for the job, not n per rank. One thread accepts, one serves each connection, one sends
 notices, so a slow or hostile client never holds up the job.
 """
 import contextlib
@@ -26,7 +29,8 @@ from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_add
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
-LEFT_COALESCE_S = 0.02  # how long a goodbye waits for others to share its "left" message
+LEFT_COALESCE_S = 0.02  # how long a goodbye (or a digest) waits for others to share its "left" ("finishing")
+_COALESCED = ("left", "finishing")
 _NOTHING = object()  # (the notice loop holds no message back)
 
 _log = logging.getLogger("commlib")
@@ -77,6 +81,9 @@ class Coordinator:
         self._table = [None] * size
         self._registered = 0  # ranks whose info is in the table
         self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
+        self._digests = {}  # rank -> its finalize() digest message
+        self._accounted = set()  # ranks that sent their digest, gave up on finalize ("release") or are gone
+        self._verdict_sent = False
         self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._saturated = False
@@ -106,6 +113,7 @@ class Coordinator:
         with self._lock:
             self._dead[rank] = msg
         self._notices.put(msg)
+        self._account(rank)
 
     def departures(self):
         """{rank: monotonic time} of the first sign each rank gave of leaving or failing (an abort it
@@ -184,20 +192,26 @@ class Coordinator:
                 msg = self._notices.get()
             if msg is None:  # close()
                 return
-            if msg["kind"] != "left":
+            kind = msg["kind"]
+            if kind not in _COALESCED:
                 self._broadcast(msg, exclude=msg["rank"])
                 continue
-            ranks, until = [msg["rank"]], time.monotonic() + LEFT_COALESCE_S
+            same, until = [msg], time.monotonic() + LEFT_COALESCE_S
             while (left := until - time.monotonic()) > 0:
                 try:
                     more = self._notices.get(timeout=left)
                 except queue.Empty:
                     break
-                if more is None or more["kind"] != "left":
-                    pending = more  # in order: after these goodbyes (None included: close() comes last)
+                if more is None or more["kind"] != kind:
+                    pending = more  # in order: after these (None included: close() comes last)
                     break
-                ranks.append(more["rank"])
-            self._broadcast({"kind": "left", "rank": ranks[0], "ranks": ranks})  # (the leavers are gone already)
+                same.append(more)
+            ranks = [m["rank"] for m in same]
+            out = {"kind": kind, "rank": ranks[0], "ranks": ranks}  # (to all: the leavers are gone already)
+            if kind == "finishing":  # how each program ended, where it did (sys.exit(7), or its end)
+                out["ended"] = {str(m["rank"]): [m["at_exit"], m["exit_code"]] for m in same
+                                if m["at_exit"] or m["exit_code"] is not None}
+            self._broadcast(out)
 
     def _serve(self, sock, peer):
         try:
@@ -281,6 +295,7 @@ class Coordinator:
         conn.sock.close()
         if closed:
             return
+        self._account(conn.rank)
         if said_bye:
             self._notices.put({"kind": "left", "rank": conn.rank})  # coalesced with other goodbyes
         else:
@@ -301,13 +316,17 @@ class Coordinator:
                     self._broadcast(part)
         elif kind == "clock":  # a rank aligning its trace's clock with ours (commlib._trace)
             conn.push(encode({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}))
+        elif kind == "digest":  # finalize(): this rank's collectives, compared here with every other rank's
+            self._digest(conn.rank, msg)
+        elif kind == "release":  # it failed waiting on a rank that finished: it sends no digest
+            self._account(conn.rank)
         elif kind == "census":
             with self._lock:
                 dead = sorted(self._dead)
             conn.push(encode({"kind": "census", "missing": self.missing(), "dead": dead}))
         elif "to" in msg:
             to = msg["to"]
-            if kind == "abort" or kind == "digest" and msg.get("at_exit"):  # a failure, or its program ended
+            if kind == "abort":  # a failure
                 self._heard(conn.rank)
             msg["from"] = conn.rank
             if to == "all":
@@ -318,6 +337,43 @@ class Coordinator:
                 self._log(f"rank {conn.rank}: ignored message with bad 'to': {to!r}")
         else:
             self._log(f"rank {conn.rank}: ignored message of unknown kind {kind!r}")
+
+    def _digest(self, rank, msg):
+        if msg.get("at_exit"):  # its program ended
+            self._heard(rank)
+        exit_code = msg.get("exit_code")
+        ended = {"kind": "finishing", "rank": rank, "at_exit": bool(msg.get("at_exit")),
+                 "exit_code": exit_code if isinstance(exit_code, int) else None}
+        with self._lock:
+            self._digests[rank] = msg
+            late = self._verdict_sent  # it gave up on finalize ("release") and then finalized after all
+        self._notices.put(ended)  # a rank blocked on this one learns it will send nothing more
+        if late:
+            self._send_verdicts([rank])
+        else:
+            self._account(rank)
+
+    def _account(self, rank):
+        """`rank` will send no digest after this one (or none at all): once every rank is accounted
+        for, compare the digests and answer each rank that sent one."""
+        with self._lock:
+            self._accounted.add(rank)
+            if self._verdict_sent or len(self._accounted) < self.size or not self._digests:
+                return
+            self._verdict_sent = True
+            ranks = sorted(self._digests)
+        self._send_verdicts(ranks)
+
+    def _send_verdicts(self, ranks):
+        with self._lock:
+            digests = dict(self._digests)
+        first = first_differences(digests)
+        agree = [r for r in ranks if first[r] is None]
+        if agree:
+            self._broadcast({"kind": "verdict", "peers": {}}, only=set(agree))
+        for r in ranks:
+            if first[r] is not None:
+                self._broadcast({"kind": "verdict", "peers": {str(first[r]): digests[first[r]]}}, only={r})
 
     def _broadcast(self, msg, exclude=None, only=None):
         """Send msg (a dict, or bytes already encoded) to every connected rank, or to those in `only`
@@ -343,3 +399,35 @@ class Coordinator:
                 self._log(f"could not reach rank {conn.rank}: {e}")
                 with contextlib.suppress(OSError):
                     conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def _groups(digest):
+    """{group id: (collective count, digest)} of one rank's digest message (junk reads as none)."""
+    groups = digest.get("groups")
+    if not isinstance(groups, dict):
+        return {}
+    return {gid: _history(g.get("n"), g.get("digest")) for gid, g in groups.items() if isinstance(g, dict)}
+
+
+def _history(n, digest):
+    """A group's (count, digest) as a dictionary key; a value that is no integer (a malformed
+    message) compares as its text, so it can differ but never stop the coordinator."""
+    if isinstance(n, int) and isinstance(digest, int):
+        return n, digest
+    return repr(n), repr(digest)
+
+
+def first_differences(digests):
+    """{rank: the lowest other rank whose collectives differ from its own in a group both belong
+    to, or None}: what each rank's finalize() would find comparing its digest with every other
+    rank's in rank order, in O(ranks x groups x distinct histories) instead of O(ranks²)."""
+    lowest = {}  # group id -> {(count, digest): the lowest rank with that history}
+    per_rank = {r: _groups(d) for r, d in digests.items()}
+    for r in sorted(per_rank):
+        for gid, value in per_rank[r].items():
+            lowest.setdefault(gid, {}).setdefault(value, r)
+    first = {}
+    for r, groups in per_rank.items():
+        others = [low for gid, value in groups.items() for other, low in lowest[gid].items() if other != value]
+        first[r] = min(others) if others else None
+    return first

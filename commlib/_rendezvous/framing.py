@@ -25,10 +25,18 @@ Messages pushed by the coordinator to ranks (``kind``):
   ``left``    {"rank", "ranks"} these ranks said goodbye (Client.close) and disconnected: the
               goodbyes of LEFT_COALESCE_S share one message
   ``lost``    {"rank", "message"} the rank's connection closed without a goodbye
+  ``finishing`` {"rank", "ranks", "ended"} these ranks sent their finalize() digest (coalesced like
+              goodbyes); "ended": {"rank": [at_exit, exit_code]} for those whose program ended
+  ``verdict`` {"peers"} once every rank sent its digest or is gone: {} when this rank's collectives
+              agree with every other rank's, else {"rank": digest} of the lowest rank that differs
   ``census``  {"missing": [...], "dead": [...]} the answer to a census request
   ``welcome`` {"size"} first message after the handshake, or instead
   ``error``   {"message"} a refusal (rank out of range, duplicate); the connection closes
   anything a rank sent with "to", plus "from": the sender's rank
+
+Messages from ranks with no "to" are the coordinator's own: ``register``, ``bye``, ``clock``,
+``census``, ``digest`` (finalize(): {"groups", "at_exit", "exit_code"}) and ``release`` (this rank
+failed waiting on one that finished: it will send no digest).
 """
 import json
 import logging

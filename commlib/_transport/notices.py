@@ -3,8 +3,10 @@
 The coordinator (`_rendezvous`) pushes notices to every rank: a peer died,
 left (after finalize()), lost its connection, or aborted the job with an
 error; a peer asks what this rank is doing (a stall query, answered with the
-operation it is blocked in and that operation's header); a peer's collective
-digest at finalize(). `Notices.on_notice` runs on the coordinator listener
+operation it is blocked in and that operation's header); peers that are
+finishing (in finalize(), their sends flushed); the coordinator's verdict on
+the collective digests at finalize(), which it compares itself (each rank's
+digest goes to the coordinator only: no rank receives n of them). `Notices.on_notice` runs on the coordinator listener
 thread and only records facts or calls `Endpoint.fail`: it never blocks on
 the data path.
 """
@@ -32,11 +34,11 @@ class Notices:
         self.exits = {}  # world rank -> "exited with code 3" / "it called finalize()"
         self.current = None  # (what, peer world rank, header bytes or None) while blocked
         self.last = None  # the last operation this rank entered (formatted only when asked)
-        self.digests = {}  # world rank -> its finalize() digest message
+        self.finished = {}  # world rank in finalize() -> {"at_exit": bool, "exit_code": int or None}
+        self.verdict = None  # finalize(): the coordinator's {world rank: digest} to compare ours with ({}: all agree)
         self.reports = {}  # topic -> {world rank: "report" message}
         self._statuses = {}
         self._died = set()  # world ranks the launcher reported as exited
-        self._released = set()  # world ranks that will not finalize with us (they wait on our exit status)
         self._cond = threading.Condition()
         self._spread = False
         self.coordinator_rank = None  # the rank whose process hosts the coordinator (None: the launcher does)
@@ -83,6 +85,17 @@ class Notices:
             timer.start()
         elif kind == "clock":
             self._clock.put(msg)
+        elif kind == "finishing":  # ranks in finalize() (coalesced), how their programs ended where they did
+            ended = msg.get("ended") or {}
+            with self._cond:
+                for r in msg.get("ranks") or [peer]:
+                    at_exit, code = ended.get(str(r)) or (False, None)
+                    self.finished[r] = {"at_exit": bool(at_exit), "exit_code": code}
+                self._cond.notify_all()
+        elif kind == "verdict":  # finalize(): the digests ours differs from (none when every rank agrees)
+            with self._cond:
+                self.verdict = {int(r): d for r, d in (msg.get("peers") or {}).items()}
+                self._cond.notify_all()
         elif kind == "left":  # one rank's goodbye, or several coalesced ("ranks")
             with self._cond:
                 for r in msg.get("ranks") or [peer]:
@@ -110,14 +123,6 @@ class Notices:
             with self._cond:
                 self._statuses[msg.get("from", peer)] = msg
                 self._cond.notify_all()
-        elif kind == "digest":
-            with self._cond:
-                self.digests[msg.get("from", peer)] = msg
-                self._cond.notify_all()
-        elif kind == "release":  # a peer failed waiting on us: our finalize() must not wait for its digest
-            with self._cond:
-                self._released.add(msg.get("from", peer))
-                self._cond.notify_all()
         elif kind == "report":  # a front-end's message relayed between ranks (commlib.doctor)
             with self._cond:
                 self.reports.setdefault(msg.get("topic"), {})[msg.get("from", peer)] = msg
@@ -132,8 +137,8 @@ class Notices:
                                  f"({msg.get('message', '')})", rank=host), remote=True)
 
     def finishing(self, peer):
-        """World rank `peer` is in finalize(), every send flushed (its digest has arrived)."""
-        return peer in self.digests
+        """World rank `peer` is in finalize(), every send flushed (the coordinator has its digest)."""
+        return peer in self.finished
 
     def gone(self, peer):
         """Why world rank `peer` will send nothing more (it left, died, or is finishing), or None."""
@@ -143,25 +148,26 @@ class Notices:
         return why
 
     def _finished_text(self, peer):
-        digest = self.digests.get(peer) or {}
-        if digest.get("exit_code") is not None:  # it called sys.exit(code)
-            return f"exited with code {digest['exit_code']}"
-        return "its program ended without calling finalize()" if digest.get("at_exit") else "it called finalize()"
+        ended = self.finished.get(peer) or {}
+        if ended.get("exit_code") is not None:  # it called sys.exit(code)
+            return f"exited with code {ended['exit_code']}"
+        return "its program ended without calling finalize()" if ended.get("at_exit") else "it called finalize()"
 
     def departure(self, peer):
         """Why world rank `peer`, which finished (finalize()) while this rank waits on it, is gone.
 
-        A program that ends with sys.exit(7) finalizes at exit, and its finalize() waits for every
-        rank's digest: tell it not to wait for ours ("release"), so it can exit. Where a launcher
+        A program that ends with sys.exit(7) finalizes at exit, and its finalize() waits for the
+        coordinator's verdict on every rank's digest: tell the coordinator not to wait for ours
+        ("release"), so that rank can exit. Where a launcher
         reports exits (commrun: "died" notices), then wait for that report a bounded moment
         (EXIT_GRACE_S), so this rank says "exited with code 7" rather than "its program ended".
         May block: call it without holding locks the listener needs."""
         if self.send is None:
             return self._finished_text(peer)
         with contextlib.suppress(OSError, CommError):
-            self.send({"kind": "release", "to": [peer], "rank": self.rank})
-        digest = self.digests.get(peer) or {}
-        if self.coordinator_rank is None and digest.get("at_exit") and digest.get("exit_code") is None:
+            self.send({"kind": "release", "rank": self.rank})
+        ended = self.finished.get(peer) or {}
+        if self.coordinator_rank is None and ended.get("at_exit") and ended.get("exit_code") is None:
             deadline = time.monotonic() + EXIT_GRACE_S
             with self._cond:
                 while peer not in self._died and (left := deadline - time.monotonic()) > 0:
@@ -261,26 +267,25 @@ class Notices:
                 self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # ------------------------------------------------------------ finalize
-    def exchange_digests(self, mine, size, deadline):
-        """Send this rank's digest to all, then gather every rank's (or its exit) until deadline.
+    def exchange_digests(self, mine, deadline):
+        """Send this rank's digest to the coordinator, then wait (until deadline) for its verdict:
+        once every rank has sent its digest or is gone, the coordinator compares them and answers
+        each rank with the digest of the first rank whose collectives differ from its own, if any.
 
-        Returns {rank: digest message} of the ranks heard from (ours included).
+        Returns {rank: digest message}: ours, and the one to compare it with where one differs.
         """
         if self.send is None:
             return {}
         with contextlib.suppress(OSError, CommError):
-            self.send(dict(mine, kind="digest", to="all", rank=self.rank))
+            self.send(dict(mine, kind="digest", rank=self.rank))
         self.current = ("finalize() (waiting for every rank to finish)", None, None)
         with self._cond:
-            while True:
-                heard = set(self.digests) | set(self.exits) | self._released
-                if all(r in heard for r in range(size) if r != self.rank) or self.ep.failure is not None:
-                    break
+            while self.verdict is None and self.ep.failure is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(min(left, 0.1))
-            got = dict(self.digests)
+            got = dict(self.verdict or {})
         self.current = None
         got[self.rank] = mine
         return got

@@ -8,7 +8,11 @@ fake ranks received, and the coordinator's CPU seconds and threads:
 
   start     every rank connects, proves the secret, registers, and holds the whole table
   lost      one rank drops its connection without a goodbye; every other rank hears of it
-  finalize  every other rank says goodbye and waits for the coordinator to hang up
+  finalize  every other rank sends its collective digest (one group, 32 recent headers: 3.8 kB, as
+            a real rank's) and waits for the coordinator's verdict, then says goodbye and waits for
+            the coordinator to hang up. With digests="relay" the digests go instead to every rank,
+            through the coordinator's relay, and each rank waits for all of them: what finalize()
+            cost before the coordinator compared them (n² digests)
 """
 import asyncio
 import json
@@ -73,7 +77,13 @@ def _info(rank, per_host=64):
             "unix": f"commlib-{100000 + rank}-{rank:016x}", "pid": 100000 + rank}
 
 
-async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop):
+def _digest(rank):
+    recent = [f"{rank % 7:02x}" * 56 for _ in range(32)]  # 32 collective headers of 56 bytes, in hex
+    return {"groups": {"0": {"n": 1000, "digest": 123456789, "recent": recent}}, "at_exit": False,
+            "exit_code": None}
+
+
+async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop, digests):
     for attempt in range(200):  # a burst of connects overflows the backlog: retry, as Client does
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -111,17 +121,32 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop)
         await go_bye.wait()  # phase 2: this one vanishes without a goodbye
         writer.transport.abort()
         return
+    verdict, relayed = asyncio.Event(), set()
+
     async def listen():  # every later message, until the coordinator hangs up
         try:
             while True:
                 msg = await _read(reader, tally)
-                if msg["kind"] == "lost" and msg["rank"] == drop:
+                kind = msg["kind"]
+                if kind == "lost" and msg["rank"] == drop:
                     lost_heard.arrive()
+                elif kind == "verdict":
+                    assert msg["peers"] == {}, (rank, msg)  # every fake rank ran the same collectives
+                    verdict.set()
+                elif kind == "report" and msg.get("topic") == "digest":
+                    relayed.add(msg["from"])
+                    if len(relayed) == len(table_done.want) - 2:  # all but its own and the dropped rank's
+                        verdict.set()
         except (asyncio.IncompleteReadError, ConnectionError):
             return
 
     listener = asyncio.ensure_future(listen())
-    await go_bye.finalize.wait()  # phase 3: goodbye, then wait for the coordinator to hang up
+    await go_bye.finalize.wait()  # phase 3: the digest, its verdict, goodbye, the coordinator hangs up
+    if digests == "relay":
+        writer.write(framing.encode(dict(_digest(rank), kind="report", topic="digest", to="all", rank=rank)))
+    else:
+        writer.write(framing.encode(dict(_digest(rank), kind="digest", rank=rank)))
+    await verdict.wait()
     writer.write(framing.encode({"kind": "bye"}))
     writer.write_eof()
     await listener
@@ -138,14 +163,14 @@ class _Count:
             self.done.set()
 
 
-async def _job(n, port, secret, pid, timeout):
+async def _job(n, port, secret, pid, timeout, digests):
     tally, phases = _Tally(), {}
     table_done, lost_heard = _Count(n), _Count(n - 1)
     go_bye = asyncio.Event()
     go_bye.finalize = asyncio.Event()
     cpu0, _ = _cpu_and_threads(pid)
     t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, drop=n - 1))
+    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, n - 1, digests))
              for r in range(n)]
 
     async def phase(name, event, start_t, start_cpu):
@@ -167,8 +192,9 @@ async def _job(n, port, secret, pid, timeout):
     return phases
 
 
-def run(n, timeout=300):
-    """{phase: {seconds, bytes, messages, cpu_s, threads}} for a job of n fake ranks."""
+def run(n, timeout=300, digests="coordinator"):
+    """{phase: {seconds, bytes, messages, cpu_s, threads}} for a job of n fake ranks; `digests`:
+    "coordinator" (finalize() as it is) or "relay" (every digest to every rank, as it was)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -179,7 +205,7 @@ def run(n, timeout=300):
                             stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
-        return asyncio.run(_job(n, port, secret, proc.pid, timeout))
+        return asyncio.run(_job(n, port, secret, proc.pid, timeout, digests))
     finally:
         proc.stdin.close()
         try:
@@ -190,5 +216,7 @@ def run(n, timeout=300):
 
 
 if __name__ == "__main__":
-    for size in map(int, sys.argv[1:] or ["1000"]):
-        print(size, json.dumps(run(size)), flush=True)
+    args = sys.argv[1:]
+    mode = "relay" if "--relay" in args else "coordinator"
+    for size in [int(a) for a in args if a != "--relay"] or [1000]:
+        print(size, mode, json.dumps(run(size, digests=mode)), flush=True)

@@ -108,27 +108,30 @@ def test_exit_hint(monkeypatch):
         assert lifecycle._exit_code(lifecycle._exit_status) == code
 
 
-def _notices(**digest):
+def _notices(at_exit=None, exit_code=None):
+    """Notices of rank 0 after the coordinator said rank 1 is finishing (at_exit None: said nothing
+    of how its program ended, as for a plain finalize())."""
     n = Notices(types.SimpleNamespace(rank=0))
-    if digest is not None:
-        n.digests[1] = {"kind": "digest", **digest}
+    ended = {} if at_exit is None else {"1": [at_exit, exit_code]}
+    n.on_notice({"kind": "finishing", "rank": 1, "ranks": [1], "ended": ended})
     return n
 
 
-@pytest.mark.parametrize("digest, text", [
+@pytest.mark.parametrize("ended, text", [
     ({"at_exit": False, "exit_code": None}, "it called finalize()"),
     ({"at_exit": True, "exit_code": None}, "its program ended without calling finalize()"),
     ({"at_exit": True, "exit_code": 7}, "exited with code 7"),
-    ({}, "it called finalize()"),  # an older peer's digest
+    ({}, "it called finalize()"),  # not listed in "ended": a plain finalize()
 ])
-def test_what_peers_say_of_a_rank_that_finished(digest, text):
-    n = _notices(**digest)
+def test_what_peers_say_of_a_rank_that_finished(ended, text):
+    n = _notices(**ended)
+    assert n.finishing(1) and not n.finishing(2)
     assert n.gone(1) == text
     sent = []
     n.send = sent.append
     n.coordinator_rank = 0  # the coordinator is a rank's: no launcher reports exits, nothing to wait for
     assert n.departure(1) == text
-    assert sent == [{"kind": "release", "to": [1], "rank": 0}]  # so its finalize() need not wait for ours
+    assert sent == [{"kind": "release", "rank": 0}]  # so the coordinator's verdict need not wait for our digest
 
 
 def test_departure_takes_the_launchers_exit_report():

@@ -2,6 +2,7 @@
 import json
 import os
 import queue
+import random
 import secrets
 import socket
 import struct
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from commlib import _auth, _rendezvous as rv
-from commlib._rendezvous import discovery, framing
+from commlib._rendezvous import coordinator as rv_coordinator, discovery, framing
 from commlib._errors import AuthError, CommError, CommTimeout, PeerLost
 
 SECRET = bytes(range(32))
@@ -205,6 +206,85 @@ def test_goodbyes_at_once_share_one_left_message(coordinator):
     assert sorted(named) == [1, 2, 3, 4, 5]
     with pytest.raises(queue.Empty):
         next_msg(out[0][2], "left", timeout=0.3)
+
+
+def _digest(n, value, **groups):
+    """A finalize() digest: group "0" ran n collectives hashing to value; more groups as gid=(n, value)."""
+    out = {"0": {"n": n, "digest": value, "recent": []}}
+    out.update({gid: {"n": gn, "digest": gv, "recent": []} for gid, (gn, gv) in groups.items()})
+    return {"kind": "digest", "groups": out, "at_exit": False, "exit_code": None}
+
+
+def test_first_differences_is_what_each_rank_would_find_comparing_with_all():
+    same = {r: _digest(5, 11) for r in range(4)}
+    assert rv_coordinator.first_differences(same) == {0: None, 1: None, 2: None, 3: None}
+    odd = {**same, 2: _digest(6, 12)}  # rank 2 ran one more collective
+    assert rv_coordinator.first_differences(odd) == {0: 2, 1: 2, 2: 0, 3: 2}
+    # a subgroup only ranks 1 and 3 belong to, where they differ: rank 0 and 2 compare nothing there
+    sub = {0: _digest(5, 11), 1: _digest(5, 11, g9=(1, 7)), 2: _digest(5, 11), 3: _digest(5, 11, g9=(2, 8))}
+    assert rv_coordinator.first_differences(sub) == {0: None, 1: 3, 2: None, 3: 1}
+    # junk from a rank (lists, strings, no groups) never stops the coordinator; it differs or is ignored
+    junk = {**same, 1: {"groups": {"0": {"n": [1], "digest": {"x": 1}}}}, 3: {"groups": "nope"}}
+    assert rv_coordinator.first_differences(junk) == {0: 1, 1: 0, 2: 1, 3: None}
+
+
+def brute_force_first_differences(digests):
+    """The comparison every rank made itself before the coordinator did it (lifecycle._compare)."""
+    first = {}
+    for me, mine in digests.items():
+        first[me] = next((peer for peer in sorted(digests) if peer != me and any(
+            gid in digests[peer]["groups"] and (digests[peer]["groups"][gid]["n"], digests[peer]["groups"][gid]["digest"])
+            != (g["n"], g["digest"]) for gid, g in mine["groups"].items())), None)
+    return first
+
+
+def test_first_differences_matches_every_rank_comparing_with_every_other():
+    rng = random.Random(5)
+    for _ in range(200):
+        n = rng.randint(1, 9)
+        digests = {r: _digest(rng.choice([3, 3, 3, 4]), rng.choice([1, 1, 2]),
+                              **{f"g{k}": (rng.randint(1, 2), 9) for k in range(3) if rng.random() < 0.5})
+                   for r in range(n)}
+        assert rv_coordinator.first_differences(digests) == brute_force_first_differences(digests), digests
+
+
+def test_digests_go_to_the_coordinator_which_answers_each_rank_once(coordinator):
+    """finalize(): each rank sends its digest to the coordinator only; the others hear that it is
+    finishing (coalesced), and once every rank is accounted for each gets one verdict: empty where
+    all agree, else the digest of the first rank that differs from it."""
+    c = coordinator(4)
+    out, _ = run_ranks(c.address, range(4))
+    for r in (0, 1, 3):
+        out[r][0].send(dict(_digest(5, 11 if r != 3 else 99), rank=r, at_exit=r == 1, exit_code=7 if r == 1 else None))
+    finishing = {}
+    while len(finishing) < 3:
+        msg = next_msg(out[2][2], "finishing")
+        finishing.update({r: msg.get("ended", {}).get(str(r)) for r in msg["ranks"]})
+    assert finishing == {0: None, 1: [True, 7], 3: None}
+    with pytest.raises(queue.Empty):  # rank 2 has not finished: no verdict yet
+        next_msg(out[0][2], "verdict", timeout=0.3)
+    out[2][0].send({"kind": "release", "rank": 2})  # rank 2 failed waiting on a rank that finished
+    assert next_msg(out[0][2], "verdict")["peers"] == {"3": dict(_digest(5, 99), rank=3, at_exit=False, exit_code=None)}
+    assert next_msg(out[1][2], "verdict")["peers"].keys() == {"3"}
+    assert next_msg(out[3][2], "verdict")["peers"].keys() == {"0"}
+    with pytest.raises(queue.Empty):  # no digest was relayed to any rank, and rank 2 gets no verdict
+        for r in range(4):
+            next_msg(out[r][2], "digest", timeout=0.1)
+    with pytest.raises(queue.Empty):
+        next_msg(out[2][2], "verdict", timeout=0.1)
+
+
+def test_a_rank_gone_without_a_digest_does_not_hold_up_the_verdict(coordinator):
+    c = coordinator(3)
+    out, _ = run_ranks(c.address, range(3))
+    for r in (0, 1):
+        out[r][0].send(dict(_digest(2, 4), rank=r))
+    with pytest.raises(queue.Empty):
+        next_msg(out[0][2], "verdict", timeout=0.3)
+    out[2][0]._closing = True
+    out[2][0]._sock.shutdown(socket.SHUT_RDWR)  # rank 2 vanishes
+    assert next_msg(out[0][2], "verdict")["peers"] == {}
+    assert next_msg(out[1][2], "verdict")["peers"] == {}
 
 
 def test_listener_reports_coordinator_lost_once(coordinator):
