@@ -157,6 +157,7 @@ class CollectiveChannel:
                 resume = True
         finally:
             notices.current = None
+            self.stepper.check_reset()
 
     def _connect(self, op, dst, src):
         """Open the connections a row needs (world ranks); a member that cannot be reached fails the job."""
@@ -195,6 +196,7 @@ class CollectiveChannel:
             notices.current = (what, waiting_on, hdr)
             exc = self._check(waiting_on, hdr, dims)
             if exc is None:
+                self.stepper.check_later(time.monotonic(), PEER_CHECK_MAX_S)
                 return
             notices.current = None
             self._raise(exc)
@@ -229,6 +231,10 @@ def env_number(name, default, kind=int):
         raise CommError(f"{name}={value!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
+# A rank stalled on a peer asks about it (PEER_CHECK_S, 1 s) at first, then every quarter of the
+# stall so far, up to this: mismatches show within seconds, and 10,000 ranks waiting minutes on one
+# slow rank send the coordinator 1,250 queries a second rather than 10,000
+PEER_CHECK_MAX_S = 8.0
 SPIN_MAX_US = 200  # adaptive: the most a step spins on a prompt peer when every local rank has a core
 SPIN_MAX_SHARED_US = 0  # ... and when ranks outnumber cores: the partner usually needs our core, so
 # a busy spin delays it (a 20 us cap measured 282 vs 244 us for an 8 B all_reduce at n=4 and up to 4x

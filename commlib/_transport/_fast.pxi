@@ -293,8 +293,10 @@ cdef class FastPath:
                             self.state, self.stepper.rhdr)
                 resume = True  # SLOW and the peer is in this collective too: go on with the same row
         finally:
-            if reported and self.notices is not None:
-                self.notices.current = None
+            if reported:
+                self.stepper.check_reset()
+                if self.notices is not None:
+                    self.notices.current = None
 
     cdef object _world(self, int r):
         return None if r < 0 else self.out_keys[r][2]

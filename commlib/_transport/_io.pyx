@@ -494,7 +494,10 @@ cdef class Stepper:
     cdef long long[::1] _state
     cdef Py_ssize_t chunk, ring_ptr, ring_len
     cdef int wake_fd
-    cdef double spin_s, check_s
+    cdef double spin_s
+    cdef public double check_s      # the peer-check interval now (a long stall widens it: check_later)
+    cdef public double check_base   # ... and at the start of every operation
+    cdef double stalled_since       # when this operation's stall began (0: none yet)
     cdef bint adaptive, yield_spin
     cdef double learned[SPIN_SLOTS]
     cdef long long waits[3]
@@ -514,7 +517,7 @@ cdef class Stepper:
         self.rhdr_ptr = <char*>self.rhdr
         self.chunk, self.wake_fd = chunk, wake_fd
         self.ring_ptr, self.ring_len = ring_ptr, ring_len
-        self.spin_s, self.check_s = spin_s, check_s
+        self.spin_s, self.check_s, self.check_base, self.stalled_since = spin_s, check_s, check_s, 0.0
 
     cdef inline void _bind(self, Step* s, double deadline) noexcept nogil:
         """The group's constants of a step: the one place they are set (raw steps and plan rows)."""
@@ -542,6 +545,20 @@ cdef class Stepper:
         with nogil:
             rc = _run(s)
         return rc
+
+    def check_later(self, double now, double most_s):
+        """A peer check (at monotonic time `now`) found nothing wrong: the next one comes a quarter
+        of the stall so far later (the base interval at least, `most_s` at most), so ranks that
+        wait long on one slow rank do not ask about it every second (10,000 ranks: 10,000 queries
+        a second at the coordinator). Returns the new interval."""
+        if self.stalled_since == 0.0:
+            self.stalled_since = now - self.check_s  # the step loop saw no progress for check_s
+        self.check_s = max(self.check_base, min(most_s, (now - self.stalled_since) / 4))
+        return self.check_s
+
+    def check_reset(self):
+        """The operation is over: the next starts with the base interval."""
+        self.check_s, self.stalled_since = self.check_base, 0.0
 
     def wait_counts(self):
         """(waits, sleeps, waits that slept) of this stepper's steps so far: a wait is a time a step

@@ -119,3 +119,38 @@ def test_yield_spin_steps_deliver_late_bytes(nbytes):
             os.close(fd)
         a.close()
         b.close()
+
+
+def test_peer_checks_back_off_over_a_long_stall():
+    """The step loop reports SLOW after check_s without progress; each check that finds nothing
+    wrong widens the next interval to a quarter of the stall so far (base at least, the cap at
+    most), and the next operation starts again from the base."""
+    a, b = socket.socketpair()
+    a.setblocking(False)  # as every socket of the step loop
+    wake_r, wake_w = os.pipe()
+    buf = np.zeros(64, np.uint8)
+    try:
+        stepper = _io.Stepper(np.zeros(4, np.int64), 256 << 10, wake_r, 0, 0, 0.0, 0.05)
+        assert stepper.check_s == stepper.check_base == 0.05
+
+        def slow_after(resume):  # a receive from a peer that sends nothing: seconds until SLOW
+            t0 = time.monotonic()
+            rc = stepper.raw(-1, b"", 0, 0, a.fileno(), buf.ctypes.data, buf.nbytes, t0 + 10, resume)
+            assert rc == _io.SLOW, rc
+            return time.monotonic() - t0
+
+        assert slow_after(False) < 0.5
+        t = time.monotonic()
+        assert stepper.check_later(t, 8.0) == 0.05  # 0.05 s into the stall: still the base
+        assert stepper.check_later(t + 2.0, 8.0) == pytest.approx((2.0 + 0.05) / 4)
+        assert stepper.check_later(t + 1000.0, 8.0) == 8.0  # capped
+        stepper.check_later(t + 0.8, 8.0)  # a quarter of 0.85 s
+        assert 0.15 < slow_after(True) < 2.0
+        stepper.check_reset()
+        assert stepper.check_s == 0.05 and slow_after(False) < 0.5
+        assert stepper.check_later(time.monotonic(), 8.0) == 0.05  # a new stall starts from the base
+    finally:
+        for fd in (wake_r, wake_w):
+            os.close(fd)
+        a.close()
+        b.close()
