@@ -31,6 +31,9 @@ MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
 LEFT_COALESCE_S = 0.02  # how long a goodbye (or a digest) waits for others to share its "left" ("finishing")
 _COALESCED = ("left", "finishing")
+CENSUS_WAIT_S = 1.0  # how long a stall census waits for the ranks' answers
+CENSUS_FRESH_S = 2.0  # a census this recent answers a stall report as it is (ranks time out together)
+CENSUS_GROUPS = 1000  # the most distinct states a census lists (its frame stays well under 1 MiB)
 _NOTHING = object()  # (the notice loop holds no message back)
 
 _log = logging.getLogger("commlib")
@@ -84,6 +87,8 @@ class Coordinator:
         self._digests = {}  # rank -> its finalize() digest message
         self._accounted = set()  # ranks that sent their digest, gave up on finalize ("release") or are gone
         self._verdict_sent = False
+        self._census = None  # the last stall census: {"epoch", "asked", "states", "waiters", "reply", "at"}
+        self._census_epoch = 0
         self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._saturated = False
@@ -320,6 +325,10 @@ class Coordinator:
             self._digest(conn.rank, msg)
         elif kind == "release":  # it failed waiting on a rank that finished: it sends no digest
             self._account(conn.rank)
+        elif kind == "stall":  # a rank timed out: what is every rank doing? (one census for many askers)
+            self._stall(conn.rank)
+        elif kind == "status" and "census" in msg:
+            self._census_answer(conn.rank, msg)
         elif kind == "census":
             with self._lock:
                 dead = sorted(self._dead)
@@ -374,6 +383,49 @@ class Coordinator:
         for r in ranks:
             if first[r] is not None:
                 self._broadcast({"kind": "verdict", "peers": {str(first[r]): digests[first[r]]}}, only={r})
+
+    def _stall(self, rank):
+        now = time.monotonic()
+        with self._lock:
+            c = self._census
+            if c is not None and c["reply"] is None:  # being taken: this rank gets it too
+                c["waiters"].add(rank)
+                return
+            if c is not None and now - c["at"] < CENSUS_FRESH_S:
+                reply = c["reply"]
+            else:
+                self._census_epoch += 1
+                c = self._census = {"epoch": self._census_epoch, "asked": set(self._ranks), "states": {},
+                                    "waiters": {rank}, "reply": None, "at": now}
+                reply = None
+        if reply is not None:
+            self._broadcast(reply, only={rank})
+            return
+        self._broadcast({"kind": "status_query", "census": c["epoch"]}, only=c["asked"])
+        timer = threading.Timer(CENSUS_WAIT_S, self._census_done, args=(c["epoch"],))
+        timer.daemon = True
+        timer.start()
+
+    def _census_answer(self, rank, msg):
+        state, peer = msg.get("state"), msg.get("peer")
+        with self._lock:
+            c = self._census
+            if c is None or c["reply"] is not None or msg["census"] != c["epoch"] or rank not in c["asked"]:
+                return
+            c["states"][rank] = (str(state)[:300], peer if isinstance(peer, int) else None)
+            complete = len(c["states"]) == len(c["asked"])
+        if complete:
+            self._census_done(c["epoch"])
+
+    def _census_done(self, epoch):
+        """Answer every rank waiting on census `epoch` (all ranks answered, or CENSUS_WAIT_S passed)."""
+        with self._lock:
+            c = self._census
+            if c is None or c["epoch"] != epoch or c["reply"] is not None:
+                return
+            c["reply"], c["at"] = census_reply(epoch, c["states"]), time.monotonic()
+            waiters = set(c["waiters"])
+        self._broadcast(c["reply"], only=waiters)
 
     def _broadcast(self, msg, exclude=None, only=None):
         """Send msg (a dict, or bytes already encoded) to every connected rank, or to those in `only`
@@ -431,3 +483,20 @@ def first_differences(digests):
         others = [low for gid, value in groups.items() for other, low in lowest[gid].items() if other != value]
         first[r] = min(others) if others else None
     return first
+
+
+def census_reply(epoch, states):
+    """The encoded "stall" message of a census: {rank: (state, the rank it waits on)} grouped by
+    state ([state, ranks, one peer for all or a peer each]); beyond CENSUS_GROUPS distinct states
+    the smallest groups are left out, their ranks listed as "omitted"."""
+    groups = {}
+    for r in sorted(states):
+        state, peer = states[r]
+        ranks, peers = groups.setdefault(state, ([], []))
+        ranks.append(r)
+        peers.append(peer)
+    kept = sorted(groups.items(), key=lambda g: -len(g[1][0]))[:CENSUS_GROUPS]
+    listed = {state for state, _ in kept}
+    omitted = sorted(r for state, (ranks, _) in groups.items() if state not in listed for r in ranks)
+    out = [[state, ranks, peers[0] if len(set(peers)) == 1 else peers] for state, (ranks, peers) in kept]
+    return encode({"kind": "stall", "epoch": epoch, "groups": out, "omitted": omitted})

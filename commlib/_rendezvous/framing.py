@@ -30,12 +30,15 @@ Messages pushed by the coordinator to ranks (``kind``):
   ``verdict`` {"peers"} once every rank sent its digest or is gone: {} when this rank's collectives
               agree with every other rank's, else {"rank": digest} of the lowest rank that differs
   ``census``  {"missing": [...], "dead": [...]} the answer to a census request
+  ``stall``   {"epoch", "groups": [[state, ranks, peer or peers]], "omitted"} a census of what every
+              rank is doing (asked of each with a ``status_query`` {"census": epoch}), for a rank
+              that timed out; one census answers every rank that asks within CENSUS_FRESH_S
   ``welcome`` {"size"} first message after the handshake, or instead
   ``error``   {"message"} a refusal (rank out of range, duplicate); the connection closes
   anything a rank sent with "to", plus "from": the sender's rank
 
 Messages from ranks with no "to" are the coordinator's own: ``register``, ``bye``, ``clock``,
-``census``, ``digest`` (finalize(): {"groups", "at_exit", "exit_code"}) and ``release`` (this rank
+``census``, ``stall``, ``status`` with "census" (the answer to its query), ``digest`` (finalize(): {"groups", "at_exit", "exit_code"}) and ``release`` (this rank
 failed waiting on one that finished: it will send no digest).
 """
 import json

@@ -10,6 +10,7 @@ digest goes to the coordinator only: no rank receives n of them). `Notices.on_no
 thread and only records facts or calls `Endpoint.fail`: it never blocks on
 the data path.
 """
+import collections
 import contextlib
 import logging
 import queue
@@ -21,6 +22,9 @@ from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 EXIT_GRACE_S = 2.0  # how long a peer whose program ended waits for that process's exit status
+STALL_WAIT_S = 1.5  # how long a stall report waits for the coordinator's census (which waits 1 s for answers)
+STALL_EACH = 16  # up to this many other ranks, a stall report gives each its own line
+_SILENT = "no answer (stopped, or holding the GIL?)"
 _ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
 
 
@@ -38,6 +42,7 @@ class Notices:
         self.verdict = None  # finalize(): the coordinator's {world rank: digest} to compare ours with ({}: all agree)
         self.reports = {}  # topic -> {world rank: "report" message}
         self._statuses = {}
+        self._census = None  # the coordinator's last "stall" census
         self._died = set()  # world ranks the launcher reported as exited
         self._cond = threading.Condition()
         self._spread = False
@@ -117,8 +122,17 @@ class Notices:
             hdr = current[2].hex() if current is not None and current[2] is not None else None
             # If the coordinator is gone the asker learns that from its own connection.
             with contextlib.suppress(CommError):
-                self.send({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
-                           "state": self.describe(), "hdr": hdr})
+                if "census" in msg:  # the coordinator's, for a stall report: answered to it, in parts
+                    state, waiting_on = self._state()
+                    self.send({"kind": "status", "census": msg["census"], "rank": self.rank, "state": state,
+                               "peer": waiting_on})
+                else:
+                    self.send({"kind": "status", "to": [msg.get("from")], "rank": self.rank,
+                               "state": self.describe(), "hdr": hdr})
+        elif kind == "stall":  # the coordinator's census of the job, for this rank's stall report
+            with self._cond:
+                self._census = msg
+                self._cond.notify_all()
         elif kind == "status":
             with self._cond:
                 self._statuses[msg.get("from", peer)] = msg
@@ -198,13 +212,18 @@ class Notices:
         except (OSError, CommError) as err:
             log.warning("commlib rank %d: could not report the failure to the job: %s", self.rank, err)
 
-    def describe(self):
-        """What this rank is doing, for another rank's stall report."""
+    def _state(self):
+        """(what this rank is doing, the world rank it waits on or None)."""
         current = self.current
         if current is not None:
             what, peer, _ = current
-            return f"in {what}" + (f", waiting on rank {peer}" if peer is not None else "")
-        return f"not in a commlib call (last: {self.last or 'none'})"
+            return f"in {what}", peer
+        return f"not in a commlib call (last: {self.last or 'none'})", None
+
+    def describe(self):
+        """What this rank is doing, for another rank's stall report."""
+        state, peer = self._state()
+        return state + (f", waiting on rank {peer}" if peer is not None else "")
 
     def ask(self, ranks, wait_s):
         """Status replies ({rank: message}) of `ranks` to a query over the coordinator."""
@@ -217,29 +236,56 @@ class Notices:
                 self._cond.wait(deadline - time.monotonic())
             return dict(self._statuses)
 
-    def stall_report(self, size, wait_s=1.0):
-        """Ask every other rank what it is doing; lines for a CommTimeout message."""
+    def census(self, wait_s):
+        """The coordinator's census of what every rank is doing ({"groups": [[state, ranks, peers]],
+        "omitted": ranks}), or None without an answer in wait_s. One census serves every rank
+        that asks while it is taken or soon after: a stall of n ranks costs n queries, not n²."""
+        with self._cond:
+            self._census = None
+        self.send({"kind": "stall", "rank": self.rank})
+        deadline = time.monotonic() + wait_s
+        with self._cond:
+            while self._census is None and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            return self._census
+
+    def stall_report(self, size, wait_s=STALL_WAIT_S):
+        """What every other rank is doing, from the coordinator's census; lines for a CommTimeout
+        message. Up to STALL_EACH other ranks get a line each; beyond, ranks in the same state share one."""
         if self.send is None or size is None:
             return ""
-        others = [r for r in range(size) if r != self.rank]
         try:
-            got = self.ask(others, wait_s)
+            census = self.census(wait_s)
         except (OSError, CommError):
             return "\n  stall report: the coordinator is unreachable"
-
-        def line(r):
-            if r in got:
-                return got[r].get("state", "?")
-            if r in self.exits:
-                return f"gone: {self.exits[r]}"
-            link = self.ep.link_note(r)
-            return f"no answer; unreachable? {link}" if link else "no answer (stopped, or holding the GIL?)"
-
+        answered, omitted = {}, set()
+        for state, ranks, peers in (census or {}).get("groups", []):
+            for i, r in enumerate(ranks):
+                answered[r] = (state, peers[i] if isinstance(peers, list) else peers)
+        omitted.update((census or {}).get("omitted", []))
+        others = [r for r in range(size) if r != self.rank]
+        each = len(others) <= STALL_EACH
+        groups = {}  # key -> [(rank, the rank it waits on)], in rank order
+        for r in others:
+            if r in answered:
+                state, peer = answered[r]
+                key = (r,) if each else ("state", state)
+            elif r in omitted:
+                state, peer, key = "in a state left out (too many different ones)", None, ("omitted",)
+            elif r in self.exits:
+                state, peer = f"gone: {self.exits[r]}", None
+                key = (r,) if each else ("gone", state)
+            else:
+                link = self.ep.link_note(r)
+                state, peer = (f"no answer; unreachable? {link}", None) if link else (_SILENT, None)
+                key = (r,) if each or link else ("silent",)
+            groups.setdefault(key, [state, []])[1].append((r, peer))
         head = "\n  stall report:"
-        note = None if got else self.ep.coordinator_note()  # no answer at all: is our query itself stuck?
+        note = None if answered else self.ep.coordinator_note()  # no answer at all: is our query itself stuck?
         if note:
             head += f" {note}"
-        return head + "\n" + "\n".join(f"    rank {r}: {line(r)}" for r in others)
+        lines = [_stall_line(state, members) for state, members in sorted(groups.values(), key=lambda g: g[1][0][0])]
+        return head + "\n" + "\n".join(lines)
 
     def peer_header(self, peer, wait_s=0.5):
         """The header of the collective `peer` is blocked in (bytes), or None."""
@@ -289,3 +335,31 @@ class Notices:
         self.current = None
         got[self.rank] = mine
         return got
+
+
+def rank_ranges(ranks):
+    """'0-3, 5, 7-9' for sorted world ranks."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(parts)
+
+
+def _stall_line(state, members):
+    """One line of a stall report: `members` ([(rank, the rank it waits on or None)]) share `state`."""
+    ranks = [r for r, _ in members]
+    peers = collections.Counter(p for _, p in members if p is not None)
+    if len(ranks) == 1:
+        who = f"rank {ranks[0]}"
+    else:
+        who = f"ranks {rank_ranges(ranks)} ({len(ranks):,})"
+    if not peers:
+        return f"    {who}: {state}"
+    if len(peers) == 1 and sum(peers.values()) == len(ranks):
+        return f"    {who}: {state}, waiting on rank {next(iter(peers))}"
+    (top, count), = peers.most_common(1)
+    return f"    {who}: {state}, waiting on {len(peers):,} different ranks (rank {top}: {count:,} of them)"

@@ -8,6 +8,8 @@ fake ranks received, and the coordinator's CPU seconds and threads:
 
   start     every rank connects, proves the secret, registers, and holds the whole table
   lost      one rank drops its connection without a goodbye; every other rank hears of it
+  stall     every rank times out at once and asks what the others are doing: the coordinator takes
+            one census (a query to each rank, its answer) and answers every asker with it
   finalize  every other rank sends its collective digest (one group, 32 recent headers: 3.8 kB, as
             a real rank's) and waits for the coordinator's verdict, then says goodbye and waits for
             the coordinator to hang up. With digests="relay" the digests go instead to every rank,
@@ -83,7 +85,7 @@ def _digest(rank):
             "exit_code": None}
 
 
-async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop, digests):
+async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stalled, drop, digests):
     for attempt in range(200):  # a burst of connects overflows the backlog: retry, as Client does
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -121,7 +123,8 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop,
         await go_bye.wait()  # phase 2: this one vanishes without a goodbye
         writer.transport.abort()
         return
-    verdict, relayed = asyncio.Event(), set()
+    verdict, relayed, census = asyncio.Event(), set(), asyncio.Event()
+    n = len(table_done.want)
 
     async def listen():  # every later message, until the coordinator hangs up
         try:
@@ -130,6 +133,14 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop,
                 kind = msg["kind"]
                 if kind == "lost" and msg["rank"] == drop:
                     lost_heard.arrive()
+                elif kind == "status_query" and "census" in msg:  # in a ring all-reduce, waiting on its left
+                    writer.write(framing.encode({"kind": "status", "census": msg["census"], "rank": rank,
+                                                 "state": "in all_reduce #17 (float32, 1048576, op=sum)",
+                                                 "peer": (rank - 1) % n}))
+                elif kind == "stall":
+                    answered = sum(len(ranks) for _, ranks, _ in msg["groups"]) + len(msg["omitted"])
+                    assert answered == n - 1 and len(msg["groups"]) == 1, (rank, answered, msg["groups"][:3])
+                    census.set()
                 elif kind == "verdict":
                     assert msg["peers"] == {}, (rank, msg)  # every fake rank ran the same collectives
                     verdict.set()
@@ -141,7 +152,11 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, drop,
             return
 
     listener = asyncio.ensure_future(listen())
-    await go_bye.finalize.wait()  # phase 3: the digest, its verdict, goodbye, the coordinator hangs up
+    await go_bye.stall.wait()  # phase 3: every rank asks for a stall report at once
+    writer.write(framing.encode({"kind": "stall", "rank": rank}))
+    await census.wait()
+    stalled.arrive()
+    await go_bye.finalize.wait()  # phase 4: the digest, its verdict, goodbye, the coordinator hangs up
     if digests == "relay":
         writer.write(framing.encode(dict(_digest(rank), kind="report", topic="digest", to="all", rank=rank)))
     else:
@@ -165,12 +180,12 @@ class _Count:
 
 async def _job(n, port, secret, pid, timeout, digests):
     tally, phases = _Tally(), {}
-    table_done, lost_heard = _Count(n), _Count(n - 1)
+    table_done, lost_heard, stalled = _Count(n), _Count(n - 1), _Count(n - 1)
     go_bye = asyncio.Event()
-    go_bye.finalize = asyncio.Event()
+    go_bye.stall, go_bye.finalize = asyncio.Event(), asyncio.Event()
     cpu0, _ = _cpu_and_threads(pid)
     t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, n - 1, digests))
+    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, stalled, n - 1, digests))
              for r in range(n)]
 
     async def phase(name, event, start_t, start_cpu):
@@ -184,6 +199,8 @@ async def _job(n, port, secret, pid, timeout, digests):
     t, cpu = await phase("start", table_done.done, t0, cpu0)
     go_bye.set()
     t, cpu = await phase("lost", lost_heard.done, t, cpu)
+    go_bye.stall.set()
+    t, cpu = await phase("stall", stalled.done, t, cpu)
     go_bye.finalize.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout)
     cpu_end, threads = _cpu_and_threads(pid)

@@ -1,5 +1,5 @@
 """The real coordinator with a thousand fake ranks (and more on request): start-up, a rank lost
-without a goodbye, finalize (digests compared at the coordinator); what each costs is printed
+without a goodbye, a stall report on every rank at once, finalize (digests compared at the coordinator); what each costs is printed
 (`-s`) and bounded.
 
 COMMLIB_SCALE_RANKS="1000,2000,4000,8000" runs larger jobs (benchmarks/RESULTS.md records them);
@@ -23,12 +23,15 @@ def test_fake_ranks_assemble_hear_a_loss_and_leave(n):
     print(f"\nn={n}: " + "; ".join(f"{k} {v['seconds']:.2f} s, {v['bytes'] / 1e6:.1f} MB in {v['messages']} messages, "
                                    f"coordinator {v['cpu_s']:.2f} CPU-s, {v['threads']} threads"
                                    for k, v in phases.items()))
-    start, lost, finalize = phases["start"], phases["lost"], phases["finalize"]
+    start, lost, stall, finalize = phases["start"], phases["lost"], phases["stall"], phases["finalize"]
     # every rank got the whole table: n packed tables, ~80 B a rank each (JSON rows were ~200 B, in
     # one frame capped at 1 MiB: about 5,000 ranks at most)
     assert n * n * 60 < start["bytes"] < n * n * 100 + n * 1000, start
     assert lost["messages"] == n - 1, lost  # one notice to each other rank, nothing more
     assert start["threads"] <= n + 8, start
+    # a stall: one census (a query and an answer per rank), its reply to every rank (~6 B a rank in
+    # it: the ranks of one state); a relay per asker was n² queries and n² answers
+    assert stall["messages"] <= 2 * n and stall["bytes"] < n * n * 12 + n * 1000, stall
     # finalize: the coordinator compares the digests (3.8 kB each) and answers each rank once; what a
     # rank receives besides its verdict is who is finishing and who left, coalesced (a few bytes a
     # rank). Every digest to every rank was 3.8 GB at 1,000 ranks.

@@ -13,6 +13,7 @@ import pytest
 
 from commlib import _auth, _rendezvous as rv
 from commlib._rendezvous import coordinator as rv_coordinator, discovery, framing
+from commlib._transport import notices as notices_module
 from commlib._errors import AuthError, CommError, CommTimeout, PeerLost
 
 SECRET = bytes(range(32))
@@ -285,6 +286,88 @@ def test_a_rank_gone_without_a_digest_does_not_hold_up_the_verdict(coordinator):
     out[2][0]._sock.shutdown(socket.SHUT_RDWR)  # rank 2 vanishes
     assert next_msg(out[0][2], "verdict")["peers"] == {}
     assert next_msg(out[1][2], "verdict")["peers"] == {}
+
+
+class _Ep:
+    """What a stall report asks of its endpoint, with no data path."""
+
+    def __init__(self, rank):
+        self.rank, self.closed = rank, False
+
+    def link_note(self, peer):
+        return None
+
+    def coordinator_note(self):
+        return None
+
+    def fail(self, exc, remote=False):
+        return exc
+
+
+def ranks_with_notices(address, n, silent=(), counted=None):
+    """n registered ranks, each with a real Notices on its coordinator connection (the ones in
+    `silent` never answer: no listener); `counted`: {rank: [kinds received]}."""
+    out, _ = run_ranks(address, range(n), listen=False)
+    notices = {}
+    for r in range(n):
+        nt = notices_module.Notices(_Ep(r))
+        nt.send = out[r][0].send
+        if r not in silent:
+            def on(msg, nt=nt, r=r):
+                if counted is not None:
+                    counted.setdefault(r, []).append(msg["kind"])
+                nt.on_notice(msg)
+            out[r][0].start_listener(on)
+        notices[r] = nt
+    return out, notices
+
+
+def test_stall_report_is_one_census_of_every_rank(coordinator):
+    c = coordinator(4)
+    counted = {}
+    out, nt = ranks_with_notices(c.address, 4, silent={3}, counted=counted)
+    nt[1].current = ("all_reduce #3 (float32, 4, op=sum)", 2, None)
+    nt[2].current = ("recv", 0, None)
+    t0 = time.monotonic()
+    report = nt[0].stall_report(4)
+    assert time.monotonic() - t0 < 2.5  # the census waits 1 s for the silent rank, no more
+    assert report.splitlines()[2:] == ["    rank 1: in all_reduce #3 (float32, 4, op=sum), waiting on rank 2",
+                                       "    rank 2: in recv, waiting on rank 0",
+                                       "    rank 3: no answer (stopped, or holding the GIL?)"], report
+    # ranks that time out together share the census: rank 1 asks now and gets it, and no rank was
+    # asked twice (a relay per asker was n² queries at a stall of n ranks)
+    report1 = nt[1].stall_report(4)
+    assert "rank 0: not in a commlib call (last: none)" in report1 and "rank 3: no answer" in report1, report1
+    assert counted[2].count("status_query") == 1, counted
+
+
+def test_a_large_stall_report_groups_ranks_in_the_same_state(coordinator, monkeypatch):
+    monkeypatch.setattr(notices_module, "STALL_EACH", 3)
+    c = coordinator(7)
+    out, nt = ranks_with_notices(c.address, 7, silent={5, 6})
+    for r in (1, 2, 3):
+        nt[r].current = ("all_reduce #3 (float32, 4, op=sum)", (r + 1) % 7, None)
+    nt[4].current = ("barrier #4", 0, None)
+    lines = nt[0].stall_report(7).splitlines()[2:]
+    assert lines == ["    ranks 1-3 (3): in all_reduce #3 (float32, 4, op=sum), waiting on 3 different ranks "
+                     "(rank 2: 1 of them)",
+                     "    rank 4: in barrier #4, waiting on rank 0",
+                     "    ranks 5-6 (2): no answer (stopped, or holding the GIL?)"], lines
+
+
+def test_census_reply_lists_the_largest_groups_and_names_the_rest(monkeypatch):
+    monkeypatch.setattr(rv_coordinator, "CENSUS_GROUPS", 2)
+    states = {r: ("in all_reduce #1", (r + 1) % 9) for r in range(5)}
+    states.update({5: ("in barrier #2", 0), 6: ("in barrier #2", 0), 7: ("in recv", 1), 8: ("not in a commlib call", None)})
+    msg = json.loads(rv_coordinator.census_reply(3, states)[4:])
+    assert msg["groups"] == [["in all_reduce #1", [0, 1, 2, 3, 4], [1, 2, 3, 4, 5]], ["in barrier #2", [5, 6], 0]]
+    assert msg["omitted"] == [7, 8] and msg["epoch"] == 3
+
+
+def test_rank_ranges():
+    assert notices_module.rank_ranges([0, 1, 2, 3, 5, 7, 8, 9]) == "0-3, 5, 7-9"
+    assert notices_module.rank_ranges([4]) == "4"
+    assert notices_module.rank_ranges([]) == ""
 
 
 def test_listener_reports_coordinator_lost_once(coordinator):
