@@ -116,30 +116,34 @@ def play(n, plan_of, nbytes, links):
     out_bytes = collections.Counter()  # host -> bytes sent to other hosts
     ready = collections.deque(range(n))
 
-    def resolve(t):
-        if t.end is not None or t.src_start is None or t.dst_start is None:
-            return
-        alpha, beta = links.cost(t.src, t.dst)
-        start = max(t.src_start, t.dst_start)
-        if t.relay is not None:  # forwards what arrives: waits for the first chunk of the incoming transfer
-            inc = t.relay
-            if inc.end is None:
-                if t not in inc.waiting:
-                    inc.waiting.append(t)
-                return
-            in_alpha, in_beta = links.cost(inc.src, inc.dst)
-            first = min(links.chunk, t.nbytes)
-            start = max(start, inc.start + in_alpha + first * in_beta)
-            t.end = max(start + alpha + t.nbytes * beta, inc.end + first * beta)
-            t.depth = max(t.depth, inc.depth) + 1
-        else:
-            t.end = start + alpha + t.nbytes * beta
-            t.depth += 1
-        t.start = start
-        for w in t.waiting:
-            resolve(w)
-        ready.append(t.src)
-        ready.append(t.dst)
+    def resolve(first):
+        """Compute the end of transfer `first` where it can be known now, then of the relayed
+        transfers that waited on it (a worklist: a chain of 10,000 relays is no recursion)."""
+        work = [first]
+        while work:
+            t = work.pop()
+            if t.end is not None or t.src_start is None or t.dst_start is None:
+                continue
+            alpha, beta = links.cost(t.src, t.dst)
+            start = max(t.src_start, t.dst_start)
+            if t.relay is not None:  # forwards what arrives: waits for the first chunk of the incoming transfer
+                inc = t.relay
+                if inc.end is None:
+                    if t not in inc.waiting:
+                        inc.waiting.append(t)
+                    continue
+                in_alpha, in_beta = links.cost(inc.src, inc.dst)
+                first_chunk = min(links.chunk, t.nbytes)
+                start = max(start, inc.start + in_alpha + first_chunk * in_beta)
+                t.end = max(start + alpha + t.nbytes * beta, inc.end + first_chunk * beta)
+                t.depth = max(t.depth, inc.depth) + 1
+            else:
+                t.end = start + alpha + t.nbytes * beta
+                t.depth += 1
+            t.start = start
+            work.extend(t.waiting)
+            ready.append(t.src)
+            ready.append(t.dst)
 
     while ready:
         r = ready.popleft()
