@@ -29,7 +29,7 @@ import sys
 import time
 
 from commlib import _plan
-from commlib._algorithms import decide, doubling, logstep, pairwise, ring, tree
+from commlib._algorithms import decide, doubling, hier, logstep, pairwise, ring, tree
 
 # (kind, algorithm) -> plan of rank r of n (root 0 where there is one)
 PLANS = {
@@ -54,6 +54,17 @@ PLANS = {
     ("barrier", "dissemination"): doubling.barrier,
 }
 POW2_ONLY = {("reduce_scatter", "halving")}  # algorithms that exist only for power-of-two n
+# (kind, algorithm) -> plan of rank r given the host of every rank (a tuple)
+HOSTED = {
+    ("all_reduce", "leaders"): hier.all_reduce,
+    ("all_reduce", "rails"): hier.all_reduce_rails,
+}
+
+
+def hosted(kind_algo, links, n):
+    """plan_of(n, r) of a host-aware algorithm on the model's host map."""
+    hosts = tuple(links.host(r) for r in range(n))
+    return lambda _n, r: HOSTED[kind_algo](hosts, r)
 
 
 class Links:
@@ -231,7 +242,8 @@ def main(argv=None):
                     chosen = decide(kind, nbytes, n)
                 except ValueError:
                     chosen = None
-                for (k, algo), plan_of in PLANS.items():
+                candidates = list(PLANS.items()) + [(ka, hosted(ka, links, n)) for ka in HOSTED]
+                for (k, algo), plan_of in candidates:
                     if k != kind or ((k, algo) in POW2_ONLY and n & (n - 1)):
                         continue
                     rows_one = len(plan_of(n, n // 2).rows)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from commlib import _algorithms, _kernels, _plan
-from commlib._algorithms import doubling, logstep, pairwise, ring, tree
+from commlib._algorithms import doubling, hier, logstep, pairwise, ring, tree
 from commlib._plan import RES, SCRATCH, T0, T1, X, bounds, slots
 from commlib._transport import _io
 
@@ -138,6 +138,77 @@ def test_all_reduce_in_and_out_of_place(algo, size, count):
         np.testing.assert_array_equal(out, sum(xs))
         np.testing.assert_array_equal(inplace, sum(xs))
         np.testing.assert_array_equal(src, xs[r])  # input untouched out of place
+
+
+def host_layouts(size):
+    """Host maps of a group of `size`: one host, a host each, 2 and 3 a host in order, hosts
+    interleaved (rank k on host k % 2), and uneven hosts out of order."""
+    layouts = {"one host": (0,) * size, "a host each": tuple(range(size)),
+               "2 a host": tuple(k // 2 for k in range(size)), "3 a host": tuple(k // 3 for k in range(size)),
+               "interleaved": tuple(k % 2 for k in range(size)),
+               "uneven": tuple("cab"[min(k, 2) if k < 4 else k % 3] for k in range(size))}
+    return list(dict.fromkeys(layouts.values()))
+
+
+def equal_hosts(hosts):
+    counts = {h: hosts.count(h) for h in hosts}
+    return len(set(counts.values())) == 1
+
+
+HOST_AWARE = {"leaders": (hier.all_reduce, lambda hosts: True), "rails": (hier.all_reduce_rails, equal_hosts)}
+
+
+@pytest.mark.parametrize("size", SIZES + [16])
+@pytest.mark.parametrize("count", [0, 1, 3, 10, 37])
+@pytest.mark.parametrize("algo", sorted(HOST_AWARE))
+def test_host_aware_all_reduce_on_every_host_layout(algo, size, count):
+    xs = inputs(size, count)
+    make, fits = HOST_AWARE[algo]
+    for hosts in host_layouts(size):
+        if not fits(hosts):
+            with pytest.raises(ValueError, match="same number of ranks on every host"):
+                make(hosts, 0)
+            continue
+
+        def body(f):
+            plan = make(hosts, f.rank)
+            src = xs[f.rank].copy()
+            out = np.full_like(src, np.nan)
+            f.run(plan, {X: src, RES: out}, bounds(count, 8, plan.parts))
+            inplace = xs[f.rank].copy()
+            f.run(plan, {X: inplace, RES: inplace}, bounds(count, 8, plan.parts))
+            return out, src, inplace
+
+        res, ranks = run_ranks(size, body)
+        for r, (out, src, inplace) in enumerate(res):
+            np.testing.assert_array_equal(out, sum(xs), err_msg=str(hosts))
+            np.testing.assert_array_equal(inplace, sum(xs), err_msg=str(hosts))
+            np.testing.assert_array_equal(src, xs[r])
+        local = {k: [j for j in range(size) if hosts[j] == hosts[k]].index(k) for k in range(size)}
+        for f in ranks:  # across hosts: leaders only talk to leaders, a rail's ranks to its rail
+            plan = make(hosts, f.rank)
+            across = {p for p in plan.peers if hosts[p] != hosts[f.rank]}
+            assert all(local[p] == local[f.rank] for p in across), (hosts, f.rank, across)
+            assert algo == "rails" or not across or local[f.rank] == 0, (hosts, f.rank, across)
+
+
+@pytest.mark.parametrize("size", [5, 8, 12])
+@pytest.mark.parametrize("algo", sorted(HOST_AWARE))
+def test_host_aware_all_reduce_gives_identical_bits_on_every_rank(algo, size):
+    rng = np.random.default_rng(size)
+    xs = [(rng.standard_normal(1000) * 10.0 ** rng.integers(-6, 6)).astype(np.float32) for _ in range(size)]
+    make, fits = HOST_AWARE[algo]
+    for hosts in filter(fits, host_layouts(size)):
+        def body(f):
+            plan = make(hosts, f.rank)
+            out = np.empty_like(xs[f.rank])
+            f.run(plan, {X: xs[f.rank].copy(), RES: out}, bounds(1000, 4, plan.parts))
+            return out
+
+        res, _ = run_ranks(size, body, dtype=np.float32)
+        for out in res[1:]:
+            assert out.tobytes() == res[0].tobytes(), hosts
+        np.testing.assert_allclose(res[0], np.sum(np.array(xs, np.float64), axis=0), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("size", SIZES)
