@@ -23,15 +23,14 @@ import time
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, pack_table, recv_message,
-                      sealing_pumps)
+from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, census_wait_s, encode, fmt_address, pack_table,
+                      recv_message, sealing_pumps)
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
 LEFT_COALESCE_S = 0.02  # how long a goodbye (or a digest) waits for others to share its "left" ("finishing")
 _COALESCED = ("left", "finishing")
-CENSUS_WAIT_S = 1.0  # how long a stall census waits for the ranks' answers
 CENSUS_FRESH_S = 2.0  # a census this recent answers a stall report as it is (ranks time out together)
 CENSUS_GROUPS = 1000  # the most distinct states a census lists (its frame stays well under 1 MiB)
 _NOTHING = object()  # (the notice loop holds no message back)
@@ -402,7 +401,7 @@ class Coordinator:
             self._broadcast(reply, only={rank})
             return
         self._broadcast({"kind": "status_query", "census": c["epoch"]}, only=c["asked"])
-        timer = threading.Timer(CENSUS_WAIT_S, self._census_done, args=(c["epoch"],))
+        timer = threading.Timer(census_wait_s(self.size), self._census_done, args=(c["epoch"],))
         timer.daemon = True
         timer.start()
 
@@ -418,7 +417,7 @@ class Coordinator:
             self._census_done(c["epoch"])
 
     def _census_done(self, epoch):
-        """Answer every rank waiting on census `epoch` (all ranks answered, or CENSUS_WAIT_S passed)."""
+        """Answer every rank waiting on census `epoch` (all ranks answered, or census_wait_s passed)."""
         with self._lock:
             c = self._census
             if c is None or c["epoch"] != epoch or c["reply"] is not None:

@@ -22,7 +22,6 @@ from .._errors import CommError, CommTimeout, MismatchError, PeerLost
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 EXIT_GRACE_S = 2.0  # how long a peer whose program ended waits for that process's exit status
-STALL_WAIT_S = 1.5  # how long a stall report waits for the coordinator's census (which waits 1 s for answers)
 STALL_EACH = 16  # up to this many other ranks, a stall report gives each its own line
 _SILENT = "no answer (stopped, or holding the GIL?)"
 _ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
@@ -249,11 +248,14 @@ class Notices:
                 self._cond.wait(left)
             return self._census
 
-    def stall_report(self, size, wait_s=STALL_WAIT_S):
+    def stall_report(self, size, wait_s=None):
         """What every other rank is doing, from the coordinator's census; lines for a CommTimeout
         message. Up to STALL_EACH other ranks get a line each; beyond, ranks in the same state share one."""
         if self.send is None or size is None:
             return ""
+        if wait_s is None:  # the coordinator's wait for answers, and a margin
+            from .._rendezvous.framing import census_wait_s
+            wait_s = census_wait_s(size) + 0.5
         try:
             census = self.census(wait_s)
         except (OSError, CommError):
