@@ -135,7 +135,7 @@ class CollectiveChannel:
         _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
         notices = self.ep.notices
         notices.current = (op, None, hdr)
-        at, resume = 0, False
+        at, resume, reported = 0, False, False
         try:
             while True:
                 rc, at = _io.execute(self.stepper, rows, plan.parts, slots, bounds, sfd, rfd, hdr, op.dtype, op.redop,
@@ -153,11 +153,13 @@ class CollectiveChannel:
                     bounds = _plan.bounds(bounds[0], bounds[1], plan.parts)
                 send_len = int(bounds[s_hi] - bounds[s_lo]) if s_slot >= 0 else 0
                 recv_len = int(bounds[r_hi] - bounds[r_lo]) if r_slot >= 0 else 0
+                reported = True
                 self.stopped(rc, op, hdr, op.dims, dst, send_len, src, recv_len, self.state, self.stepper.rhdr)
                 resume = True
         finally:
             notices.current = None
-            self.stepper.check_reset()
+            if reported:  # a stall may have widened the peer-check interval (as the fast path does)
+                self.stepper.check_reset()
 
     def _connect(self, op, dst, src):
         """Open the connections a row needs (world ranks); a member that cannot be reached fails the job."""
