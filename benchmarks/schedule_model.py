@@ -29,7 +29,7 @@ import sys
 import time
 
 from commlib import _plan
-from commlib._algorithms import decide, doubling, hier, logstep, pairwise, ring, tree
+from commlib._algorithms import HostLayout, decide, doubling, hier, logstep, pairwise, ring, tree
 
 # (kind, algorithm) -> plan of rank r of n (root 0 where there is one)
 PLANS = {
@@ -239,7 +239,7 @@ def main(argv=None):
         for kind in kinds:
             for nbytes in (_parse_size(s) for s in args.sizes.split(",")):
                 try:
-                    chosen = decide(kind, nbytes, n)
+                    chosen = decide(kind, nbytes, n, HostLayout.of([links.host(r) for r in range(n)]))
                 except ValueError:
                     chosen = None
                 candidates = list(PLANS.items()) + [(ka, hosted(ka, links, n)) for ka in HOSTED]

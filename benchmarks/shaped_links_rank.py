@@ -1,4 +1,5 @@
-"""One rank of benchmarks/shaped_links.sh: all_reduce and broadcast of 64 MiB across namespace hosts.
+"""One rank of benchmarks/shaped_links.sh and hier_hosts.py: all_reduce and broadcast across namespace hosts
+(64 MiB, or each of the sizes SHAPED_NBYTES lists, comma-separated).
 
     commrun --hosts h1:1,h2:1 --rsh "ip netns exec {host}" shaped_links_rank.py commlib all_reduce
     mpirun ... python shaped_links_rank.py mpi all_reduce        (mpi4py: Open MPI's TCP transport)
@@ -15,27 +16,33 @@ import time
 
 import numpy as np
 
-NBYTES = int(os.environ.get("SHAPED_NBYTES", 64 << 20))
+SIZES = [int(v) for v in os.environ.get("SHAPED_NBYTES", str(64 << 20)).split(",")]  # one RESULT line each
 ITERS = int(os.environ.get("SHAPED_ITERS", 5))
 
 
 def bench(run, barrier, slowest, n, rank, op, algo):
-    x = np.ones(NBYTES // 4, np.float32)
-    run(x)  # warm-up: connections, buffers
+    for nbytes in SIZES:
+        bench_one(run, barrier, slowest, n, rank, op, algo, nbytes)
+
+
+def bench_one(run, barrier, slowest, n, rank, op, algo, nbytes):
+    x = np.ones(nbytes // 4, np.float32)
+    out = np.empty_like(x)
+    run(x, out)  # warm-up: connections, buffers
     times = np.empty(ITERS)
     for i in range(ITERS):
         barrier()
         t = time.perf_counter()
-        run(x)
+        run(x, out)
         times[i] = time.perf_counter() - t
     # Each iteration's time is its slowest rank's: a root's sends may end in socket buffers
     # long before the last receiver has the data.
     times = slowest(times)
     t = statistics.median(times)
-    algbw = NBYTES / t
+    algbw = nbytes / t
     busbw = algbw * (2 * (n - 1) / n if op == "all_reduce" else 1.0)
     if rank == 0:
-        print("RESULT " + json.dumps({"op": op, "algo": algo, "n": n, "nbytes": NBYTES, "time_s": t,
+        print("RESULT " + json.dumps({"op": op, "algo": algo, "n": n, "nbytes": nbytes, "time_s": t,
                                       "min_s": float(times.min()), "max_s": float(times.max()), "algbw": algbw, "busbw": busbw}),
               flush=True)
 
@@ -50,11 +57,10 @@ def main():
         slowest = lambda t: cl.all_reduce(t, op="max")  # noqa: E731
         for op in ops:
             if op == "all_reduce":
-                out = np.empty(NBYTES // 4, np.float32)
-                bench(lambda x: cl.all_reduce(x, out=out), cl.barrier, slowest, n, rank, op,
+                bench(lambda x, out: cl.all_reduce(x, out=out), cl.barrier, slowest, n, rank, op,
                       os.environ.get("COMMLIB_ALGO_ALL_REDUCE", "auto"))
             elif op == "broadcast":
-                bench(lambda x: cl.broadcast(x, root=0), cl.barrier, slowest, n, rank, op,
+                bench(lambda x, out: cl.broadcast(x, root=0), cl.barrier, slowest, n, rank, op,
                       os.environ.get("COMMLIB_ALGO_BROADCAST", "auto"))
     elif impl == "mpi":
         from mpi4py import MPI
@@ -68,10 +74,9 @@ def main():
             return out
         for op in ops:
             if op == "all_reduce":
-                out = np.empty(NBYTES // 4, np.float32)
-                bench(lambda x: comm.Allreduce(x, out, op=MPI.SUM), comm.Barrier, slowest, n, rank, op, "ompi")
+                bench(lambda x, out: comm.Allreduce(x, out, op=MPI.SUM), comm.Barrier, slowest, n, rank, op, "ompi")
             elif op == "broadcast":
-                bench(lambda x: comm.Bcast(x, root=0), comm.Barrier, slowest, n, rank, op, "ompi")
+                bench(lambda x, out: comm.Bcast(x, root=0), comm.Barrier, slowest, n, rank, op, "ompi")
     else:
         raise SystemExit(f"unknown implementation {impl!r}: commlib or mpi")
 

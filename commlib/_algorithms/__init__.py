@@ -68,7 +68,7 @@ REDUCE_SCATTER_PAIRWISE_RANKS = 8
 REDUCE_SCATTER_HALVING_BYTES_PAIR = 64 << 10
 
 CHOICES = {
-    "all_reduce": ("doubling", "ring", "rabenseifner"),
+    "all_reduce": ("doubling", "ring", "rabenseifner", "rails", "leaders"),
     "all_gather": ("ring", "bruck", "pairwise"),
     "broadcast": ("tree", "chain", "linear"),
     "reduce": ("tree", "chain"),
@@ -76,24 +76,69 @@ CHOICES = {
 }
 
 
+# all_reduce over ranks on several hosts (HostLayout): above the latency-bound size, a host-aware
+# schedule (hier.py) puts only one ring's bytes on each host's network link instead of a flat schedule's,
+# in 2(hosts - 1) network steps: 'rails' where every host has as many of the group's ranks, else
+# 'leaders' from ALL_REDUCE_LEADERS_BYTES (its trees move whole buffers within a host). Namespace hosts,
+# links shaped to 1 Gbit/s, 3 repeats interleaved, median, host-aware / ring time (benchmarks/hier_hosts.py;
+# RESULTS.md, "Host-aware all-reduce"): rails (2+2 ranks) 256 KiB-16 MiB 0.65-0.73; leaders (2+1, 1+3)
+# 0.65-0.82. At 10 Gbit/s the 2-core machine, not the link, is the limit: rails 0.58-0.98, leaders 256 KiB
+# 1.85-2.02, 1 MiB 1.02-1.10, 4-16 MiB 0.89-1.38.
+ALL_REDUCE_LEADERS_BYTES = 1 << 20
+
+
+class HostLayout:
+    """Where a group's ranks run: `hosts[k]` numbers group rank k's host (0, 1, ... in order of first
+    appearance). `equal`: every host has as many of the group's ranks. Only layouts that host-aware
+    schedules can help are made (`of`): more than one host, and more than one rank on some host."""
+
+    __slots__ = ("hosts", "nhosts", "equal")
+
+    def __init__(self, hosts):
+        self.hosts = tuple(hosts)
+        counts = {}
+        for h in self.hosts:
+            counts[h] = counts.get(h, 0) + 1
+        self.nhosts = len(counts)
+        self.equal = len(set(counts.values())) == 1
+
+    @classmethod
+    def of(cls, host_ids):
+        """The layout of ranks on hosts `host_ids` (one per group rank, any hashable values), or None
+        where a flat schedule is as good: every rank on one host, or each on its own."""
+        number = {}
+        hosts = [number.setdefault(h, len(number)) for h in host_ids]
+        if len(number) < 2 or len(number) == len(hosts):
+            return None
+        return cls(hosts)
+
+    def __repr__(self):
+        return f"HostLayout({self.nhosts} hosts, {'equal' if self.equal else 'unequal'}, {len(self.hosts)} ranks)"
+
+
 _forced = {}  # kind -> COMMLIB_ALGO_<KIND> value, read once per process
 note = None  # while calls are traced: told each algorithm chosen (commlib._trace sets it)
 
 
-def choose(kind, nbytes, size):
-    """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks."""
-    algo = decide(kind, nbytes, size)
+def choose(kind, nbytes, size, layout=None):
+    """Name of the algorithm for a collective of `kind` moving `nbytes` on `size` ranks (placed on
+    hosts as `layout`, a HostLayout, says; None: one host, or one rank a host)."""
+    algo = decide(kind, nbytes, size, layout)
     if note is not None:
         note(algo)
     if _debug.LEVEL:
-        _debug.once((kind, algo, size, _debug.size_class(nbytes)), lambda: _why(kind, algo, nbytes, size))
+        _debug.once((kind, algo, size, _debug.size_class(nbytes)), lambda: _why(kind, algo, nbytes, size, layout))
     return algo
 
 
-def _why(kind, algo, nbytes, size):
+def _why(kind, algo, nbytes, size, layout=None):
     """Why `algo`: the thresholds that decided it at this size and n (or the variable that forced it)."""
     if _forced.get(kind):
         return f"{kind} of {nbytes} B on {size} ranks: {algo} (COMMLIB_ALGO_{kind.upper()})"
+    if algo in ("rails", "leaders"):
+        return (f"{kind} of {nbytes} B on {size} ranks: {algo} ({layout.nhosts} hosts, "
+                + ("as many ranks on each)" if layout.equal else
+                   f"unequal numbers of ranks, ALL_REDUCE_LEADERS_BYTES={ALL_REDUCE_LEADERS_BYTES})"))
     pow2 = size & (size - 1) == 0
     names = {
         "all_reduce": ["ALL_REDUCE_SMALL_BYTES_PAIR" if size <= 2 else "ALL_REDUCE_SMALL_BYTES" if size <= 4
@@ -112,7 +157,7 @@ def _why(kind, algo, nbytes, size):
     return f"{kind} of {nbytes} B on {size} ranks: {algo} ({why})"
 
 
-def decide(kind, nbytes, size):
+def decide(kind, nbytes, size, layout=None):
     """choose() without its debug line: for the one-call path's sweep of sizes, which is no call."""
     forced = _forced.get(kind)
     if forced is None:
@@ -120,12 +165,17 @@ def decide(kind, nbytes, size):
     if forced:
         if forced not in CHOICES[kind]:
             raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")
+        if forced == "rails" and layout is not None and not layout.equal:
+            raise ValueError(f"COMMLIB_ALGO_ALL_REDUCE=rails needs as many ranks on every host; this group's "
+                             f"{size} ranks are on {layout.nhosts} hosts in unequal numbers (use leaders)")
         return forced
     if kind == "all_reduce":
         small = (ALL_REDUCE_SMALL_BYTES_PAIR if size <= 2 else ALL_REDUCE_SMALL_BYTES if size <= 4
                  else ALL_REDUCE_SMALL_BYTES_MANY)
         if nbytes <= small or nbytes < 64 * size:
             return "doubling"
+        if layout is not None and (layout.equal or nbytes >= ALL_REDUCE_LEADERS_BYTES):
+            return "rails" if layout.equal else "leaders"
         if size > 2 and nbytes <= (ALL_REDUCE_RABENSEIFNER_BYTES if size & (size - 1) == 0
                                    else ALL_REDUCE_RABENSEIFNER_BYTES_ODD):
             return "rabenseifner"

@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 
 from .. import _algorithms, _debug, _kernels, _tracecall
-from .._algorithms import choose, decide, doubling, logstep, pairwise, ring, tree
+from .._algorithms import choose, decide, doubling, hier, logstep, pairwise, ring, tree
 from .._plan import RES, even, slots
 from .._wire import COLL as _WIRE_COLL
 from .._dtypes import check_op, dtype_code, dtype_of, op_code
@@ -92,7 +92,9 @@ def _all_reduce(g, x, op="sum", out=None):
         _identity(res, a, opc)
     else:
         o = g.op("all_reduce", code, opc, a.size, 0, dims=a.shape)
-        plan = _ALL_REDUCE[choose("all_reduce", a.nbytes, g._size)](g._size, g._rank)
+        numbers, layout = g.hosts()
+        algo = choose("all_reduce", a.nbytes, g._size, layout)
+        plan = (_HOSTED[algo](numbers, g._rank) if algo in _HOSTED else _ALL_REDUCE[algo](g._size, g._rank))
         scratch = g.scratch(a.nbytes) if plan.name == "doubling" else 0
         o.run(plan, slots(_addr(a), _addr(res), scratch), even(a.size, a.itemsize))
     if res is not target:
@@ -433,6 +435,7 @@ def _barrier(g):
 # for anything it does not take (then the functions above run, and raise
 # whatever error the arguments deserve).
 _ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
+_HOSTED = {"rails": hier.all_reduce_rails, "leaders": hier.all_reduce}  # of (host numbers, rank)
 _BROADCAST = {"tree": tree.broadcast_tree, "chain": tree.broadcast_chain, "linear": tree.broadcast_linear}
 _ALL_GATHER = {"ring": ring.all_gather, "bruck": logstep.all_gather, "pairwise": pairwise.all_gather}
 

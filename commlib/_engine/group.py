@@ -116,6 +116,7 @@ class Group:
         self.peer_check_s = env_number("COMMLIB_PEER_CHECK_S", 1.0, float)
         self._channel = None
         self.fast = None  # the one-call small-message path (`_io.FastPath`), see arm()
+        self._hosts = None  # (host numbers, HostLayout or None): see hosts()
         self._scratch = None
         self._recycle = []  # uint8 buffers behind results handed out, oldest first
         self.stream = Stream(f"group-{gid:x}")
@@ -147,6 +148,23 @@ class Group:
         launchers that set no LOCAL_* variable (Kubeflow's PyTorchJob, Ray Train).
         """
         return self._local()[1]
+
+    def hosts(self):
+        """(numbers, layout): the host of each group rank numbered 0, 1, ... in order of first
+        appearance (from the address table), and their `_algorithms.HostLayout` (None where a flat
+        schedule is as good: one host, or one rank a host). Computed once."""
+        if self._hosts is None:
+            from .._algorithms import HostLayout
+
+            if self._ep is None:
+                ids = [0] * self._size
+            else:
+                table = self._ep.table
+                ids = [table[r]["host_id"] for r in self.world]
+            number = {}
+            numbers = tuple(number.setdefault(h, len(number)) for h in ids)
+            self._hosts = numbers, HostLayout.of(numbers)
+        return self._hosts
 
     def _local(self):
         if self._ep is None:

@@ -50,6 +50,25 @@ def test_three_hosts_two_ranks_each_every_collective():
                 assert route.startswith(want), (r, p, route)
 
 
+@pytest.mark.parametrize("layout,algo,subnet", [((2, 2), "rails", "10.236.13"), ((2, 1), "leaders", "10.236.14"),
+                                                 ((1, 2, 1), "leaders", "10.236.15")])
+def test_all_reduce_across_hosts_runs_the_host_aware_schedule(layout, algo, subnet, tmp_path):
+    """Above the latency-bound sizes, all_reduce on ranks of several hosts runs `algo` (the debug
+    line each rank writes says so) and every result matches NumPy, bit-identical on every rank."""
+    n = sum(layout)
+    with Fabric(len(layout), subnet) as fab:
+        hosts = ",".join(f"{fab.hosts[i]}:{k}" for i, k in enumerate(layout))
+        argv = fab.commrun("--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py"))
+        env = base_env(COMMLIB_TIMEOUT=90, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"))
+        rc, out, err, _ = run_job(argv, env, timeout=280)
+        assert rc == 0 and _ok_ranks(out) == list(range(n)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+    for r in range(n):
+        lines = (tmp_path / f"r{r}.log").read_text()
+        chosen = {int(b): a for b, a in re.findall(rf"all_reduce of (\d+) B on {n} ranks: (\w+)", lines)}
+        big = {a for b, a in chosen.items() if b >= 1 << 20}  # leaders from 1 MiB, rails from 256 KiB
+        assert big == {algo}, (r, chosen)
+
+
 def test_host_with_two_interfaces_routed_choice_and_ifname():
     with Fabric(3, "10.236.2") as fab:
         fab.dead_end(2, "mgmt0", "10.236.99.3/24")  # host 2: a second interface that reaches nothing

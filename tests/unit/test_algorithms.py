@@ -496,3 +496,55 @@ def test_choose_log_step_overrides(monkeypatch):
     assert _algorithms.choose("broadcast", 8, 9) == "tree"  # log2 n rounds beyond 8 ranks
     assert _algorithms.choose("broadcast", 64 << 20, 2) == "tree"  # one send either way
     assert _algorithms.choose("broadcast", 128 << 10, 4) == "chain"
+
+
+def test_host_layout_is_made_only_where_hosts_matter():
+    HostLayout = _algorithms.HostLayout
+    assert HostLayout.of(["a"] * 4) is None  # one host: the flat schedules
+    assert HostLayout.of(["a", "b", "c"]) is None  # a host each: host-aware is the flat ring
+    lay = HostLayout.of(["b", "b", "a", "a"])
+    assert (lay.hosts, lay.nhosts, lay.equal) == ((0, 0, 1, 1), 2, True)
+    lay = HostLayout.of(["x", "y", "x"])
+    assert (lay.hosts, lay.nhosts, lay.equal) == ((0, 1, 0), 2, False)
+    assert "2 hosts" in repr(lay)
+
+
+def test_choose_host_aware_all_reduce_above_the_latency_bound_sizes(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE", raising=False)
+    equal, unequal = _algorithms.HostLayout.of([0, 0, 1, 1]), _algorithms.HostLayout.of([0, 0, 1])
+    # small payloads: the same choice as without hosts (the one-call path's table holds it)
+    for nbytes in (8, 4 << 10, 128 << 10):
+        assert _algorithms.choose("all_reduce", nbytes, 4, equal) == _algorithms.choose("all_reduce", nbytes, 4)
+    assert _algorithms.choose("all_reduce", 32 << 10, 3, unequal) == "doubling"
+    for nbytes in (256 << 10, 1 << 20, 64 << 20):
+        assert _algorithms.choose("all_reduce", nbytes, 4, equal) == "rails"
+        assert _algorithms.choose("all_reduce", nbytes, 4, None) in ("ring", "rabenseifner")
+    # leaders from ALL_REDUCE_LEADERS_BYTES: below, a flat schedule
+    assert _algorithms.choose("all_reduce", 512 << 10, 3, unequal) == _algorithms.choose("all_reduce", 512 << 10, 3)
+    for nbytes in (1 << 20, 64 << 20):
+        assert _algorithms.choose("all_reduce", nbytes, 3, unequal) == "leaders"
+    many = _algorithms.HostLayout.of([k // 16 for k in range(1024)])
+    assert _algorithms.choose("all_reduce", 1 << 20, 1024, many) == "rails"
+    assert _algorithms.choose("all_reduce", 8 << 10, 1024, many) == "doubling"
+
+
+def test_forced_host_aware_all_reduce(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "leaders")
+    assert _algorithms.choose("all_reduce", 8, 4, None) == "leaders"
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_REDUCE", "rails")
+    assert _algorithms.choose("all_reduce", 8, 4, _algorithms.HostLayout.of([0, 0, 1, 1])) == "rails"
+    assert _algorithms.choose("all_reduce", 8, 4, None) == "rails"  # one host (or one a host): equal
+    with pytest.raises(ValueError, match="unequal numbers.*use leaders"):
+        _algorithms.choose("all_reduce", 8, 3, _algorithms.HostLayout.of([0, 0, 1]))
+
+
+def test_debug_line_names_the_host_layout(monkeypatch):
+    lay = _algorithms.HostLayout.of([0, 0, 1])
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_REDUCE", raising=False)
+    assert _algorithms._why("all_reduce", "leaders", 1 << 20, 3, lay) == (
+        "all_reduce of 1048576 B on 3 ranks: leaders (2 hosts, unequal numbers of ranks, "
+        "ALL_REDUCE_LEADERS_BYTES=1048576)")

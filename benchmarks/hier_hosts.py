@@ -1,0 +1,90 @@
+"""Host-aware all-reduce against flat schedules, across namespace hosts on shaped links.
+
+    sudo python benchmarks/hier_hosts.py [--layouts 2,2 2,1] [--rates 1gbit 10gbit] [--reps 3]
+        [--sizes 262144,1048576,4194304,16777216] [--algos ring rabenseifner rails leaders]
+
+Hosts are network namespaces on one bridge (tests/multihost/_netns.Fabric: a subnet that exists
+only there, every namespace removed on exit). Each host's link is shaped in both directions with
+tbf at the rate (a full-duplex NIC); ranks of one host talk over shared memory. A layout "2,1"
+puts 2 ranks on the first host and 1 on the second. For each repeat, rate and layout, the
+algorithms run one after the other (interleaved), each a commrun job forcing it with
+COMMLIB_ALGO_ALL_REDUCE; a job times every size (shaped_links_rank.py: the median over 5
+iterations of the slowest rank's time). Prints a table of median times and each algorithm's
+time against the flat ring's.
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "multihost"))
+from _netns import Fabric, base_env, sh  # noqa: E402
+
+
+def burst(rate):  # tbf bucket: >= rate/HZ and >= a 64 KiB GSO packet
+    return {"1gbit": "256kb", "10gbit": "2mb"}.get(rate, "1mb")
+
+
+def shape(fab, rate):
+    for i, ns in enumerate(fab.hosts):
+        sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", "fab0", "root", "tbf", "rate", rate,
+           "burst", burst(rate), "latency", "20ms")
+        sh("ip", "netns", "exec", fab.switch, "tc", "qdisc", "replace", "dev", f"s{i}{fab.tag}", "root", "tbf",
+           "rate", rate, "burst", burst(rate), "latency", "20ms")
+
+
+def run(fab, layout, algo, sizes):
+    hosts = ",".join(f"{fab.hosts[i]}:{k}" for i, k in enumerate(layout))
+    argv = fab.commrun("--no-tag-output", "--hosts", hosts, "--ifname", "fab0",
+                       os.path.join(HERE, "shaped_links_rank.py"), "commlib", "all_reduce")
+    env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_ALGO_ALL_REDUCE=algo, SHAPED_NBYTES=sizes)
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    rows = [json.loads(line[len("RESULT "):]) for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    if p.returncode != 0 or not rows:
+        print(f"  {layout} {algo}: exit {p.returncode}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}", file=sys.stderr)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layouts", nargs="+", default=["2,2", "2,1"])
+    ap.add_argument("--rates", nargs="+", default=["1gbit", "10gbit"])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--sizes", default=",".join(str(s) for s in (256 << 10, 1 << 20, 4 << 20, 16 << 20)))
+    ap.add_argument("--algos", nargs="+", default=["ring", "rabenseifner", "rails", "leaders"])
+    args = ap.parse_args()
+    layouts = [tuple(int(k) for k in lay.split(",")) for lay in args.layouts]
+    times = collections.defaultdict(list)
+    with Fabric(max(len(lay) for lay in layouts), f"10.236.{200 + os.getpid() % 50}") as fab:
+        for rep in range(args.reps):
+            for rate in args.rates:
+                shape(fab, rate)
+                for layout in layouts:
+                    equal = len(set(layout)) == 1
+                    for algo in args.algos:
+                        if algo == "rails" and not equal:
+                            continue
+                        for row in run(fab, layout, algo, args.sizes):
+                            times[rate, layout, row["nbytes"], algo].append(row["time_s"])
+                            print(f"rep {rep} {rate} {layout} {algo} {row['nbytes']} B: "
+                                  f"{row['time_s'] * 1e3:.2f} ms", flush=True)
+    print("\n| rate | ranks a host | size | " + " | ".join(args.algos) + " | best / ring |")
+    print("|---|---|---:|" + "---:|" * (len(args.algos) + 1))
+    for rate in args.rates:
+        for layout in layouts:
+            for nbytes in sorted({k[2] for k in times if k[:2] == (rate, layout)}):
+                med = {a: statistics.median(times[rate, layout, nbytes, a]) for a in args.algos
+                       if times.get((rate, layout, nbytes, a))}
+                cells = [f"{med[a] * 1e3:.1f}" if a in med else "-" for a in args.algos]
+                best = min((a for a in med if a not in ("ring", "rabenseifner")), key=med.get, default=None)
+                ratio = f"{best} {med[best] / med['ring']:.2f}" if best and "ring" in med else "-"
+                print(f"| {rate} | {'+'.join(map(str, layout))} | {nbytes >> 10} KiB | " + " | ".join(cells)
+                      + f" | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
