@@ -23,7 +23,8 @@ import time
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, census_wait_s, encode, fmt_address, pack_table,
+from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, census_wait_s, encode, fmt_address, pack_peers,
+                      pack_ranks, pack_table,
                       recv_message, sealing_pumps)
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -211,10 +212,14 @@ class Coordinator:
                     break
                 same.append(more)
             ranks = [m["rank"] for m in same]
-            out = {"kind": kind, "rank": ranks[0], "ranks": ranks}  # (to all: the leavers are gone already)
+            # (to all: the leavers are gone already); the ranks as runs or a bitmap (framing.pack_ranks)
+            out = {"kind": kind, "rank": ranks[0], "ranks": pack_ranks(sorted(set(ranks)))}
             if kind == "finishing":  # how each program ended, where it did (sys.exit(7), or its end)
-                out["ended"] = {str(m["rank"]): [m["at_exit"], m["exit_code"]] for m in same
-                                if m["at_exit"] or m["exit_code"] is not None}
+                ends = {}
+                for m in same:
+                    if m["at_exit"] or m["exit_code"] is not None:
+                        ends.setdefault((m["at_exit"], m["exit_code"]), set()).add(m["rank"])
+                out["ends"] = [[at_exit, code, pack_ranks(sorted(rs))] for (at_exit, code), rs in ends.items()]
             self._broadcast(out)
 
     def _serve(self, sock, peer):
@@ -497,5 +502,6 @@ def census_reply(epoch, states):
     kept = sorted(groups.items(), key=lambda g: -len(g[1][0]))[:CENSUS_GROUPS]
     listed = {state for state, _ in kept}
     omitted = sorted(r for state, (ranks, _) in groups.items() if state not in listed for r in ranks)
-    out = [[state, ranks, peers[0] if len(set(peers)) == 1 else peers] for state, (ranks, peers) in kept]
-    return encode({"kind": "stall", "epoch": epoch, "groups": out, "omitted": omitted})
+    out = [[state, pack_ranks(ranks), peers[0] if len(set(peers)) == 1 else pack_peers(ranks, peers)]
+           for state, (ranks, peers) in kept]
+    return encode({"kind": "stall", "epoch": epoch, "groups": out, "omitted": pack_ranks(omitted)})

@@ -18,10 +18,12 @@ import threading
 import time
 
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
+from .._rendezvous.framing import unpack_peers, unpack_ranks
 
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 EXIT_GRACE_S = 2.0  # how long a peer whose program ended waits for that process's exit status
+_log = logging.getLogger("commlib")
 STALL_EACH = 16  # up to this many other ranks, a stall report gives each its own line
 _SILENT = "no answer (stopped, or holding the GIL?)"
 _ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
@@ -61,6 +63,19 @@ class Notices:
                 return None
         return clock_offset(self.send, receive)
 
+    def _limit(self):
+        """One past the highest world rank a notice can name."""
+        table = getattr(self.ep, "table", None)  # (None until the table arrives)
+        return len(table) if table else 1 << 24
+
+    def _ranks(self, msg, peer):
+        """The ranks a coalesced notice names (framing.pack_ranks), or [peer]; junk reads as [peer]."""
+        try:
+            return unpack_ranks(msg["ranks"], self._limit()) if "ranks" in msg else [peer]
+        except ValueError:
+            _log.warning("commlib rank %s: malformed %r notice from the coordinator", self.rank, msg.get("kind"))
+            return [peer]
+
     def on_notice(self, msg):
         """Coordinator push (listener thread)."""
         kind, peer = msg.get("kind"), msg.get("rank")
@@ -90,19 +105,26 @@ class Notices:
         elif kind == "clock":
             self._clock.put(msg)
         elif kind == "finishing":  # ranks in finalize() (coalesced), how their programs ended where they did
-            ended = msg.get("ended") or {}
+            ranks = self._ranks(msg, peer)
+            ends = {}  # rank -> (at_exit, exit code), for those whose program ended
+            for end in msg.get("ends") or []:
+                with contextlib.suppress(ValueError, TypeError):
+                    at_exit, code, which = end
+                    for r in unpack_ranks(which, self._limit()):
+                        ends[r] = (bool(at_exit), code if type(code) is int else None)
             with self._cond:
-                for r in msg.get("ranks") or [peer]:
-                    at_exit, code = ended.get(str(r)) or (False, None)
-                    self.finished[r] = {"at_exit": bool(at_exit), "exit_code": code}
+                for r in ranks:
+                    at_exit, code = ends.get(r, (False, None))
+                    self.finished[r] = {"at_exit": at_exit, "exit_code": code}
                 self._cond.notify_all()
         elif kind == "verdict":  # finalize(): the digests ours differs from (none when every rank agrees)
             with self._cond:
                 self.verdict = {int(r): d for r, d in (msg.get("peers") or {}).items()}
                 self._cond.notify_all()
         elif kind == "left":  # one rank's goodbye, or several coalesced ("ranks")
+            ranks = self._ranks(msg, peer)
             with self._cond:
-                for r in msg.get("ranks") or [peer]:
+                for r in ranks:
                     self.exits.setdefault(r, self._finished_text(r))
                 self._cond.notify_all()
         elif kind == "abort":
@@ -261,10 +283,14 @@ class Notices:
         except (OSError, CommError):
             return "\n  stall report: the coordinator is unreachable"
         answered, omitted = {}, set()
-        for state, ranks, peers in (census or {}).get("groups", []):
-            for i, r in enumerate(ranks):
-                answered[r] = (state, peers[i] if isinstance(peers, list) else peers)
-        omitted.update((census or {}).get("omitted", []))
+        try:
+            for state, ranks, peers in (census or {}).get("groups", []):
+                ranks = unpack_ranks(ranks, size)
+                peers = unpack_peers(ranks, peers, size) if isinstance(peers, list) else [peers] * len(ranks)
+                answered.update(zip(ranks, ((state, p) for p in peers)))
+            omitted.update(unpack_ranks((census or {}).get("omitted", []), size))
+        except ValueError as e:  # a malformed census: report what was read, and that
+            _log.warning("commlib rank %s: malformed census from the coordinator (%s)", self.rank, e)
         others = [r for r in range(size) if r != self.rank]
         each = len(others) <= STALL_EACH
         groups = {}  # key -> [(rank, the rank it waits on)], in rank order

@@ -112,8 +112,8 @@ def _notices(at_exit=None, exit_code=None):
     """Notices of rank 0 after the coordinator said rank 1 is finishing (at_exit None: said nothing
     of how its program ended, as for a plain finalize())."""
     n = Notices(types.SimpleNamespace(rank=0))
-    ended = {} if at_exit is None else {"1": [at_exit, exit_code]}
-    n.on_notice({"kind": "finishing", "rank": 1, "ranks": [1], "ended": ended})
+    ends = [] if at_exit is None else [[at_exit, exit_code, [1]]]
+    n.on_notice({"kind": "finishing", "rank": 1, "ranks": [1], "ends": ends})
     return n
 
 
@@ -121,7 +121,7 @@ def _notices(at_exit=None, exit_code=None):
     ({"at_exit": False, "exit_code": None}, "it called finalize()"),
     ({"at_exit": True, "exit_code": None}, "its program ended without calling finalize()"),
     ({"at_exit": True, "exit_code": 7}, "exited with code 7"),
-    ({}, "it called finalize()"),  # not listed in "ended": a plain finalize()
+    ({}, "it called finalize()"),  # not listed in "ends": a plain finalize()
 ])
 def test_what_peers_say_of_a_rank_that_finished(ended, text):
     n = _notices(**ended)

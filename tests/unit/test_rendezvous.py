@@ -203,7 +203,7 @@ def test_goodbyes_at_once_share_one_left_message(coordinator):
         t.join(5)
     named = []
     while len(named) < 5:
-        named += next_msg(out[0][2], "left")["ranks"]
+        named += framing.unpack_ranks(next_msg(out[0][2], "left")["ranks"], 6)
     assert sorted(named) == [1, 2, 3, 4, 5]
     with pytest.raises(queue.Empty):
         next_msg(out[0][2], "left", timeout=0.3)
@@ -260,7 +260,8 @@ def test_digests_go_to_the_coordinator_which_answers_each_rank_once(coordinator)
     finishing = {}
     while len(finishing) < 3:
         msg = next_msg(out[2][2], "finishing")
-        finishing.update({r: msg.get("ended", {}).get(str(r)) for r in msg["ranks"]})
+        ends = {r: [at_exit, code] for at_exit, code, rs in msg.get("ends", []) for r in framing.unpack_ranks(rs, 4)}
+        finishing.update({r: ends.get(r) for r in framing.unpack_ranks(msg["ranks"], 4)})
     assert finishing == {0: None, 1: [True, 7], 3: None}
     with pytest.raises(queue.Empty):  # rank 2 has not finished: no verdict yet
         next_msg(out[0][2], "verdict", timeout=0.3)
@@ -360,8 +361,46 @@ def test_census_reply_lists_the_largest_groups_and_names_the_rest(monkeypatch):
     states = {r: ("in all_reduce #1", (r + 1) % 9) for r in range(5)}
     states.update({5: ("in barrier #2", 0), 6: ("in barrier #2", 0), 7: ("in recv", 1), 8: ("not in a commlib call", None)})
     msg = json.loads(rv_coordinator.census_reply(3, states)[4:])
-    assert msg["groups"] == [["in all_reduce #1", [0, 1, 2, 3, 4], [1, 2, 3, 4, 5]], ["in barrier #2", [5, 6], 0]]
+    assert msg["groups"] == [["in all_reduce #1", [[0, 4]], [["+", 1, 5]]], ["in barrier #2", [5, 6], 0]]
     assert msg["omitted"] == [7, 8] and msg["epoch"] == 3
+
+
+def test_rank_sets_and_peers_travel_compactly_and_read_back_exactly():
+    rng = random.Random(7)
+    for _ in range(400):
+        n = rng.choice([1, 2, 9, 100, 1000, 8000])
+        pick = rng.random()
+        if pick < 0.3:
+            ranks = sorted(rng.sample(range(n), rng.randint(0, n)))
+        elif pick < 0.6:
+            first = rng.randrange(n)
+            ranks = list(range(first, rng.randint(first, n - 1) + 1))
+        else:
+            ranks = [r for r in range(n) if rng.random() < 0.9]
+        packed = json.loads(json.dumps(framing.pack_ranks(ranks)))
+        assert framing.unpack_ranks(packed, n) == ranks
+        assert len(json.dumps(packed)) <= len(json.dumps(ranks)) + 2  # never longer than the list
+        peers = rng.choice([[(r - 1) % n for r in ranks], [rng.choice([None, 0]) for _ in ranks],
+                            [None if p < 0 else p for p in (rng.randrange(-1, n) for _ in ranks)]])
+        runs = json.loads(json.dumps(framing.pack_peers(ranks, peers)))
+        assert framing.unpack_peers(ranks, runs, n) == peers
+    every = list(range(8000))  # a stall of 8,000 ranks each waiting on its left neighbour: a few bytes
+    assert framing.pack_ranks(every) == [[0, 7999]]
+    assert framing.pack_peers(every, [(r - 1) % 8000 for r in every]) == [["=", 7999, 1], ["+", -1, 7999]]
+    half = sorted(random.Random(1).sample(every, 4000))  # half the ranks at random: a bitmap
+    assert isinstance(framing.pack_ranks(half), str) and len(framing.pack_ranks(half)) < 1400
+
+
+@pytest.mark.parametrize("junk", [[[3, 1]], [[0, 9]], [-1], ["x"], [[0, 1, 2]], "!!", {"a": 1}, 5, "////////"])
+def test_malformed_rank_sets_are_refused(junk):
+    with pytest.raises(ValueError):
+        framing.unpack_ranks(junk, 9)
+
+
+@pytest.mark.parametrize("junk", [[["=", 9, 1]], [["+", 5, 1]], [["=", 0, 3]], [["?", 0, 1]], [["=", 0, 0]], "x"])
+def test_malformed_peer_runs_are_refused(junk):
+    with pytest.raises(ValueError):
+        framing.unpack_peers([4], junk, 9)
 
 
 def test_rank_ranges():
