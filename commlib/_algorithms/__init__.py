@@ -30,6 +30,13 @@ BROADCAST_SMALL_BYTES = 64 << 10  # n=4, quiet machine, interleaved, median of 3
 # Unix sockets n=4 0.50-0.92 (at n=3 the two are one schedule)
 BROADCAST_LINEAR_RANKS = 8
 REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within noise
+# Beyond 8 ranks a large broadcast or reduce is a chain only from this many bytes per rank: a chain of
+# n - 1 hops pays a latency and a chunk's transfer per hop before the last rank has its first chunk, the
+# binomial tree log2 n whole transfers. In the alpha-beta model (benchmarks/schedule_model.py, 16 ranks a
+# host, 10 us and 12.5 GB/s between hosts) the two cross near 55 KiB a rank at 16 MiB and 32 KiB at 256 MiB;
+# 16 MiB at 1,024 ranks: tree 14.8 ms, chain 30.7; at 10,000: 20.2 and 285 (RESULTS.md, "Schedules at 1,024
+# and 10,000 ranks").
+CHAIN_BLOCK_BYTES = 32 << 10
 # Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
 # 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
 # Rabenseifner beats doubling from 256 KiB (n=4: 1 MiB 3.1 vs 9.3 ms; n=8: 256 KiB 4.5 vs 19 ms) and
@@ -145,12 +152,13 @@ def _why(kind, algo, nbytes, size, layout=None):
                        else "ALL_REDUCE_SMALL_BYTES_MANY"]
         + ([] if size <= 2 else ["ALL_REDUCE_RABENSEIFNER_BYTES" if pow2 else "ALL_REDUCE_RABENSEIFNER_BYTES_ODD"]),
         "all_gather": ["ALL_GATHER_LOG_BYTES"] if size > 3 else [],
-        "broadcast": ["BROADCAST_SMALL_BYTES", "BROADCAST_LINEAR_RANKS"] if size > 2 else [],
+        "broadcast": (["BROADCAST_SMALL_BYTES", "BROADCAST_LINEAR_RANKS"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else [])
+                      if size > 2 else []),
         "reduce_scatter": (["REDUCE_SCATTER_HALVING_BYTES_PAIR"] if size == 2 else
                            (["REDUCE_SCATTER_HALVING_BYTES"] if pow2 else [])
                            + ["REDUCE_SCATTER_SMALL_BYTES" if size <= 8 else "REDUCE_SCATTER_SMALL_BYTES_MANY",
                               "REDUCE_SCATTER_PAIRWISE_RANKS"]),
-        "reduce": ["REDUCE_SMALL_BYTES"] if size > 2 else [],
+        "reduce": ["REDUCE_SMALL_BYTES"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else []) if size > 2 else [],
     }.get(kind, [])
     g = globals()
     why = ", ".join(f"{name}={g[name]}" for name in names) or f"the only choice at {size} ranks"
@@ -187,7 +195,7 @@ def decide(kind, nbytes, size, layout=None):
             return "tree"
         if nbytes <= BROADCAST_SMALL_BYTES:
             return "linear" if size <= BROADCAST_LINEAR_RANKS else "tree"
-        return "chain"
+        return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
     if kind == "reduce_scatter":
         if size & (size - 1) == 0 and nbytes <= (REDUCE_SCATTER_HALVING_BYTES_PAIR if size == 2
                                                  else REDUCE_SCATTER_HALVING_BYTES):
@@ -197,5 +205,7 @@ def decide(kind, nbytes, size, layout=None):
             return "doubling"
         return "pairwise" if 2 < size <= REDUCE_SCATTER_PAIRWISE_RANKS else "ring"
     if kind == "reduce":
-        return "tree" if nbytes <= REDUCE_SMALL_BYTES or size <= 2 else "chain"
+        if nbytes <= REDUCE_SMALL_BYTES or size <= 2:
+            return "tree"
+        return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
     raise ValueError(f"no algorithm choice for {kind!r}")

@@ -20,6 +20,13 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
                     f"broadcast with COMMLIB_ALGO_BROADCAST={algo}")
 
 
+@pytest.mark.timeout(240)
+def test_broadcast_and_reduce_beyond_eight_ranks(assert_ranks_ok, run):
+    """10 ranks: a large broadcast or reduce below CHAIN_BLOCK_BYTES a rank takes the tree, above it
+    the chain (every root, large and odd sizes, as chosen by default)."""
+    assert_ranks_ok(run(10, "collectives.py", "rooted", timeout=220), 10, "broadcast and reduce at 10 ranks")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
 @pytest.mark.parametrize("algo", ["ring", "doubling", "halving", "pairwise"])

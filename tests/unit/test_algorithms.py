@@ -548,3 +548,22 @@ def test_debug_line_names_the_host_layout(monkeypatch):
     assert _algorithms._why("all_reduce", "leaders", 1 << 20, 3, lay) == (
         "all_reduce of 1048576 B on 3 ranks: leaders (2 hosts, unequal numbers of ranks, "
         "ALL_REDUCE_LEADERS_BYTES=1048576)")
+
+
+def test_large_broadcast_and_reduce_chain_only_with_enough_bytes_a_rank(monkeypatch):
+    """Beyond 8 ranks a chain's n - 1 hops cost more than the tree's log2 n whole transfers unless
+    each rank's share is at least CHAIN_BLOCK_BYTES (the alpha-beta model's crossover)."""
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    for var in ("COMMLIB_ALGO_BROADCAST", "COMMLIB_ALGO_REDUCE"):
+        monkeypatch.delenv(var, raising=False)
+    block = _algorithms.CHAIN_BLOCK_BYTES
+    for kind in ("broadcast", "reduce"):
+        for n in (4, 8):  # measured on the 2-core machine: the chain from its small-size threshold
+            assert _algorithms.choose(kind, 16 << 20, n) == "chain"
+            assert _algorithms.choose(kind, 1 << 20, n) == "chain"
+        for n in (9, 64, 1024, 10_000):
+            assert _algorithms.choose(kind, block * n, n) == "chain"
+            assert _algorithms.choose(kind, block * n - 1, n) == "tree"
+        assert _algorithms.choose(kind, 16 << 20, 1024) == "tree"
+        assert _algorithms.choose(kind, 256 << 20, 1024) == "chain"
+    assert "CHAIN_BLOCK_BYTES" in _algorithms._why("broadcast", "tree", 1 << 20, 64)

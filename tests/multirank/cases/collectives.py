@@ -3,6 +3,7 @@
 usage: collectives.py SEED MODE
   MODE full   - everything
   MODE bcast  - broadcast only (for jobs run with COMMLIB_ALGO_BROADCAST forced)
+  MODE rooted - large broadcasts and reduces to every root (the tree or chain chosen by default)
 """
 import array
 import time
@@ -142,11 +143,23 @@ def broadcast_checks(large_only=False):
             ba = bytearray(b"root%d" % root) if me == root else bytearray(5)
             res = cl.broadcast(ba, root)
             c.ok(res is ba and bytes(ba) == b"root%d" % root, f"broadcast bytearray root={root}", f"got {bytes(ba)!r}")
-        # Large: beyond a chunk, odd byte counts.
-        for dt, size in ((np.dtype(np.float64), 3 << 17), (U8, 1000003)):
+        # Large: beyond a chunk, odd byte counts (200,003 B: a tree beyond 8 ranks, CHAIN_BLOCK_BYTES a rank).
+        for dt, size in ((np.dtype(np.float64), 3 << 17), (U8, 1000003), (U8, 200003)):
             src = gen(c.rng("bcbig", root, dname(dt)), dt, (size,))
             x = src.copy() if me == root else np.empty(size, dt)
             c.equal(cl.broadcast(x, root), src, f"broadcast large root={root} {dname(dt)} size={size}")
+
+
+def large_reduce_checks():
+    """reduce of large and odd sizes to every root, integer-valued so any order sums exactly."""
+    for root in range(n):
+        for size in (3 << 17, 37000):  # 3 MiB and 296,000 B of float64: at 10 ranks a chain and a tree
+            xs = [gen(c.rng("rdbig", r, size), np.dtype(np.float64), (size,), "small") for r in range(n)]
+            got = cl.reduce(xs[me], "sum", root)
+            if me == root:
+                c.equal(got, np.sum(xs, axis=0), f"reduce large root={root} size={size}")
+            else:
+                c.ok(got is None, f"reduce large root={root}: None off the root", f"got {type(got)}")
 
 
 def barrier_checks():
@@ -172,6 +185,9 @@ if mode == "full":
     barrier_checks()
 elif mode == "bcast":
     broadcast_checks()
+elif mode == "rooted":
+    broadcast_checks(large_only=True)
+    large_reduce_checks()
 elif mode == "rs":
     reduce_scatter_checks()
 else:
