@@ -149,7 +149,7 @@ def _check_program(program, module, direct):
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,
          pair_timeout, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
-    raise_fd_limit()  # three pipes per rank here, and the ranks inherit it
+    raise_fd_limit()  # two pipes and a coordinator connection per rank here, and the ranks inherit it
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
         direct = True

@@ -126,11 +126,13 @@ _SETPRIV = (shutil.which("setpriv") if sys.version_info >= (3, 11) and sys.platf
             else None)
 
 
-def start(rank, stdin):
-    """Start one rank with piped stdout/stderr. Must be called before any thread exists."""
+def start(rank, stdin, merged=False):
+    """Start one rank with piped stdout/stderr (one pipe for both where `merged`: commrun short of
+    file descriptors). Must be called before any thread exists."""
     if rank.forked is not None:
-        return fork_start(rank, stdin)
-    pipes = dict(env=rank.env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return fork_start(rank, stdin, merged)
+    pipes = dict(env=rank.env, stdin=stdin, stdout=subprocess.PIPE,
+                 stderr=subprocess.STDOUT if merged else subprocess.PIPE)
     path = (rank.env or os.environ).get("PATH", os.defpath)
     if _SETPRIV and shutil.which(rank.argv[0], path=path):  # a missing program: the preexec path says so
         rank.proc = subprocess.Popen([_SETPRIV, "--pdeathsig", "KILL", "--", *rank.argv], process_group=0, **pipes)
@@ -315,10 +317,11 @@ def _become_rank(rank, stdin, out_w, err_w, parent_pid):
     os._exit(code)
 
 
-def fork_start(rank, stdin):
-    """Start one local rank by forking this process. Must be called before any thread exists."""
+def fork_start(rank, stdin, merged=False):
+    """Start one local rank by forking this process (its stderr into its stdout's pipe where
+    `merged`). Must be called before any thread exists."""
     out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    err_r, err_w = (None, out_w) if merged else os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     gc.collect()
@@ -328,6 +331,7 @@ def fork_start(rank, stdin):
     if pid == 0:
         _become_rank(rank, stdin, out_w, err_w, parent)
     os.close(out_w)
-    os.close(err_w)
-    rank.proc = Forked(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
+    if not merged:
+        os.close(err_w)
+    rank.proc = Forked(pid, open(out_r, "rb", buffering=0), None if merged else open(err_r, "rb", buffering=0))
     return rank.proc

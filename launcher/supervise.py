@@ -2,6 +2,7 @@
 import contextlib
 import math
 import os
+import resource
 import secrets
 import select
 import selectors
@@ -117,6 +118,27 @@ def _stdin_for_rank0():
     return os.pipe()
 
 
+FDS_SPARE = 64  # descriptors commrun needs besides its ranks' (its own streams, the selector, the coordinator's listener)
+
+
+def _merge_outputs(n):
+    """Whether each rank's stderr must share its stdout's pipe: commrun holds, for each rank, its
+    stdout and stderr pipes and its coordinator connection, so with a limit of 1,024 (`ulimit -n`,
+    hard) it could not start 340 ranks. Then a pipe each: 2 descriptors a rank. None (said why)
+    when even that does not fit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or 3 * n + FDS_SPARE <= soft:
+        return False
+    if 2 * n + FDS_SPARE <= soft:
+        say(f"{n} ranks need {3 * n + FDS_SPARE:,} file descriptors here but the limit is {soft:,} (ulimit -n, "
+            f"RLIMIT_NOFILE): each rank's stderr goes to its stdout")
+        return True
+    say(f"{n} ranks need at least {2 * n + FDS_SPARE:,} file descriptors here (a pipe and a coordinator connection "
+        f"each) but the limit is {soft:,} (ulimit -n, RLIMIT_NOFILE, hard limit included): raise it, or run "
+        f"ranks on more hosts (--hosts)")
+    return None
+
+
 def _relay(src, dst):
     # A closed end (the rank exited, or our stdin closed) ends the relay.
     try:
@@ -165,6 +187,8 @@ class _Job:
         self.live.append(rank)
         prefix = f"[{rank.rank}] ".encode() if tag_output else b""
         for pipe, sink in ((rank.proc.stdout, sys.stdout.buffer), (rank.proc.stderr, sys.stderr.buffer)):
+            if pipe is None:  # stderr merged into stdout (short of file descriptors)
+                continue
             self.sel.register(pipe.fileno(), selectors.EVENT_READ, (rank.rank, _Stream(prefix, sink)))
             self.fds.setdefault(rank.rank, []).append(pipe.fileno())
 
@@ -290,6 +314,10 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
     except OSError as e:  # e.g. --coordinator-host is not an address of this machine
         say(f"cannot start the coordinator on {coordinator_host}: {e}")
         return 1
+    merged = _merge_outputs(len(ranks))
+    if merged is None:
+        coordinator.close()
+        return 1
     setup(ranks, coordinator.address, secret)
     job = _Job(ranks, coordinator, timeout, grace)
     wake_r, wake_w = os.pipe()
@@ -303,7 +331,7 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
         stdin0, relay_w = _stdin_for_rank0()
         for rank in ranks:
             try:
-                spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL)
+                spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL, merged)
             except OSError as e:
                 say(f"cannot start rank {rank.rank} ({rank.argv[0]}): {e}")
                 job.stop(signal.SIGKILL, 127 if isinstance(e, FileNotFoundError) else 1)
@@ -343,8 +371,9 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
         job.sel.close()
         for rank in ranks:
             if rank.proc is not None:
-                rank.proc.stdout.close()
-                rank.proc.stderr.close()
+                for pipe in (rank.proc.stdout, rank.proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
         signal.set_wakeup_fd(old_wakeup)
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)

@@ -12,6 +12,7 @@ messages for the job, not n per rank. One thread accepts, one serves each connec
 notices, so a slow or hostile client never holds up the job.
 """
 import contextlib
+import errno
 import logging
 import queue
 import secrets
@@ -92,6 +93,7 @@ class Coordinator:
         self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self._saturated = False
+        self._out_of_fds = False
         self._notices = queue.Queue()
         self._closed = False
         self._threads = []
@@ -168,10 +170,14 @@ class Coordinator:
         while not self._closed:
             try:
                 sock, peer = self._listener.accept()
-            except OSError:
+            except OSError as e:
                 if self._closed:
                     return
-                time.sleep(0.05)  # e.g. EMFILE: don't spin
+                if e.errno in (errno.EMFILE, errno.ENFILE) and not self._out_of_fds:  # ranks wait in the backlog
+                    self._out_of_fds = True
+                    from .._transport.limits import fd_limit_text  # (here: commrun never loads the transport)
+                    self._log(f"cannot accept ranks' connections: {fd_limit_text(e.errno)}")
+                time.sleep(0.05)  # don't spin
                 continue
             # Too many handshakes at once (64 ranks starting together, or a flood): wait for a slot,
             # leaving the rest in the listen backlog. Dropping here failed ranks that connected in a burst.

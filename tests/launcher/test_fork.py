@@ -9,6 +9,9 @@ that run under both launches.
 """
 import json
 import re
+import resource
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -152,3 +155,44 @@ def test_fork_refuses_executables(commrun):
     r = commrun.run("--fork", "-n", 2, "--", "true")
     assert r.returncode == 2
     assert "--fork starts Python programs" in r.stderr
+
+
+def _nofile_1024():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # soft and hard, as `ulimit -n 1024` sets them
+
+
+@pytest.mark.timeout(240)
+def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
+    """commrun holds, for each rank, its stdout and stderr pipes and its coordinator connection: 1,264
+    descriptors for 400 ranks. Under `ulimit -n 1024` each rank's stderr shares its stdout pipe
+    (said once) and the job runs; before, the coordinator silently stopped accepting and it hung."""
+    script = forked(commrun).script("many.py", """
+        import sys
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        r, n = g.rank(), g.size()
+        total = cl.all_reduce(np.array([r], np.int64))[0]
+        assert total == n * (n - 1) // 2, total
+        print(f"to stderr {r}", file=sys.stderr)
+        if r == 0:
+            print(f"sum {total} of {n}")
+        cl.finalize()
+    """)
+    r = subprocess.run(commrun.argv(["-n", 400, script]), env=commrun.env, cwd=commrun.cwd, capture_output=True,
+                       text=True, timeout=220, preexec_fn=_nofile_1024)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[0] sum 79800 of 400" in r.stdout.splitlines()
+    assert "the limit is 1,024" in r.stderr and "each rank's stderr goes to its stdout" in r.stderr
+    assert sorted(int(m) for m in re.findall(r"^\[(\d+)\] to stderr \1$", r.stdout, re.M)) == list(range(400))
+
+
+def test_too_many_ranks_for_the_open_file_limit_is_refused_up_front(commrun):
+    """Ranks that could not fit even a pipe each: an error naming the limit, no rank started."""
+    script = forked(commrun).script("never.py", "open('started', 'w').close()\n")
+    t0 = time.monotonic()
+    r = subprocess.run(commrun.argv(["-n", 600, script]), env=commrun.env, cwd=commrun.cwd, capture_output=True,
+                       text=True, timeout=60, preexec_fn=_nofile_1024)
+    assert r.returncode == 1 and time.monotonic() - t0 < 30, (r.returncode, r.stderr[-2000:])
+    assert "600 ranks need at least 1,264 file descriptors" in r.stderr and "the limit is 1,024" in r.stderr
+    assert not (commrun.cwd / "started").exists()
