@@ -160,7 +160,7 @@ class Group:
                 ids = [0] * self._size
             else:
                 table = self._ep.table
-                ids = [table[r]["host_id"] for r in self.world]
+                ids = [table[r].get("host_id", ("rank", r)) for r in self.world]  # (none: a host of its own)
             number = {}
             numbers = tuple(number.setdefault(h, len(number)) for h in ids)
             self._hosts = numbers, HostLayout.of(numbers)

@@ -422,7 +422,7 @@ class Coordinator:
             c = self._census
             if c is None or c["reply"] is not None or msg["census"] != c["epoch"] or rank not in c["asked"]:
                 return
-            c["states"][rank] = (str(state)[:300], peer if isinstance(peer, int) else None)
+            c["states"][rank] = (str(state)[:300], peer if type(peer) is int and 0 <= peer < self.size else None)
             complete = len(c["states"]) == len(c["asked"])
         if complete:
             self._census_done(c["epoch"])

@@ -342,6 +342,15 @@ def test_stall_report_is_one_census_of_every_rank(coordinator):
     assert counted[2].count("status_query") == 1, counted
 
 
+def test_a_census_answer_naming_no_rank_of_the_job_is_read_as_no_peer(coordinator):
+    """A peer out of range (or not an integer) in a rank's answer never spoils the census for the others."""
+    c = coordinator(3)
+    out, nt = ranks_with_notices(c.address, 3)
+    nt[1].current = ("recv", 99, None)
+    nt[2].current = ("barrier #2", True, None)
+    assert nt[0].stall_report(3).splitlines()[2:] == ["    rank 1: in recv", "    rank 2: in barrier #2"]
+
+
 def test_a_large_stall_report_groups_ranks_in_the_same_state(coordinator, monkeypatch):
     monkeypatch.setattr(notices_module, "STALL_EACH", 3)
     c = coordinator(7)
