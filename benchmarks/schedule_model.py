@@ -50,6 +50,8 @@ PLANS = {
     ("reduce", "chain"): lambda n, r: tree.reduce_chain(n, r, 0),
     ("gather", "linear"): lambda n, r: tree.gather_linear(n, r, 0),
     ("scatter", "linear"): lambda n, r: tree.scatter_linear(n, r, 0),
+    ("gather", "tree"): lambda n, r: tree.gather_tree(n, r, 0),
+    ("scatter", "tree"): lambda n, r: tree.scatter_tree(n, r, 0),
     ("all_to_all", "pairwise"): pairwise.all_to_all,
     ("barrier", "dissemination"): doubling.barrier,
 }

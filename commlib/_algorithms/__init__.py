@@ -37,6 +37,13 @@ REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within no
 # 16 MiB at 1,024 ranks: tree 14.8 ms, chain 30.7; at 10,000: 20.2 and 285 (RESULTS.md, "Schedules at 1,024
 # and 10,000 ranks").
 CHAIN_BLOCK_BYTES = 32 << 10
+# gather and scatter (nbytes: the whole gathered / scattered buffer) beyond this many ranks: the binomial tree
+# (log2 n rounds, a subtree's blocks in one message) instead of the root's n - 1 exchanges, up to
+# GATHER_TREE_BYTES (inner ranks hold their subtree's blocks: up to half of it). Alpha-beta model
+# (benchmarks/schedule_model.py --kinds gather,scatter): 64 ranks 8 KiB-64 MiB tree 0.06-0.92x the linear
+# time, 1,024 ranks 0.007-0.35x; at 16 ranks 0.29-1.0x.
+GATHER_LINEAR_RANKS = 8
+GATHER_TREE_BYTES = 64 << 20
 # Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
 # 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
 # Rabenseifner beats doubling from 256 KiB (n=4: 1 MiB 3.1 vs 9.3 ms; n=8: 256 KiB 4.5 vs 19 ms) and
@@ -79,6 +86,8 @@ CHOICES = {
     "all_gather": ("ring", "bruck", "pairwise"),
     "broadcast": ("tree", "chain", "linear"),
     "reduce": ("tree", "chain"),
+    "gather": ("linear", "tree"),
+    "scatter": ("linear", "tree"),
     "reduce_scatter": ("ring", "doubling", "halving", "pairwise"),
 }
 
@@ -159,6 +168,8 @@ def _why(kind, algo, nbytes, size, layout=None):
                            + ["REDUCE_SCATTER_SMALL_BYTES" if size <= 8 else "REDUCE_SCATTER_SMALL_BYTES_MANY",
                               "REDUCE_SCATTER_PAIRWISE_RANKS"]),
         "reduce": ["REDUCE_SMALL_BYTES"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else []) if size > 2 else [],
+        "gather": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
+        "scatter": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
     }.get(kind, [])
     g = globals()
     why = ", ".join(f"{name}={g[name]}" for name in names) or f"the only choice at {size} ranks"
@@ -208,4 +219,6 @@ def decide(kind, nbytes, size, layout=None):
         if nbytes <= REDUCE_SMALL_BYTES or size <= 2:
             return "tree"
         return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
+    if kind in ("gather", "scatter"):
+        return "tree" if size > GATHER_LINEAR_RANKS and 0 < nbytes <= GATHER_TREE_BYTES else "linear"
     raise ValueError(f"no algorithm choice for {kind!r}")

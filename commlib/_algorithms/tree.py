@@ -20,10 +20,15 @@ the root sends to every other rank in turn; each small send completes into
 the reader's ring or socket buffer at once, so every rank is one hop from
 the root and none waits for a forwarding rank to be scheduled.
 
-Gather and scatter are linear: the root exchanges one block with each rank
-in turn; every other rank makes exactly one transfer. With the group sizes
-sockets serve well (tens of ranks) this is what Open MPI's tuned component
-picks too, and the root's link is the bottleneck either way.
+Linear gather and scatter: the root exchanges one block with each rank in
+turn; every other rank makes exactly one transfer. With tens of ranks this is
+what Open MPI's tuned component picks too, and the root's link is the
+bottleneck either way. Beyond that the root's n - 1 latencies dominate small
+blocks: the binomial gather and scatter move a subtree's blocks in one message
+per tree edge, log2 n rounds (each relative rank v holds the blocks of its
+subtree, v .. v + lowbit(v), in SCRATCH in relative order; the caller passes
+SCRATCH's address less v blocks, so the region (SCRATCH, v, ...) is the
+start of the buffer).
 
 Plans (`_plan`): broadcasts move RES in place; reductions read X and
 accumulate in RES (`Plan.slots` says whether a rank needs RES at all: a leaf
@@ -34,7 +39,7 @@ RES holding a single one where only this rank's block is there.
 
 import functools
 
-from .._plan import LOCAL, RES, X, Builder
+from .._plan import LOCAL, RES, SCRATCH, X, Builder
 
 
 def _real(v, root, n):
@@ -155,3 +160,80 @@ def scatter_linear(n, r, root):
         else:
             b.step(j, (X, j, j + 1))
     return b.plan()
+
+
+def subtree(v, n):
+    """The relative ranks [lo, hi) of relative rank v's binomial subtree (the root's: all n)."""
+    return v, min(v + (v & -v), n) if v else n
+
+
+def _children(v, n):
+    """(child, its subtree's end) of relative rank v, smallest subtree first."""
+    lo, hi = subtree(v, n)
+    mask, out = 1, []
+    while v + mask < hi:
+        out.append((v + mask, min(v + 2 * mask, n)))
+        mask <<= 1
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def gather_tree(n, r, root):
+    """Binomial gather into root's RES (n units, real order); X holds this rank's block only. A leaf
+    sends X up; an inner rank collects its subtree in SCRATCH (see the module docstring) and sends it
+    up in one message; the root collects in SCRATCH and puts the blocks in real order (in RES
+    directly when it is rank 0)."""
+    b = Builder("tree", n)
+    v = (r - root) % n
+    mine = (X, r, r + 1, LOCAL)
+    if v and v & 1:  # a leaf
+        b.step(_real(v - 1, root, n), mine)
+        return b.plan()
+    buf = RES if root == 0 and v == 0 else SCRATCH
+    b.copy((buf, v, v + 1), mine)
+    for child, end in _children(v, n):
+        b.step(src=_real(child, root, n), recv=(buf, child, end))
+    if v:
+        b.step(_real(v - (v & -v), root, n), (buf, v, subtree(v, n)[1]))
+    elif buf == SCRATCH:  # relative order -> real order
+        b.copy((RES, root, n), (SCRATCH, 0, n - root))
+        b.copy((RES, 0, root), (SCRATCH, n - root, n))
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def scatter_tree(n, r, root):
+    """Binomial scatter of root's X (n units, real order); each rank's block lands in RES (one
+    block). The root puts X in relative order in SCRATCH (reads X directly when it is rank 0) and
+    sends each child its subtree's blocks, the largest first; an inner rank receives its subtree in
+    SCRATCH and passes the children theirs on."""
+    b = Builder("tree", n)
+    v = (r - root) % n
+    mine = (RES, r, r + 1, LOCAL)
+    if v and v & 1:  # a leaf
+        b.step(src=_real(v - 1, root, n), recv=mine)
+        return b.plan()
+    if v:
+        buf = SCRATCH
+        b.step(src=_real(v - (v & -v), root, n), recv=(buf, v, subtree(v, n)[1]))
+    elif root == 0:
+        buf = X
+    else:
+        buf = SCRATCH
+        b.copy((SCRATCH, 0, n - root), (X, root, n))
+        b.copy((SCRATCH, n - root, n), (X, 0, root))
+    for child, end in reversed(_children(v, n)):
+        b.step(_real(child, root, n), (buf, child, end))
+    b.copy(mine, (buf, v, v + 1))
+    return b.plan()
+
+
+def scratch_blocks(n, r, root):
+    """(blocks of SCRATCH, the block its address stands for) that gather_tree and scatter_tree of
+    rank r need: its subtree's blocks, addressed from its relative rank; none for a leaf."""
+    v = (r - root) % n
+    if v and v & 1:
+        return 0, 0
+    if v == 0:
+        return (0 if root == 0 else n), 0
+    return subtree(v, n)[1] - v, v

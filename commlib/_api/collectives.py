@@ -271,9 +271,20 @@ def _gather(g, x, root=0, out=None):
             out.reshape(-1)[:] = a.reshape(-1)
         return out
     o = g.op("gather", code, 0, a.size, root, dims=a.shape)
-    o.run(tree.gather_linear(n, g._rank, root), slots(_addr(a), _addr(out) if out is not None else 0),
-          even(n * a.size, a.itemsize))
+    if choose("gather", n * a.nbytes, n) == "tree" and a.nbytes:
+        plan, scratch = tree.gather_tree(n, g._rank, root), _subtree_scratch(g, root, a.nbytes)
+    else:
+        plan, scratch = tree.gather_linear(n, g._rank, root), 0
+    o.run(plan, slots(_addr(a), _addr(out) if out is not None else 0, scratch), even(n * a.size, a.itemsize))
     return out
+
+
+def _subtree_scratch(g, root, block):
+    """SCRATCH's address for the binomial gather or scatter (tree.scratch_blocks): this rank's
+    subtree's blocks, addressed from its relative rank (the address of block 0, which lies before
+    the buffer, is what the plan adds block offsets to); 0 for a leaf."""
+    blocks, first = tree.scratch_blocks(g._size, g._rank, root)
+    return g.scratch(blocks * block) - first * block if blocks else 0
 
 
 def _scatter(g, x, root=0, out=None):
@@ -321,8 +332,11 @@ def _scatter(g, x, root=0, out=None):
 
 def _run_scatter(o, g, a, out, root):
     n = g._size
-    o.run(tree.scatter_linear(n, g._rank, root), slots(_addr(a) if a is not None else 0, _addr(out)),
-          even(n * out.nbytes, 1))
+    if choose("scatter", n * out.nbytes, n) == "tree" and out.nbytes:
+        plan, scratch = tree.scatter_tree(n, g._rank, root), _subtree_scratch(g, root, out.nbytes)
+    else:
+        plan, scratch = tree.scatter_linear(n, g._rank, root), 0
+    o.run(plan, slots(_addr(a) if a is not None else 0, _addr(out), scratch), even(n * out.nbytes, 1))
 
 
 def _run_broadcast(o, g, addr, nbytes, root):

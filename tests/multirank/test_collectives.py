@@ -23,8 +23,19 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
 @pytest.mark.timeout(240)
 def test_broadcast_and_reduce_beyond_eight_ranks(assert_ranks_ok, run):
     """10 ranks: a large broadcast or reduce below CHAIN_BLOCK_BYTES a rank takes the tree, above it
-    the chain (every root, large and odd sizes, as chosen by default)."""
+    the chain (every root, large and odd sizes, as chosen by default); gather and scatter take the
+    binomial tree."""
     assert_ranks_ok(run(10, "collectives.py", "rooted", timeout=220), 10, "broadcast and reduce at 10 ranks")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", NS[1:])
+@pytest.mark.parametrize("algo", ["linear", "tree"])
+def test_gather_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
+    """Every root and dtype, empty to multi-chunk blocks, with the gather and scatter algorithm forced
+    (by default the binomial tree beyond 8 ranks: test_broadcast_and_reduce_beyond_eight_ranks)."""
+    env = {"COMMLIB_ALGO_GATHER": algo, "COMMLIB_ALGO_SCATTER": algo}
+    assert_ranks_ok(run(n, "collectives.py", "gs", env=env), n, f"gather/scatter with COMMLIB_ALGO_*={algo}")
 
 
 @pytest.mark.timeout(120)

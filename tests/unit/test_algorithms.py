@@ -38,13 +38,17 @@ class FakeRank:
         self.steps = self.sent = 0
 
     def run(self, plan, buffers, bnds):
-        """buffers: {slot: ndarray}; the plan's regions must lie inside them."""
+        """buffers: {slot: ndarray, or (ndarray, bytes its address stands before)}; the plan's regions
+        must lie inside them."""
         assert plan.slots <= set(buffers), (plan, sorted(plan.slots), sorted(buffers))
         addr = [0] * _plan.NSLOTS
         spans = []
         for slot, buf in buffers.items():
+            shift = 0
+            if isinstance(buf, tuple):
+                buf, shift = buf
             if buf is not None:
-                addr[slot] = buf.ctypes.data
+                addr[slot] = buf.ctypes.data - shift
                 spans.append((buf.ctypes.data, buf.ctypes.data + buf.nbytes))
 
         def inside(ptr, n):
@@ -567,3 +571,49 @@ def test_large_broadcast_and_reduce_chain_only_with_enough_bytes_a_rank(monkeypa
         assert _algorithms.choose(kind, 16 << 20, 1024) == "tree"
         assert _algorithms.choose(kind, 256 << 20, 1024) == "chain"
     assert "CHAIN_BLOCK_BYTES" in _algorithms._why("broadcast", "tree", 1 << 20, 64)
+
+
+
+@pytest.mark.parametrize("size", SIZES + [13, 16, 17])
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_binomial_gather_and_scatter_every_root(size, count):
+    """Each inner rank holds only its subtree's blocks (scratch_blocks), every region lies inside the
+    buffers given, and the root talks to log2 n ranks, not n - 1."""
+    xs = inputs(size, count)
+    for root in sorted({0, 1 % size, size // 2, size - 1}):
+        def body(f):
+            r = f.rank
+            blocks, first = tree.scratch_blocks(size, r, root)
+            scratch = (np.full(max(blocks, 1) * count, np.nan), first * count * 8)
+            out = np.full(count * size, np.nan) if r == root else None
+            gather = tree.gather_tree(size, r, root)
+            f.run(gather, {X: xs[r].copy(), RES: out, SCRATCH: scratch}, bounds(count * size, 8, size))
+            full = np.concatenate(xs) if r == root else None
+            mine = np.full(count, np.nan)
+            scatter = tree.scatter_tree(size, r, root)
+            f.run(scatter, {X: full, RES: mine, SCRATCH: scratch}, bounds(count * size, 8, size))
+            return out, mine, gather, scatter
+
+        res, _ = run_ranks(size, body)
+        np.testing.assert_array_equal(res[root][0], np.concatenate(xs) if size else None, err_msg=f"root {root}")
+        for r, (_, mine, gather, scatter) in enumerate(res):
+            np.testing.assert_array_equal(mine, xs[r], err_msg=f"root {root}, rank {r}")
+            assert len(gather.peers) <= max(1, (size - 1).bit_length()) + (r != root)
+            assert gather.steps() == scatter.steps()
+        assert len(res[root][2].peers) == (size - 1).bit_length()
+
+
+def test_gather_and_scatter_take_the_binomial_tree_beyond_eight_ranks(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    for var in ("COMMLIB_ALGO_GATHER", "COMMLIB_ALGO_SCATTER"):
+        monkeypatch.delenv(var, raising=False)
+    for kind in ("gather", "scatter"):
+        assert _algorithms.choose(kind, 8 << 10, 8) == "linear"
+        assert _algorithms.choose(kind, 8 << 10, 9) == "tree"
+        assert _algorithms.choose(kind, _algorithms.GATHER_TREE_BYTES, 1024) == "tree"
+        assert _algorithms.choose(kind, _algorithms.GATHER_TREE_BYTES + 1, 1024) == "linear"  # scratch bound
+        assert _algorithms.choose(kind, 0, 1024) == "linear"
+        assert "GATHER_LINEAR_RANKS" in _algorithms._why(kind, "tree", 1 << 20, 64)
+    monkeypatch.setenv("COMMLIB_ALGO_GATHER", "tree")
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    assert _algorithms.choose("gather", 8, 2) == "tree"

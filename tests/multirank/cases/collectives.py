@@ -3,7 +3,9 @@
 usage: collectives.py SEED MODE
   MODE full   - everything
   MODE bcast  - broadcast only (for jobs run with COMMLIB_ALGO_BROADCAST forced)
-  MODE rooted - large broadcasts and reduces to every root (the tree or chain chosen by default)
+  MODE rooted - large broadcasts and reduces to every root (the tree or chain chosen by default),
+               gather and scatter to and from every root
+  MODE gs     - gather and scatter only (for jobs run with COMMLIB_ALGO_GATHER/SCATTER forced)
 """
 import array
 import time
@@ -162,6 +164,25 @@ def large_reduce_checks():
                 c.ok(got is None, f"reduce large root={root}: None off the root", f"got {type(got)}")
 
 
+def gather_scatter_checks():
+    """gather and scatter with every root, every dtype, empty to multi-chunk blocks, 0-d and 2-d."""
+    for root in range(n):
+        for dt in DTYPES:
+            for shape in ((0,), (1,), (7, 3), (5000,)):
+                xs = inputs(("gs", root, dname(dt), shape), dt, shape)
+                got = cl.gather(xs[me], root)
+                if me == root:
+                    c.equal(got, np.concatenate(xs), f"gather root={root} {dname(dt)} {shape}", record=False)
+                else:
+                    c.ok(got is None, f"gather root={root} {dname(dt)} {shape}: None off the root", repr(got))
+                full = np.concatenate(xs) if me == root else None
+                c.equal(cl.scatter(full, root), xs[me], f"scatter root={root} {dname(dt)} {shape}", record=False)
+        zero_d = [v.reshape(()) for v in inputs(("gs0", root), I32, (1,))]
+        got = cl.gather(zero_d[me], root)
+        if me == root:
+            c.equal(got, np.stack(zero_d), f"gather 0-d root={root}", record=False)
+
+
 def barrier_checks():
     for order in ("rank", "reversed"):
         k = me if order == "rank" else n - 1 - me
@@ -188,6 +209,9 @@ elif mode == "bcast":
 elif mode == "rooted":
     broadcast_checks(large_only=True)
     large_reduce_checks()
+    gather_scatter_checks()
+elif mode == "gs":
+    gather_scatter_checks()
 elif mode == "rs":
     reduce_scatter_checks()
 else:
