@@ -53,6 +53,7 @@ PLANS = {
     ("gather", "tree"): lambda n, r: tree.gather_tree(n, r, 0),
     ("scatter", "tree"): lambda n, r: tree.scatter_tree(n, r, 0),
     ("all_to_all", "pairwise"): pairwise.all_to_all,
+    ("all_to_all", "bruck"): logstep.all_to_all,
     ("barrier", "dissemination"): doubling.barrier,
 }
 POW2_ONLY = {("reduce_scatter", "halving")}  # algorithms that exist only for power-of-two n

@@ -44,6 +44,15 @@ CHAIN_BLOCK_BYTES = 32 << 10
 # time, 1,024 ranks 0.007-0.35x; at 16 ranks 0.29-1.0x.
 GATHER_LINEAR_RANKS = 8
 GATHER_TREE_BYTES = 64 << 20
+# all_to_all (nbytes: what one rank sends in all): the pairwise exchange talks to every other rank, a full
+# mesh of connections; Bruck's (logstep.all_to_all) to 2 ceil(log2 n), moving each block once per set bit
+# of its distance. Beyond ALL_TO_ALL_MESH_RANKS it runs where blocks are at most ALL_TO_ALL_BRUCK_BLOCK
+# bytes, and at any size beyond ALL_TO_ALL_MESH_MAX ranks (a mesh of more than half the common 1,024-descriptor
+# limit). Alpha-beta model (schedule_model.py --kinds all_to_all), Bruck / pairwise time at 256 ranks:
+# 4 B-256 B blocks 1.00-1.02 with 15 peers instead of 255; 4 KiB 1.33; 64 KiB 4.6.
+ALL_TO_ALL_MESH_RANKS = 64
+ALL_TO_ALL_BRUCK_BLOCK = 1 << 10
+ALL_TO_ALL_MESH_MAX = 512
 # Log-step schedules (logstep.py), n >= 3 (benchmarks/crossover.py --kinds all_gather,rabenseifner,halving,
 # 2 cores, load 30-47 from other jobs, so only differences beyond 1.3x are read as real):
 # Rabenseifner beats doubling from 256 KiB (n=4: 1 MiB 3.1 vs 9.3 ms; n=8: 256 KiB 4.5 vs 19 ms) and
@@ -87,6 +96,7 @@ CHOICES = {
     "broadcast": ("tree", "chain", "linear"),
     "reduce": ("tree", "chain"),
     "gather": ("linear", "tree"),
+    "all_to_all": ("pairwise", "bruck"),
     "scatter": ("linear", "tree"),
     "reduce_scatter": ("ring", "doubling", "halving", "pairwise"),
 }
@@ -169,6 +179,7 @@ def _why(kind, algo, nbytes, size, layout=None):
                               "REDUCE_SCATTER_PAIRWISE_RANKS"]),
         "reduce": ["REDUCE_SMALL_BYTES"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else []) if size > 2 else [],
         "gather": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
+        "all_to_all": ["ALL_TO_ALL_MESH_RANKS", "ALL_TO_ALL_BRUCK_BLOCK", "ALL_TO_ALL_MESH_MAX"],
         "scatter": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
     }.get(kind, [])
     g = globals()
@@ -219,6 +230,10 @@ def decide(kind, nbytes, size, layout=None):
         if nbytes <= REDUCE_SMALL_BYTES or size <= 2:
             return "tree"
         return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
+    if kind == "all_to_all":
+        if size > ALL_TO_ALL_MESH_MAX or size > ALL_TO_ALL_MESH_RANKS and nbytes <= ALL_TO_ALL_BRUCK_BLOCK * size:
+            return "bruck"
+        return "pairwise"
     if kind in ("gather", "scatter"):
         return "tree" if size > GATHER_LINEAR_RANKS and 0 < nbytes <= GATHER_TREE_BYTES else "linear"
     raise ValueError(f"no algorithm choice for {kind!r}")

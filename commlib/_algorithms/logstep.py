@@ -106,3 +106,33 @@ def all_reduce(n, r):
     if r < n - p:
         b.step(r + p, buf)
     return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def all_to_all(n, r):
+    """Bruck's all-to-all: 2 ceil(log2 n) peers a rank instead of the pairwise exchange's n - 1
+    (a full mesh of connections at n ranks). Units: the n blocks of X and of RES.
+
+    SCRATCH holds the blocks rotated by r (B[i] = X[(r + i) % n]: B[i] is for rank r + i). Round k
+    sends the blocks whose index has bit k set to rank r + 2^k, receiving the same indices from
+    r - 2^k (through RES: a region is never sent and received at once), so each block moves
+    2^k further in the rounds of its index's bits and B[i] ends as rank r - i's block for this
+    rank: RES[j] = B[(r - j) % n]. Contiguous runs of 2^k blocks make one step each: about n
+    steps in all, between 2 ceil(log2 n) peers, every block moved once per set bit of its index.
+    """
+    b = Builder("bruck", n)
+    b.copy((SCRATCH, 0, n - r), (X, r, n))
+    if r:
+        b.copy((SCRATCH, n - r, n), (X, 0, r))
+    k = 1
+    while k < n:
+        dst, src = (r + k) % n, (r - k) % n
+        for i in range(k, n, 2 * k):
+            hi = min(i + k, n)
+            b.step(dst, (SCRATCH, i, hi), src, (RES, i, hi))
+            b.copy((SCRATCH, i, hi), (RES, i, hi))
+        k <<= 1
+    for j in range(n):
+        i = (r - j) % n
+        b.copy((RES, j, j + 1), (SCRATCH, i, i + 1))
+    return b.plan()

@@ -389,7 +389,11 @@ def _all_to_all(g, x, split_axis=0, concat_axis=0):
         recv[...] = send
     else:
         o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
-        o.run(pairwise.all_to_all(n, g._rank), slots(_addr(send), _addr(recv)), even(n * send[0].size, a.itemsize))
+        if choose("all_to_all", send.nbytes, n) == "bruck":
+            plan, scratch = logstep.all_to_all(n, g._rank), g.scratch(send.nbytes)
+        else:
+            plan, scratch = pairwise.all_to_all(n, g._rank), 0
+        o.run(plan, slots(_addr(send), _addr(recv), scratch), even(n * send[0].size, a.itemsize))
     if concat_axis == 0:
         return recv.reshape((n * block[0],) + block[1:])
     return np.concatenate(recv, axis=concat_axis)

@@ -28,6 +28,17 @@ def test_broadcast_and_reduce_beyond_eight_ranks(assert_ranks_ok, run):
     assert_ranks_ok(run(10, "collectives.py", "rooted", timeout=220), 10, "broadcast and reduce at 10 ranks")
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("n,algo", [(2, "pairwise"), (3, "pairwise"), (4, "pairwise"), (2, "bruck"), (3, "bruck"),
+                                    (4, "bruck"), (10, "bruck")])
+def test_all_to_all_forced_algorithm(algo, n, assert_ranks_ok, run):
+    """Every dtype, empty to multi-chunk blocks, other axes and iall_to_all, with the algorithm forced
+    (by default Bruck's, which needs no full mesh, beyond 64 ranks for blocks up to 1 KiB and beyond 512
+    at any size)."""
+    assert_ranks_ok(run(n, "collectives.py", "a2a", env={"COMMLIB_ALGO_ALL_TO_ALL": algo}, timeout=220), n,
+                    f"all_to_all with COMMLIB_ALGO_ALL_TO_ALL={algo}")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
 @pytest.mark.parametrize("algo", ["linear", "tree"])

@@ -617,3 +617,36 @@ def test_gather_and_scatter_take_the_binomial_tree_beyond_eight_ranks(monkeypatc
     monkeypatch.setenv("COMMLIB_ALGO_GATHER", "tree")
     monkeypatch.setattr("commlib._algorithms._forced", {})
     assert _algorithms.choose("gather", 8, 2) == "tree"
+
+
+@pytest.mark.parametrize("size", SIZES + [13, 16, 17, 33])
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_bruck_all_to_all_without_a_full_mesh(size, count):
+    """Block j of rank r's X lands in block r of rank j's RES, as the pairwise exchange does, with at
+    most 2 ceil(log2 n) peers a rank."""
+    xs = [np.arange(size * count, dtype=np.float64) + 1000 * r for r in range(size)]
+
+    def body(f):
+        plan = logstep.all_to_all(size, f.rank)
+        out = np.full(size * count, np.nan)
+        f.run(plan, {X: xs[f.rank].copy(), RES: out, SCRATCH: np.full(size * count, np.nan)},
+              bounds(size * count, 8, size))
+        return out, plan
+
+    res, _ = run_ranks(size, body)
+    for r, (out, plan) in enumerate(res):
+        want = np.concatenate([xs[j][r * count:(r + 1) * count] for j in range(size)]) if count else out
+        np.testing.assert_array_equal(out, want, err_msg=f"rank {r}")
+        assert len(plan.peers) <= 2 * (size - 1).bit_length()
+
+
+def test_all_to_all_avoids_a_full_mesh_at_scale(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_TO_ALL", raising=False)
+    A = _algorithms
+    assert A.choose("all_to_all", 1 << 20, 4) == "pairwise"
+    assert A.choose("all_to_all", 8 * 64, 64) == "pairwise"  # a mesh of 63 is fine
+    assert A.choose("all_to_all", A.ALL_TO_ALL_BRUCK_BLOCK * 65, 65) == "bruck"
+    assert A.choose("all_to_all", A.ALL_TO_ALL_BRUCK_BLOCK * 65 + 1, 65) == "pairwise"
+    assert A.choose("all_to_all", 64 << 20, 513) == "bruck"  # beyond 512 ranks at any size
+    assert "ALL_TO_ALL_MESH_MAX" in A._why("all_to_all", "bruck", 8, 1000)

@@ -6,6 +6,7 @@ usage: collectives.py SEED MODE
   MODE rooted - large broadcasts and reduces to every root (the tree or chain chosen by default),
                gather and scatter to and from every root
   MODE gs     - gather and scatter only (for jobs run with COMMLIB_ALGO_GATHER/SCATTER forced)
+  MODE a2a    - all_to_all only (for jobs run with COMMLIB_ALGO_ALL_TO_ALL forced)
 """
 import array
 import time
@@ -183,6 +184,21 @@ def gather_scatter_checks():
             c.equal(got, np.stack(zero_d), f"gather 0-d root={root}", record=False)
 
 
+def all_to_all_checks():
+    """all_to_all of every dtype, empty to multi-chunk blocks, other axes, and the i-variant."""
+    for dt in DTYPES:
+        for per in (0, 1, 3, 20000):  # rows of a block (2 columns)
+            xs = inputs(("a2a", dname(dt), per), dt, (n * per, 2))
+            want = np.concatenate([xs[j][me * per:(me + 1) * per] for j in range(n)])
+            c.equal(cl.all_to_all(xs[me]), want, f"all_to_all {dname(dt)} {per} rows a block", record=False)
+    xs = inputs(("a2a-axes",), F32, (3, 2 * n))
+    want = np.concatenate([np.split(xs[j], n, axis=1)[me] for j in range(n)], axis=1)
+    c.equal(cl.all_to_all(xs[me], split_axis=1, concat_axis=1), want, "all_to_all axes 1, 1", record=False)
+    xs = inputs(("a2a-i",), I32, (4 * n,))
+    want = np.concatenate([xs[j][4 * me:4 * me + 4] for j in range(n)])
+    c.equal(cl.iall_to_all(xs[me]).wait(), want, "iall_to_all", record=False)
+
+
 def barrier_checks():
     for order in ("rank", "reversed"):
         k = me if order == "rank" else n - 1 - me
@@ -212,6 +228,8 @@ elif mode == "rooted":
     gather_scatter_checks()
 elif mode == "gs":
     gather_scatter_checks()
+elif mode == "a2a":
+    all_to_all_checks()
 elif mode == "rs":
     reduce_scatter_checks()
 else:
