@@ -169,7 +169,7 @@ def subtree(v, n):
 
 def _children(v, n):
     """(child, its subtree's end) of relative rank v, smallest subtree first."""
-    lo, hi = subtree(v, n)
+    hi = subtree(v, n)[1]
     mask, out = 1, []
     while v + mask < hi:
         out.append((v + mask, min(v + 2 * mask, n)))

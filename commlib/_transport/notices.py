@@ -23,7 +23,6 @@ from .._rendezvous.framing import unpack_peers, unpack_ranks
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
 EXIT_GRACE_S = 2.0  # how long a peer whose program ended waits for that process's exit status
-_log = logging.getLogger("commlib")
 STALL_EACH = 16  # up to this many other ranks, a stall report gives each its own line
 _SILENT = "no answer (stopped, or holding the GIL?)"
 _ERRORS = {"MismatchError": MismatchError, "CommTimeout": CommTimeout, "PeerLost": PeerLost}
@@ -73,7 +72,7 @@ class Notices:
         try:
             return unpack_ranks(msg["ranks"], self._limit()) if "ranks" in msg else [peer]
         except ValueError:
-            _log.warning("commlib rank %s: malformed %r notice from the coordinator", self.rank, msg.get("kind"))
+            log.warning("commlib rank %s: malformed %r notice from the coordinator", self.rank, msg.get("kind"))
             return [peer]
 
     def on_notice(self, msg):
@@ -290,7 +289,7 @@ class Notices:
                 answered.update(zip(ranks, ((state, p) for p in peers)))
             omitted.update(unpack_ranks((census or {}).get("omitted", []), size))
         except ValueError as e:  # a malformed census: report what was read, and that
-            _log.warning("commlib rank %s: malformed census from the coordinator (%s)", self.rank, e)
+            log.warning("commlib rank %s: malformed census from the coordinator (%s)", self.rank, e)
         others = [r for r in range(size) if r != self.rank]
         each = len(others) <= STALL_EACH
         groups = {}  # key -> [(rank, the rank it waits on)], in rank order

@@ -196,3 +196,26 @@ def test_too_many_ranks_for_the_open_file_limit_is_refused_up_front(commrun):
     assert r.returncode == 1 and time.monotonic() - t0 < 30, (r.returncode, r.stderr[-2000:])
     assert "600 ranks need at least 1,264 file descriptors" in r.stderr and "the limit is 1,024" in r.stderr
     assert not (commrun.cwd / "started").exists()
+
+
+def test_exec_ranks_share_a_pipe_under_a_low_open_file_limit(commrun):
+    """The same fallback for exec'd ranks (Popen's stderr=STDOUT): 6 ranks under a limit of 80, which
+    fits 2 descriptors a rank and commrun's own but not 3 a rank."""
+    script = commrun.script("few.py", """
+        import sys
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        print(f"err {g.rank()}", file=sys.stderr)
+        print(f"sum {int(cl.all_reduce(np.array([1]))[0])}")
+    """)
+
+    def limit_80():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (80, 80))
+
+    r = subprocess.run(commrun.argv(["-n", 6, script]), env=commrun.env, cwd=commrun.cwd, capture_output=True,
+                       text=True, timeout=120, preexec_fn=limit_80)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "each rank's stderr goes to its stdout" in r.stderr
+    lines = by_rank(r.stdout)
+    assert sorted(lines) == list(range(6)) and all(sorted(v) == [f"err {k}", "sum 6"] for k, v in lines.items()), lines
