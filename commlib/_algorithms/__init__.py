@@ -132,14 +132,20 @@ class HostLayout:
     def of(cls, host_ids):
         """The layout of ranks on hosts `host_ids` (one per group rank, any hashable values), or None
         where a flat schedule is as good: every rank on one host, or each on its own."""
-        number = {}
-        hosts = [number.setdefault(h, len(number)) for h in host_ids]
-        if len(number) < 2 or len(number) == len(hosts):
-            return None
-        return cls(hosts)
+        return host_layout(host_ids)[1]
 
     def __repr__(self):
         return f"HostLayout({self.nhosts} hosts, {'equal' if self.equal else 'unequal'}, {len(self.hosts)} ranks)"
+
+
+def host_layout(host_ids):
+    """(numbers, layout) of ranks on hosts `host_ids` (one per group rank, any hashable values): each
+    rank's host numbered 0, 1, ... in order of first appearance, and their HostLayout (None where a
+    flat schedule is as good: every rank on one host, or each on its own)."""
+    number = {}
+    numbers = tuple(number.setdefault(h, len(number)) for h in host_ids)
+    flat = len(number) < 2 or len(number) == len(numbers)
+    return numbers, None if flat else HostLayout(numbers)
 
 
 _forced = {}  # kind -> COMMLIB_ALGO_<KIND> value, read once per process

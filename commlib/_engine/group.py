@@ -154,24 +154,20 @@ class Group:
         appearance (from the address table), and their `_algorithms.HostLayout` (None where a flat
         schedule is as good: one host, or one rank a host). Computed once."""
         if self._hosts is None:
-            from .._algorithms import HostLayout
+            from .._algorithms import host_layout
 
             if self._ep is None:
                 ids = [0] * self._size
             else:
                 table = self._ep.table
                 ids = [table[r].get("host_id", ("rank", r)) for r in self.world]  # (none: a host of its own)
-            number = {}
-            numbers = tuple(number.setdefault(h, len(number)) for h in ids)
-            self._hosts = numbers, HostLayout.of(numbers)
+            self._hosts = host_layout(ids)
         return self._hosts
 
     def _local(self):
-        if self._ep is None:
-            return 0, 1
-        table, me = self._ep.table, self.world[self._rank]
-        here = [r for r in self.world if table[r]["host_id"] == table[me]["host_id"]]
-        return here.index(me), len(here)
+        numbers = self.hosts()[0]
+        here = [k for k, h in enumerate(numbers) if h == numbers[self._rank]]
+        return here.index(self._rank), len(here)
 
     def __repr__(self):
         return f"<commlib.Group rank {self._rank} of {self._size}>"
