@@ -159,9 +159,10 @@ def tasks_per_node(value):
     return counts
 
 
-# How commrun starts a rank on a node of the Slurm allocation it runs in: one job step of one task
-# there, sharing the allocation's CPUs with the other ranks' steps (--overlap), ended by Slurm if
-# the task fails (--kill-on-bad-exit) and by commrun's signals otherwise (srun forwards them).
+# How commrun starts a node's agent (which starts the node's ranks) in the Slurm allocation it runs
+# in, and MPI.Spawn a child: one job step of one task there, sharing the allocation's CPUs with the
+# other steps (--overlap), ended by Slurm if the task fails (--kill-on-bad-exit) and by commrun's
+# signals or orders otherwise (srun forwards signals and stdin).
 SRUN_RSH = "srun --overlap --nodes=1 --ntasks=1 --nodelist={host} --kill-on-bad-exit=1 --mpi=none --quiet"
 
 

@@ -10,7 +10,7 @@ from commlib._hosts import route_address
 from commlib._transport.limits import raise_fd_limit
 from commlib._transport.seal import enabled as seal_enabled
 
-from . import __version__, hosts, spawn, supervise, tracefetch
+from . import __version__, hostagents, hosts, spawn, supervise, tracefetch
 
 EPILOG = """\b
 Examples:
@@ -231,6 +231,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
 
     def setup(ranks, address, secret):
         master = spawn.master_vars(ranks[0], address, os.environ, spans_hosts=bool(remote))  # torch's env:// works
+        by_host = {}  # remote host -> [(Rank, its variables)]
         for rank in ranks:
             env = spawn.job_vars(rank.rank, len(ranks), rank.local_rank, rank.local_size, address, secret)
             env.update(master)
@@ -242,7 +243,14 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 env = {**spawn.forwarded_env(), **env}
                 if trace_dir is not None:  # that host's own directory of the same name, fetched at the end
                     env["COMMLIB_TRACE"] = tracefetch.remote_dir(trace_dir, remote_hosts.index(rank.host))
-                rank.argv = spawn.remote_argv(rsh, rank.host, argv, env, os.getcwd())
+                rank.argv = argv
+                by_host.setdefault(rank.host, []).append((rank, env))
+        for host, members in by_host.items():  # one remote shell per host: its agent starts the host's ranks
+            agent = hostagents.HostAgent(host, rsh, os.getcwd(), argv, members,
+                                         stdin_rank=0 if ranks[0].host == host and not ranks[0].local else None,
+                                         grace=grace)
+            for rank, _ in members:
+                rank.agent = agent
 
     remote_hosts = list(dict.fromkeys(remote))
     trace_dir = None

@@ -32,9 +32,10 @@ class Rank:
     env: dict = None  # the whole environment for local ranks, None for remote ones
     proc: subprocess.Popen = None  # or a Forked
     forked: tuple = None  # (module, program) when the rank is forked from commrun (--fork)
+    agent: object = None  # hostagents.HostAgent: what starts a remote rank on its host
 
     def describe(self):
-        pid = self.proc.pid if self.proc else "?"
+        pid = self.proc.pid if self.proc and self.proc.pid is not None else "?"
         return f"rank {self.rank} (pid {pid})" if self.local else f"rank {self.rank} (host {self.host}, pid {pid})"
 
 

@@ -14,6 +14,7 @@ import time
 
 from commlib._debug import STACK_SIGNAL
 
+from . import agent as agent_wire
 from . import spawn
 
 TIMEOUT_EXIT = 124
@@ -162,6 +163,9 @@ def _catches(pid, sig):
 
 
 def _signal_group(rank, sig):
+    if rank.agent is not None:  # on another host: its agent signals it
+        rank.proc.signal_group(sig)
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(rank.proc.pid, sig)
 
@@ -186,11 +190,20 @@ class _Job:
     def watch(self, rank, tag_output):
         self.live.append(rank)
         prefix = f"[{rank.rank}] ".encode() if tag_output else b""
+        if rank.agent is not None:  # its output comes through its agent's stream
+            rank.agent.streams[rank.rank] = (_Stream(prefix, sys.stdout.buffer), _Stream(prefix, sys.stderr.buffer))
+            return
         for pipe, sink in ((rank.proc.stdout, sys.stdout.buffer), (rank.proc.stderr, sys.stderr.buffer)):
             if pipe is None:  # stderr merged into stdout (short of file descriptors)
                 continue
             self.sel.register(pipe.fileno(), selectors.EVENT_READ, (rank.rank, _Stream(prefix, sink)))
             self.fds.setdefault(rank.rank, []).append(pipe.fileno())
+
+    def watch_agent(self, agent, tag_output):
+        """A host's agent: its frames (every rank's output and exit) and its own stderr, tagged by host."""
+        self.sel.register(agent.proc.stdout.fileno(), selectors.EVENT_READ, (None, agent))
+        prefix = f"[{agent.host}] ".encode() if tag_output else b""
+        self.sel.register(agent.proc.stderr.fileno(), selectors.EVENT_READ, (None, _Stream(prefix, sys.stderr.buffer)))
 
     def read(self, fd, stream):
         data = os.read(fd, 65536)
@@ -213,7 +226,10 @@ class _Job:
         self.blame_by = None  # stopped (a signal, the timeout): the result is this one
         asked = False
         for rank in self.live:
-            if sig == signal.SIGABRT:  # the rank itself dumps its stacks
+            if sig == signal.SIGABRT and rank.agent is not None:  # its agent asks it, as below
+                rank.proc.ask_stacks(sig)
+                asked = True
+            elif sig == signal.SIGABRT:  # the rank itself dumps its stacks
                 catches = _catches(rank.proc.pid, STACK_SIGNAL)
                 asked = asked or catches
                 with contextlib.suppress(ProcessLookupError):
@@ -243,6 +259,7 @@ class _Job:
                 continue
             self.live.remove(rank)
             code, words = exit_status(rank.proc.returncode)
+            words = getattr(rank.proc, "words", None) or words  # a rank lost with its host's agent
             self.coordinator.notify_died(rank.rank, code, words)
             self.exited[rank.rank] = (code, words, rank, time.monotonic())
             if code != 0 and not self.stopping and self.blame_by is None:
@@ -314,12 +331,14 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
     except OSError as e:  # e.g. --coordinator-host is not an address of this machine
         say(f"cannot start the coordinator on {coordinator_host}: {e}")
         return 1
-    merged = _merge_outputs(len(ranks))
+    setup(ranks, coordinator.address, secret)
+    # each rank here holds pipes; the ranks of another host share its agent's (and hold none here)
+    merged = _merge_outputs(sum(rank.agent is None for rank in ranks) + len({id(r.agent) for r in ranks if r.agent}))
     if merged is None:
         coordinator.close()
         return 1
-    setup(ranks, coordinator.address, secret)
     job = _Job(ranks, coordinator, timeout, grace)
+    agents = []  # hostagents.HostAgent started
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
         os.set_blocking(fd, False)
@@ -331,14 +350,27 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
         stdin0, relay_w = _stdin_for_rank0()
         for rank in ranks:
             try:
-                spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL, merged)
+                if rank.agent is None:
+                    spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL, merged)
+                else:  # a remote rank: its host's agent (started with the host's first rank) starts it
+                    if rank.agent.proc is None:
+                        agents.append(rank.agent)
+                        rank.agent.start()
+                        job.watch_agent(rank.agent, tag_output)
+                    rank.proc = rank.agent.procs[rank.rank]
             except OSError as e:
-                say(f"cannot start rank {rank.rank} ({rank.argv[0]}): {e}")
+                say(f"cannot start rank {rank.rank} ({(rank.agent.argv if rank.agent else rank.argv)[0]}): {e}")
                 job.stop(signal.SIGKILL, 127 if isinstance(e, FileNotFoundError) else 1)
                 break
             job.watch(rank, tag_output)
+        if ranks[0].agent is not None and ranks[0].agent.proc is not None:  # rank 0's stdin, relayed by frames
+            if stdin0 == subprocess.DEVNULL:
+                ranks[0].agent.order(agent_wire.STDIN_EOF, 0)
+            else:
+                threading.Thread(target=ranks[0].agent.relay_stdin, args=(stdin0,), daemon=True).start()
         if relay_w is not None:
-            os.close(stdin0)
+            if ranks[0].agent is None:
+                os.close(stdin0)
             threading.Thread(target=_relay, args=(sys.stdin.fileno(), relay_w), daemon=True).start()
         coordinator.start()  # threads only now: ranks are forked from a single-threaded process
         drain_until = None
@@ -365,6 +397,10 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
             if rank.proc is not None and rank.proc.poll() is None:
                 _signal_group(rank, signal.SIGKILL)
                 rank.proc.wait()
+        for agent in agents:
+            agent.close()
+            for pipe in (agent.proc.stdout, agent.proc.stderr):
+                pipe.close()
         for key in list(job.sel.get_map().values()):
             if key.data is not None:
                 key.data[1].finish()

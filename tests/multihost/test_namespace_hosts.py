@@ -69,6 +69,58 @@ def test_all_reduce_across_hosts_runs_the_host_aware_schedule(layout, algo, subn
         assert big == {algo}, (r, chosen)
 
 
+def _counting_shell(tmp_path):
+    """A remote shell into namespace hosts that logs each host it is asked for and the pid it
+    becomes (the agent's). (Not named *rsh/*ssh: commrun would take it for ssh.)"""
+    log, stub = tmp_path / "shells.log", tmp_path / "nsshell"
+    stub.write_text(f'#!/bin/sh\nhost=$1\nshift\necho "$host $$" >> {log}\nexec ip netns exec "$host" "$@"\n')
+    stub.chmod(0o755)
+    return f"{stub} {{host}}", lambda: [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
+    """8 namespace hosts x 2 ranks: one remote shell (one agent) a host starts the job, the
+    host-aware all_reduce is right on all 16 ranks; then, in a second job, one host's agent is
+    killed mid-job: every other rank fails naming a lost rank, and nothing is left behind."""
+    with Fabric(8, "10.236.16") as fab:
+        rsh, shells = _counting_shell(tmp_path)
+        hosts = ",".join(f"{h}:2" for h in fab.hosts)
+        argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", rsh,
+                "--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py")]
+        env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"))
+        rc, out, err, _ = run_job(argv, env, timeout=280)
+        assert rc == 0 and _ok_ranks(out) == list(range(16)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        assert sorted(h for h, _ in shells()) == sorted(fab.hosts)  # 8 remote shells for 16 ranks
+        for r in range(16):
+            assert f"rank {r}: " in out and re.search(r"of \d+ B on 16 ranks: rails", (tmp_path / f"r{r}.log").read_text())
+
+        (tmp_path / "shells.log").unlink()
+        marker = f"agents-{fab.tag}"
+        argv[argv.index(os.path.join(CASES, "hosted_all_reduce.py"))] = os.path.join(CASES, "collective_loop.py")
+        job = Job(argv + [marker], base_env(COMMLIB_TIMEOUT=30))
+        try:
+            running = job.wait_for(lambda lines: len({ln for ln in lines if "looping" in ln}) == 16, 200)
+            assert running, job.output()
+            agent = int(dict(shells())[fab.hosts[5]])
+            os.kill(agent, 9)
+            killed = time.monotonic()
+            rc = job.finish(120)
+            took = time.monotonic() - killed
+        finally:
+            job.kill()
+        out = job.output()
+        assert rc != 0, out
+        assert re.search(rf"rank 1[01] \(host {fab.hosts[5]}, pid \d+\) was lost: its host's agent on "
+                         rf"{fab.hosts[5]} was killed by SIGKILL", out), out
+        for r in set(range(16)) - {10, 11}:
+            m = re.search(rf"rank {r}: caught (PeerLost|CommTimeout): (.*)", out)
+            assert m, (r, out)
+        assert took < 30, (took, out)
+        time.sleep(1.0)
+        assert leftovers(marker) == [], leftovers(marker)
+        assert [pid for _, pid in shells() if os.path.exists(f"/proc/{pid}")] == []
+
+
 def test_host_with_two_interfaces_routed_choice_and_ifname():
     with Fabric(3, "10.236.2") as fab:
         fab.dead_end(2, "mgmt0", "10.236.99.3/24")  # host 2: a second interface that reaches nothing

@@ -169,7 +169,7 @@ def test_scancel_ends_the_job(cluster, launch):
     if launch == "srun":
         assert re.search(rf"STEP {jid}\.0 ON sn\d CANCELLED", out), out
     else:
-        assert re.search(r"commrun: rank \d .*(signal|exited)", out), out
+        assert re.search(r"commrun: rank \d .*(killed by|exited)", out), out
     assert cluster.wait_gone(30) == [], cluster.processes()
     assert leftovers(marker) == []
 

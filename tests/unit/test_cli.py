@@ -84,20 +84,29 @@ def test_hosts_place_ranks_and_start_remote_ones_over_rsh(invoke):
     assert [(r.host, r.local, r.local_rank, r.local_size) for r in ranks] == [
         ("localhost", True, 0, 1), ("nodeb", False, 0, 2), ("nodeb", False, 1, 2)]
     assert options["coordinator_host"] == "10.1.0.1"
-    argv = ranks[2].argv
+    agent = ranks[1].agent  # one remote shell for the host, running its agent, which starts both ranks
+    assert agent is ranks[2].agent and ranks[0].agent is None
+    argv = agent.argv
     assert argv[:6] == ["ip", "netns", "exec", "nodeb", "sh", "-c"]
     assert f"cd {os.getcwd()} && exec env " in argv[6]
-    assert "COMMLIB_RANK=2 " in argv[6] and "COMMLIB_LOCAL_RANK=1 " in argv[6]
-    assert argv[6].endswith(f"{sys.executable} script.py 'a b'")
+    assert argv[6].endswith(f"{sys.executable} -m commrun.agent")
+    assert "COMMLIB_" not in argv[6]  # the job's variables (its secret among them) go on the agent's stdin
+    spec = agent.spec
+    assert spec["argv"] == [sys.executable, "script.py", "a b"]
+    assert [(e["rank"], e["local_rank"], e["local_size"]) for e in spec["ranks"]] == [(1, 0, 2), (2, 1, 2)]
+    assert [e["env"]["COMMLIB_RANK"] for e in spec["ranks"]] == ["1", "2"]
+    assert [e["env"]["COMMLIB_LOCAL_RANK"] for e in spec["ranks"]] == ["0", "1"]
+    assert spec["env"]["COMMLIB_COORDINATOR"] == "127.0.0.1:4242" and len(spec["env"]["COMMLIB_SECRET"]) == 64
 
 
 def test_rsh_from_the_environment_and_ssh_style(invoke):
     _, (ranks, _) = invoke("--hosts", "nodeb", "--coordinator-host", "1.2.3.4", "script.py",
                            env={"COMMLIB_RSH": "ssh -p 2222 {host}"})
-    argv = ranks[0].argv
+    argv = ranks[0].agent.argv
     assert argv[:4] == ["ssh", "-p", "2222", "nodeb"] and len(argv) == 5  # one string for the remote shell
-    assert "COMMLIB_COORDINATOR=127.0.0.1:4242" in argv[4]
-    assert "'COMMLIB_RSH=ssh -p 2222 {host}'" in argv[4]  # MPI.Spawn on that rank starts children the same way
+    env = ranks[0].agent.spec["env"]
+    assert env["COMMLIB_COORDINATOR"] == "127.0.0.1:4242"
+    assert env["COMMLIB_RSH"] == "ssh -p 2222 {host}"  # MPI.Spawn on that rank starts children the same way
 
 
 def test_inside_a_slurm_allocation_ranks_go_to_its_nodes_by_srun(invoke):
@@ -105,14 +114,14 @@ def test_inside_a_slurm_allocation_ranks_go_to_its_nodes_by_srun(invoke):
     result, (ranks, _) = invoke("-v", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
     assert [(r.host, r.local, r.local_rank, r.local_size) for r in ranks] == [
         ("localhost", True, 0, 1), ("nodeb", False, 0, 2), ("nodeb", False, 1, 2)]
-    assert ranks[1].argv[:9] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=nodeb",
-                                 "--kill-on-bad-exit=1", "--mpi=none", "--quiet", "sh"]
+    assert ranks[1].agent.argv[:9] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=nodeb",
+                                       "--kill-on-bad-exit=1", "--mpi=none", "--quiet", "sh"]
     assert "commrun: Slurm job 41: localhost:1, nodeb:2; ranks on other nodes started by `srun" in result.output
     _, (ranks, _) = invoke("-n", "2", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
     assert [r.host for r in ranks] == ["localhost", "nodeb"]  # -n fills the allocation's slots in order
     # the user's --rsh and --hosts win over the allocation's
     _, (ranks, _) = invoke("--rsh", "ip netns exec {host}", "--coordinator-host", "10.1.0.1", "script.py", env=alloc)
-    assert ranks[1].argv[:4] == ["ip", "netns", "exec", "nodeb"]
+    assert ranks[1].agent.argv[:4] == ["ip", "netns", "exec", "nodeb"]
     _, (ranks, _) = invoke("--hosts", "localhost:2", "script.py", env=alloc)
     assert [(r.host, r.local) for r in ranks] == [("localhost", True)] * 2
 

@@ -1,0 +1,281 @@
+"""One agent per remote host: commrun starts it with one remote-shell command, and it starts and
+watches that host's ranks.
+
+commrun used to run one ssh (or srun, or `ip netns exec`) per remote rank: 10,000 ranks meant
+10,000 ssh clients, and sshd refuses bursts beyond its MaxStartups. Now each host gets one
+remote shell running `python -m commrun.agent`, which
+
+- reads its orders from stdin (one SPEC frame: the program, the environment common to the host's
+  ranks, and each rank's own variables; the job's secret travels here, never on a command line);
+- starts the host's ranks, each in its own process group with a parent-death signal, so that an
+  agent killed outright takes its ranks with it;
+- carries each rank's stdout and stderr back as frames on its stdout (commrun tags them as it
+  tags a local rank's lines), then the rank's exit status once its output is all sent;
+- takes signals (SIGINT, SIGTERM, SIGKILL, the stack-dump request on --timeout) and rank 0's
+  stdin from commrun as frames on its stdin;
+- on stdin's end (commrun gone, or the connection lost) stops its ranks: SIGTERM, then SIGKILL
+  after the grace period; so does SIGTERM, SIGHUP or SIGINT sent to the agent itself.
+
+A frame is a header (kind: 1 byte, rank: int32, length: uint32, big-endian) and `length` bytes.
+The agent imports nothing of commlib that its ranks would not (spawn's rank start and the
+parent-death signal are shared with commrun's own).
+"""
+import contextlib
+import json
+import os
+import resource
+import selectors
+import signal
+import struct
+import subprocess
+import time
+
+from commlib._debug import STACK_SIGNAL
+
+HEADER = struct.Struct("!BiI")
+MAX_FRAME = 1 << 26  # a SPEC frame carries environments: generous, but bounded
+
+# agent -> commrun
+OUT, ERR, STARTED, EXITED, FAILED = 1, 2, 3, 4, 5
+# commrun -> agent
+SPEC, SIGNAL, STACKS, STDIN, STDIN_EOF = 16, 17, 18, 19, 20
+ALL = -1  # the rank field of a frame meant for every rank of the host
+
+
+
+def frame(kind, rank, payload=b""):
+    return HEADER.pack(kind, rank, len(payload)) + payload
+
+
+class Frames:
+    """Incremental reader of frames from a byte stream."""
+
+    def __init__(self):
+        self.buf = bytearray()
+
+    def feed(self, data):
+        """The complete frames in `data` (with what came before), as (kind, rank, payload)."""
+        self.buf += data
+        out, at = [], 0
+        while len(self.buf) - at >= HEADER.size:
+            kind, rank, length = HEADER.unpack_from(self.buf, at)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes (kind {kind}): not a commrun agent stream")
+            if len(self.buf) - at - HEADER.size < length:
+                break
+            start = at + HEADER.size
+            out.append((kind, rank, bytes(self.buf[start:start + length])))
+            at = start + length
+        del self.buf[:at]
+        return out
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            selectors.DefaultSelector().select(0.05)  # commrun reads: it will drain
+
+
+def _catches(pid, sig):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+class Agent:
+    def __init__(self, spec, out_fd=1, in_fd=0):
+        self.spec, self.out_fd, self.in_fd = spec, out_fd, in_fd
+        self.procs = {}  # rank -> Popen, while it runs or its output is still being read
+        self.pipes = {}  # fd -> (rank, kind)
+        self.stdin_w = None  # rank 0's stdin, where this host runs it and commrun relays its own
+        self.sel = selectors.DefaultSelector()
+        self.frames = Frames()
+        self.kill_at = None
+        self.grace = float(spec.get("grace", 3.0))
+
+    def send(self, kind, rank, payload=b""):
+        if self.out_fd is None:  # commrun no longer reads: the ranks are being stopped
+            return
+        try:
+            _write_all(self.out_fd, frame(kind, rank, payload))
+        except BrokenPipeError:
+            self.out_fd = None
+            self.stop_all()
+
+    def start(self):
+        from . import spawn  # the same start (own group, parent-death signal) as commrun's local ranks
+
+        common = {**os.environ, **self.spec["env"]}
+        for entry in self.spec["ranks"]:
+            r = entry["rank"]
+            rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True,
+                              argv=self.spec["argv"], env={**common, **entry["env"]})
+            stdin = subprocess.PIPE if r == self.spec.get("stdin_rank") else subprocess.DEVNULL
+            try:
+                proc = spawn.start(rank, stdin)
+            except OSError as e:
+                self.send(FAILED, r, f"cannot start rank {r} ({rank.argv[0]}): {e}".encode())
+                continue
+            if proc.stdin is not None:
+                self.stdin_w = proc.stdin.fileno()
+            self.procs[r] = proc
+            for kind, pipe in ((OUT, proc.stdout), (ERR, proc.stderr)):
+                os.set_blocking(pipe.fileno(), False)
+                self.pipes[pipe.fileno()] = (r, kind)
+                self.sel.register(pipe.fileno(), selectors.EVENT_READ, (r, kind))
+            self.send(STARTED, r, str(proc.pid).encode())
+
+    def read_pipe(self, fd):
+        r, kind = self.pipes[fd]
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if data:
+            self.send(kind, r, data)
+            return True
+        self.sel.unregister(fd)
+        del self.pipes[fd]
+        os.close(fd)
+        return False
+
+    def drain(self, r):
+        for fd, (rr, _) in list(self.pipes.items()):
+            while rr == r and fd in self.pipes and _readable(fd) and self.read_pipe(fd):
+                pass
+
+    def reap(self):
+        for r, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            self.drain(r)  # what the rank wrote goes out before its exit status
+            for fd, (rr, _) in list(self.pipes.items()):
+                if rr == r:  # held open by something the rank started: it is the rank's no longer
+                    self.sel.unregister(fd)
+                    del self.pipes[fd]
+                    os.close(fd)
+            del self.procs[r]
+            self.send(EXITED, r, str(proc.returncode).encode())
+
+    def signal(self, r, sig, stacks=False):
+        targets = self.procs.items() if r == ALL else [(r, self.procs[r])] if r in self.procs else []
+        for _, proc in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if stacks:
+                    os.kill(proc.pid, STACK_SIGNAL if _catches(proc.pid, STACK_SIGNAL) else sig)
+                else:
+                    os.killpg(proc.pid, sig)
+
+    def stop_all(self):
+        """commrun is gone: stop the ranks, then kill what is left after the grace period."""
+        if self.kill_at is None:
+            self.signal(ALL, signal.SIGTERM)
+            self.kill_at = time.monotonic() + self.grace
+
+    def on_command(self, kind, r, payload):
+        if kind == SIGNAL:
+            self.signal(r, int(payload))
+        elif kind == STACKS:
+            self.signal(r, int(payload), stacks=True)
+        elif kind == STDIN and self.stdin_w is not None:
+            try:
+                _write_all(self.stdin_w, payload)
+            except OSError:  # the rank closed its stdin: what follows has no reader
+                self._close_stdin()
+        elif kind == STDIN_EOF:
+            self._close_stdin()
+
+    def _close_stdin(self):
+        if self.stdin_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.stdin_w)
+            self.stdin_w = None
+            for proc in self.procs.values():
+                if proc.stdin is not None:
+                    proc.stdin = None  # closed above; Popen must not close it again
+
+    def run(self, pending=b""):
+        """Start the ranks, then carry their output and commrun's orders (`pending`: bytes of
+        orders that came with the spec) until every rank has ended and its output is sent."""
+        wake_r, wake_w = os.pipe()
+        for fd in (wake_r, wake_w):
+            os.set_blocking(fd, False)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, lambda *_: None)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self.sel.register(wake_r, selectors.EVENT_READ, "wake")
+        os.set_blocking(self.in_fd, False)
+        self.sel.register(self.in_fd, selectors.EVENT_READ, "commrun")
+        self.start()
+        for kind, r, payload in self.frames.feed(pending):
+            self.on_command(kind, r, payload)
+        while self.procs or self.pipes:
+            timeout = 0.5 if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
+            for key, _ in self.sel.select(timeout):
+                if key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        for signum in os.read(wake_r, 512):
+                            if signum != signal.SIGCHLD:
+                                self.stop_all()
+                elif key.data == "commrun":
+                    try:
+                        data = os.read(self.in_fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if not data:
+                        self.sel.unregister(self.in_fd)
+                        self.stop_all()
+                        continue
+                    for kind, r, payload in self.frames.feed(data):
+                        self.on_command(kind, r, payload)
+                else:
+                    self.read_pipe(key.fd)
+            self.reap()
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                self.signal(ALL, signal.SIGKILL)
+                self.kill_at = time.monotonic() + 1.0
+
+
+def _readable(fd):
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(fd, selectors.EVENT_READ)
+        return bool(sel.select(0))
+    finally:
+        sel.close()
+
+
+def read_spec(fd=0):
+    """The SPEC frame, read whole from `fd` before anything else."""
+    frames = Frames()
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            raise SystemExit("commrun agent: stdin ended before the job's spec arrived")
+        got = frames.feed(data)
+        if got:
+            kind, _, payload = got[0]
+            if kind != SPEC:
+                raise SystemExit(f"commrun agent: expected the job's spec first, got a frame of kind {kind}")
+            rest = b"".join(frame(k, r, p) for k, r, p in got[1:]) + bytes(frames.buf)
+            return json.loads(payload), rest
+
+
+def main():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # two pipes a rank, as in commrun
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    spec, pending = read_spec(0)
+    Agent(spec).run(pending)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Ranks on other hosts are started by one agent per host (commrun.agent), over one remote shell.
+
+The "hosts" here are names that a logging remote shell (--rsh) runs on this machine: it records
+each host it is asked for and the pid it becomes (the agent's), then runs the command. So these
+tests count remote shells, kill agents, and check what survives, without a second machine. The
+same path across real network namespaces is in tests/multihost.
+"""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from commrun import agent as wire
+
+pytestmark = pytest.mark.timeout(90)
+
+STUB = """#!/bin/sh
+host=$1
+shift
+echo "$host $$" >> {log}
+exec "$@"
+"""
+
+
+@pytest.fixture
+def hostshell(tmp_path):
+    log = tmp_path / "shells.log"
+    stub = tmp_path / "hostshell"  # (a name ending in "rsh" or "ssh" would be taken for ssh)
+    stub.write_text(STUB.format(log=log))
+    stub.chmod(0o755)
+
+    def shells():
+        if not log.exists():
+            return []
+        return [(h, int(pid)) for h, pid in (line.split() for line in log.read_text().splitlines())]
+
+    return [f"--rsh={stub} {{host}}", "--coordinator-host=127.0.0.1"], shells
+
+
+def by_rank(stdout):
+    out = {}
+    for line in stdout.splitlines():
+        m = re.fullmatch(r"\[(\d+)\] (.*)", line)
+        assert m, f"untagged line {line!r}"
+        out.setdefault(int(m[1]), []).append(m[2])
+    return out
+
+
+def left_behind(marker):
+    return [p for p in psutil.process_iter(["cmdline"]) if any(marker in w for w in (p.info["cmdline"] or []))]
+
+
+SUM = """
+    import os, sys
+    import numpy as np
+    import commlib as cl
+    g = cl.init()
+    x = np.arange(6, dtype=np.float64) * (g.rank() + 1)
+    cl.all_reduce(x, out=x)
+    print(g.rank(), g.size(), os.environ["COMMLIB_LOCAL_RANK"], os.environ["COMMLIB_LOCAL_SIZE"],
+          *x.tolist(), flush=True)
+    print("stderr of", g.rank(), file=sys.stderr)
+"""
+
+
+def test_sixteen_hosts_take_sixteen_remote_shells(commrun, hostshell):
+    rsh, shells = hostshell
+    script = commrun.script("sum.py", SUM)
+    hosts = ",".join(f"h{i}:{1 + i % 2}" for i in range(16)) + ",localhost:2"  # 24 ranks, 16 remote hosts
+    r = commrun.run("--hosts", hosts, *rsh, script, timeout=80)
+    assert r.returncode == 0, r.stderr
+    assert sorted(h for h, _ in shells()) == sorted(f"h{i}" for i in range(16))  # one shell a host
+    out = by_rank(r.stdout)
+    n = sum(1 + i % 2 for i in range(16)) + 2
+    assert sorted(out) == list(range(n))
+    want = np.arange(6) * sum(range(1, n + 1))
+    placed = [(1 + i % 2) for i in range(16) for _ in range(1 + i % 2)] + [2, 2]
+    for rank, lines in out.items():
+        words = lines[0].split()
+        assert int(words[1]) == n and int(words[3]) == placed[rank]
+        np.testing.assert_array_equal(np.array(words[4:], dtype=float), want)
+    errs = [line for line in r.stderr.splitlines() if line.startswith("[")]
+    assert sorted(errs) == sorted(f"[{i}] stderr of {i}" for i in range(n))
+
+
+def test_remote_rank_exit_code_and_stdin(commrun, hostshell):
+    rsh, shells = hostshell
+    script = commrun.script("exit.py", """
+        import sys
+        import commlib as cl
+        g = cl.init()
+        if g.rank() == 0:
+            print("read", repr(sys.stdin.read()), flush=True)
+        cl.barrier()
+        if g.rank() == 2:
+            sys.exit(7)
+        cl.barrier()
+    """)
+    r = commrun.run("--hosts", "h1:2,h2:2", *rsh, script, input="lines\nfor rank 0\n")
+    assert r.returncode == 7, r.stderr
+    assert re.search(r"rank 2 \(host h2, pid \d+\) exited with code 7", r.stderr), r.stderr
+    assert "[0] read 'lines\\nfor rank 0\\n'" in r.stdout
+    assert len(shells()) == 2
+
+
+def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tmp_path):
+    rsh, shells = hostshell
+    marker = f"agentkill{os.getpid()}"
+    script = commrun.script(f"{marker}.py", """
+        import time
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        x = np.ones(1000)
+        print("ready", flush=True)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            cl.all_reduce(x, out=x)
+            time.sleep(0.01)
+    """)
+    shm_before = set(os.listdir("/dev/shm"))
+    proc = commrun.popen("--hosts", "localhost:1,h1:2,h2:2", *rsh, script)
+    deadline = time.monotonic() + 40
+    while len(shells()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ready = 0
+    while ready < 5 and time.monotonic() < deadline:
+        ready += proc.stdout.readline().endswith("ready\n")
+    assert ready == 5
+    agent = dict(shells())["h2"]
+    assert "commrun.agent" in " ".join(psutil.Process(agent).cmdline())
+    killed = time.monotonic()
+    os.kill(agent, signal.SIGKILL)
+    out, err = proc.communicate(timeout=40)
+    took = time.monotonic() - killed
+    assert proc.returncode != 0
+    assert took < 15, err
+    assert re.search(r"rank [34] \(host h2, pid \d+\) was lost: its host's agent on h2 was killed by SIGKILL", err), err
+    for rank in (0, 1, 2):  # every surviving rank raised, naming the lost rank
+        assert re.search(rf"\[{rank}\] .*PeerLost", err), err
+    time.sleep(0.5)
+    assert left_behind(marker) == []
+    assert set(os.listdir("/dev/shm")) <= shm_before
+
+
+def test_timeout_dumps_remote_stacks_and_interrupt_stops_agents(commrun, hostshell):
+    rsh, shells = hostshell
+    marker = f"agentstop{os.getpid()}"
+    script = commrun.script(f"{marker}.py", """
+        import time
+        import commlib as cl
+        g = cl.init()
+        cl.barrier()
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    r = commrun.run("--timeout", 5, "--hosts", "h1:1,h2:1", *rsh, script)
+    assert r.returncode == 124, r.stderr
+    for rank in (0, 1):  # the stack each remote rank printed, carried by its agent
+        assert re.search(rf"\[{rank}\]   File .*{marker}.py\", line 7", r.stderr), r.stderr
+    assert left_behind(marker) == []
+
+    proc = commrun.popen("--hosts", "h1:1,h2:1", *rsh, script)
+    assert proc.stdout.readline().endswith("ready\n")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    time.sleep(0.5)
+    assert left_behind(marker) == []
+    assert [pid for _, pid in shells() if psutil.pid_exists(pid)] == []  # the agents too
+
+
+def test_agent_stops_its_ranks_when_commrun_is_gone(tmp_path, commrun_env):
+    """The agent's orders end (commrun killed, the connection lost): its ranks are stopped."""
+    marker = f"orphan{os.getpid()}"
+    (tmp_path / f"{marker}.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    spec = {"argv": [os.sys.executable, str(tmp_path / f"{marker}.py")], "env": {}, "grace": 1.0,
+            "stdin_rank": None, "ranks": [{"rank": r, "local_rank": r, "local_size": 2, "env": {}} for r in (0, 1)]}
+    agent = subprocess.Popen([os.sys.executable, "-m", "commrun.agent"], env=commrun_env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    import json
+    agent.stdin.write(wire.frame(wire.SPEC, wire.ALL, json.dumps(spec).encode()))
+    agent.stdin.flush()
+    frames, got, said = wire.Frames(), [], {0: b"", 1: b""}
+    while any(v != b"up\n" for v in said.values()):  # (output frames split where the rank's writes did)
+        new = frames.feed(os.read(agent.stdout.fileno(), 65536))
+        got += new
+        for kind, r, payload in new:
+            if kind == wire.OUT:
+                said[r] += payload
+    agent.stdin.close()  # commrun is gone
+    rest = agent.stdout.read()
+    assert agent.wait(timeout=10) == 0
+    exits = {r: int(p) for k, r, p in got + frames.feed(rest) if k == wire.EXITED}
+    assert exits == {0: -signal.SIGTERM, 1: -signal.SIGTERM}
+    assert left_behind(marker) == []
+
+
+def test_frames_read_across_any_split_and_refuse_garbage():
+    stream = b"".join(wire.frame(k, r, p) for k, r, p in [(wire.OUT, 3, b"abc"), (wire.EXITED, -1, b""),
+                                                           (wire.ERR, 70000, bytes(range(256)) * 3)])
+    for step in (1, 2, 7, 9, 100, len(stream)):
+        frames, got = wire.Frames(), []
+        for at in range(0, len(stream), step):
+            got += frames.feed(stream[at:at + step])
+        assert got == [(wire.OUT, 3, b"abc"), (wire.EXITED, -1, b""), (wire.ERR, 70000, bytes(range(256)) * 3)]
+        assert not frames.buf
+    with pytest.raises(ValueError, match="not a commrun agent stream"):
+        wire.Frames().feed(b"SSH-2.0-OpenSSH banner text\n")
