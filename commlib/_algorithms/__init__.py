@@ -37,12 +37,25 @@ REDUCE_SMALL_BYTES = 256 << 10  # n=4: chain wins from 512 KiB; below, within no
 # 16 MiB at 1,024 ranks: tree 14.8 ms, chain 30.7; at 10,000: 20.2 and 285 (RESULTS.md, "Schedules at 1,024
 # and 10,000 ranks").
 CHAIN_BLOCK_BYTES = 32 << 10
+# ... and beyond 4 ranks, only from these sizes: on one host with a core a rank (16 cores, shared memory,
+# crossover.py, interleaved, median of 5-7) the tree's log2 n hops beat the chain's n - 1 up to about
+# 1 MiB for broadcast (tree / chain time at n=8 and 16: 256-512 KiB 0.44-0.66, 1 MiB 0.95-1.16, 2 MiB 1.25-1.35,
+# 4 MiB 1.42-1.62) and 2 MiB for reduce (512 KiB-2 MiB 0.39-0.95; 4 MiB 0.88-1.15 at n=8, 1.11-1.15 at n=16).
+# Up to 4 ranks the chain starts above BROADCAST_SMALL_BYTES / REDUCE_SMALL_BYTES, as measured there.
+BROADCAST_CHAIN_BYTES = 1 << 20
+REDUCE_CHAIN_BYTES = 4 << 20
 # gather and scatter (nbytes: the whole gathered / scattered buffer) beyond this many ranks: the binomial tree
-# (log2 n rounds, a subtree's blocks in one message) instead of the root's n - 1 exchanges, up to
-# GATHER_TREE_BYTES (inner ranks hold their subtree's blocks: up to half of it). Alpha-beta model
-# (benchmarks/schedule_model.py --kinds gather,scatter): 64 ranks 8 KiB-64 MiB tree 0.06-0.92x the linear
-# time, 1,024 ranks 0.007-0.35x; at 16 ranks 0.29-1.0x.
+# (log2 n rounds, a subtree's blocks in one message) instead of the root's n - 1 exchanges, where each
+# rank's block is at most GATHER_TREE_BLOCK bytes: measured on one host with a core a rank (16 cores, shared
+# memory, crossover.py, median of 5), tree / linear time at n=12 and 16 is 0.75-0.92 for blocks up to 4 KiB,
+# 0.95-1.02 at 8 KiB and 1.1-1.6 from 16 KiB: the root takes the same bytes either way, and the tree adds
+# a copy at every inner rank. Beyond GATHER_TREE_MODEL_RANKS (more ranks than one host holds) the root's n - 1
+# latencies dominate: there the tree runs up to GATHER_TREE_BYTES in all (inner ranks hold their subtree's
+# blocks: up to half of it). Alpha-beta model (benchmarks/schedule_model.py --kinds gather,scatter):
+# 64 ranks 8 KiB-64 MiB tree 0.06-0.92x the linear time, 1,024 ranks 0.007-0.35x (not measured there).
 GATHER_LINEAR_RANKS = 8
+GATHER_TREE_BLOCK = 4 << 10
+GATHER_TREE_MODEL_RANKS = 64
 GATHER_TREE_BYTES = 64 << 20
 # all_to_all (nbytes: what one rank sends in all): the pairwise exchange talks to every other rank, a full
 # mesh of connections; Bruck's (logstep.all_to_all) to 2 ceil(log2 n), moving each block once per set bit
@@ -60,6 +73,10 @@ ALL_TO_ALL_MESH_MAX = 512
 # same bytes; at other n its fold moves the whole buffer twice more, so it stops at 1 MiB there.
 ALL_REDUCE_RABENSEIFNER_BYTES = 4 << 20  # power-of-two n >= 4: above the doubling size, up to this
 ALL_REDUCE_RABENSEIFNER_BYTES_ODD = 1 << 20  # other n >= 3
+# From 8 ranks, with a core a rank (16 cores, one host, crossover.py --kinds rabenseifner, median of 5),
+# Rabenseifner / ring time is 0.57-0.93 up to 256 KiB, 1.02 (n=8) and 1.24 (n=16) at 1 MiB, 1.15-1.26 at
+# 4-16 MiB: the ring's steps overlap on real cores. So from 8 ranks it stops here.
+ALL_REDUCE_RABENSEIFNER_BYTES_MANY = 512 << 10
 # all_gather (nbytes: the gathered result), n >= 4: Bruck / recursive doubling up to this
 # (n=8: 1-16 KiB 1.6 vs 5.8-7.3 ms, 64-256 KiB 1.5-2.0 vs 2.4-3.2 ms; n=4: 16-256 KiB 1.15-1.2x;
 # from 1 MiB within noise). At n=3 both take 2 steps and Bruck adds a copy: ring.
@@ -175,18 +192,20 @@ def _why(kind, algo, nbytes, size, layout=None):
     names = {
         "all_reduce": ["ALL_REDUCE_SMALL_BYTES_PAIR" if size <= 2 else "ALL_REDUCE_SMALL_BYTES" if size <= 4
                        else "ALL_REDUCE_SMALL_BYTES_MANY"]
-        + ([] if size <= 2 else ["ALL_REDUCE_RABENSEIFNER_BYTES" if pow2 else "ALL_REDUCE_RABENSEIFNER_BYTES_ODD"]),
+        + ([] if size <= 2 else ["ALL_REDUCE_RABENSEIFNER_BYTES_MANY" if size >= 8 else
+                                 "ALL_REDUCE_RABENSEIFNER_BYTES" if pow2 else "ALL_REDUCE_RABENSEIFNER_BYTES_ODD"]),
         "all_gather": ["ALL_GATHER_LOG_BYTES"] if size > 3 else [],
-        "broadcast": (["BROADCAST_SMALL_BYTES", "BROADCAST_LINEAR_RANKS"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else [])
-                      if size > 2 else []),
+        "broadcast": (["BROADCAST_SMALL_BYTES", "BROADCAST_LINEAR_RANKS"]
+                      + (["BROADCAST_CHAIN_BYTES", "CHAIN_BLOCK_BYTES"] if size > 4 else []) if size > 2 else []),
         "reduce_scatter": (["REDUCE_SCATTER_HALVING_BYTES_PAIR"] if size == 2 else
                            (["REDUCE_SCATTER_HALVING_BYTES"] if pow2 else [])
                            + ["REDUCE_SCATTER_SMALL_BYTES" if size <= 8 else "REDUCE_SCATTER_SMALL_BYTES_MANY",
                               "REDUCE_SCATTER_PAIRWISE_RANKS"]),
-        "reduce": ["REDUCE_SMALL_BYTES"] + (["CHAIN_BLOCK_BYTES"] if size > 8 else []) if size > 2 else [],
-        "gather": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
+        "reduce": (["REDUCE_SMALL_BYTES"] + (["REDUCE_CHAIN_BYTES", "CHAIN_BLOCK_BYTES"] if size > 4 else [])
+                   if size > 2 else []),
+        "gather": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BLOCK", "GATHER_TREE_MODEL_RANKS", "GATHER_TREE_BYTES"],
         "all_to_all": ["ALL_TO_ALL_MESH_RANKS", "ALL_TO_ALL_BRUCK_BLOCK", "ALL_TO_ALL_MESH_MAX"],
-        "scatter": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BYTES"],
+        "scatter": ["GATHER_LINEAR_RANKS", "GATHER_TREE_BLOCK", "GATHER_TREE_MODEL_RANKS", "GATHER_TREE_BYTES"],
     }.get(kind, [])
     g = globals()
     why = ", ".join(f"{name}={g[name]}" for name in names) or f"the only choice at {size} ranks"
@@ -212,7 +231,8 @@ def decide(kind, nbytes, size, layout=None):
             return "doubling"
         if layout is not None and (layout.equal or nbytes >= ALL_REDUCE_LEADERS_BYTES):
             return "rails" if layout.equal else "leaders"
-        if size > 2 and nbytes <= (ALL_REDUCE_RABENSEIFNER_BYTES if size & (size - 1) == 0
+        if size > 2 and nbytes <= (ALL_REDUCE_RABENSEIFNER_BYTES_MANY if size >= 8
+                                   else ALL_REDUCE_RABENSEIFNER_BYTES if size & (size - 1) == 0
                                    else ALL_REDUCE_RABENSEIFNER_BYTES_ODD):
             return "rabenseifner"
         return "ring"
@@ -223,7 +243,9 @@ def decide(kind, nbytes, size, layout=None):
             return "tree"
         if nbytes <= BROADCAST_SMALL_BYTES:
             return "linear" if size <= BROADCAST_LINEAR_RANKS else "tree"
-        return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
+        if size <= 4:
+            return "chain"
+        return "chain" if nbytes > BROADCAST_CHAIN_BYTES and nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
     if kind == "reduce_scatter":
         if size & (size - 1) == 0 and nbytes <= (REDUCE_SCATTER_HALVING_BYTES_PAIR if size == 2
                                                  else REDUCE_SCATTER_HALVING_BYTES):
@@ -235,11 +257,16 @@ def decide(kind, nbytes, size, layout=None):
     if kind == "reduce":
         if nbytes <= REDUCE_SMALL_BYTES or size <= 2:
             return "tree"
-        return "chain" if size <= 8 or nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
+        if size <= 4:
+            return "chain"
+        return "chain" if nbytes >= REDUCE_CHAIN_BYTES and nbytes >= CHAIN_BLOCK_BYTES * size else "tree"
     if kind == "all_to_all":
         if size > ALL_TO_ALL_MESH_MAX or size > ALL_TO_ALL_MESH_RANKS and nbytes <= ALL_TO_ALL_BRUCK_BLOCK * size:
             return "bruck"
         return "pairwise"
     if kind in ("gather", "scatter"):
-        return "tree" if size > GATHER_LINEAR_RANKS and 0 < nbytes <= GATHER_TREE_BYTES else "linear"
+        if size <= GATHER_LINEAR_RANKS or nbytes <= 0:
+            return "linear"
+        limit = GATHER_TREE_BYTES if size > GATHER_TREE_MODEL_RANKS else GATHER_TREE_BLOCK * size
+        return "tree" if nbytes <= limit else "linear"
     raise ValueError(f"no algorithm choice for {kind!r}")

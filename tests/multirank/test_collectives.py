@@ -22,8 +22,8 @@ def test_broadcast_forced_algorithm(algo, n, assert_ranks_ok, run):
 
 @pytest.mark.timeout(240)
 def test_broadcast_and_reduce_beyond_eight_ranks(assert_ranks_ok, run):
-    """10 ranks: a large broadcast or reduce below CHAIN_BLOCK_BYTES a rank takes the tree, above it
-    the chain (every root, large and odd sizes, as chosen by default); gather and scatter take the
+    """10 ranks: a large broadcast or reduce below BROADCAST_CHAIN_BYTES / REDUCE_CHAIN_BYTES takes the
+    tree, above it the chain (every root, large and odd sizes, as chosen by default); gather and scatter take the
     binomial tree."""
     assert_ranks_ok(run(10, "collectives.py", "rooted", timeout=220), 10, "broadcast and reduce at 10 ranks")
 

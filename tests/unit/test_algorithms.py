@@ -555,22 +555,28 @@ def test_debug_line_names_the_host_layout(monkeypatch):
 
 
 def test_large_broadcast_and_reduce_chain_only_with_enough_bytes_a_rank(monkeypatch):
-    """Beyond 8 ranks a chain's n - 1 hops cost more than the tree's log2 n whole transfers unless
-    each rank's share is at least CHAIN_BLOCK_BYTES (the alpha-beta model's crossover)."""
+    """Beyond 4 ranks a chain's n - 1 hops cost more than the tree's log2 n whole transfers unless
+    the buffer is past the measured one-host crossover (BROADCAST_CHAIN_BYTES, REDUCE_CHAIN_BYTES) and
+    each rank's share is at least CHAIN_BLOCK_BYTES (the alpha-beta model's crossover at scale)."""
     monkeypatch.setattr("commlib._algorithms._forced", {})
     for var in ("COMMLIB_ALGO_BROADCAST", "COMMLIB_ALGO_REDUCE"):
         monkeypatch.delenv(var, raising=False)
     block = _algorithms.CHAIN_BLOCK_BYTES
-    for kind in ("broadcast", "reduce"):
-        for n in (4, 8):  # measured on the 2-core machine: the chain from its small-size threshold
+    for kind, floor in (("broadcast", _algorithms.BROADCAST_CHAIN_BYTES + 1), ("reduce", _algorithms.REDUCE_CHAIN_BYTES)):
+        for n in (3, 4):  # measured on the 2-core machine: the chain from its small-size threshold
             assert _algorithms.choose(kind, 16 << 20, n) == "chain"
             assert _algorithms.choose(kind, 1 << 20, n) == "chain"
-        for n in (9, 64, 1024, 10_000):
+        for n in (5, 8, 16, 32):  # measured on 16 cores: the tree up to the floor
+            assert _algorithms.choose(kind, floor - 1, n) == "tree"
+            assert _algorithms.choose(kind, floor, n) == "chain"
+            assert _algorithms.choose(kind, 512 << 10, n) == "tree"
+        for n in (256, 1024, 10_000):  # the model: the chain from CHAIN_BLOCK_BYTES a rank
             assert _algorithms.choose(kind, block * n, n) == "chain"
             assert _algorithms.choose(kind, block * n - 1, n) == "tree"
         assert _algorithms.choose(kind, 16 << 20, 1024) == "tree"
         assert _algorithms.choose(kind, 256 << 20, 1024) == "chain"
     assert "CHAIN_BLOCK_BYTES" in _algorithms._why("broadcast", "tree", 1 << 20, 64)
+    assert "REDUCE_CHAIN_BYTES" in _algorithms._why("reduce", "tree", 1 << 20, 8)
 
 
 
@@ -610,6 +616,11 @@ def test_gather_and_scatter_take_the_binomial_tree_beyond_eight_ranks(monkeypatc
     for kind in ("gather", "scatter"):
         assert _algorithms.choose(kind, 8 << 10, 8) == "linear"
         assert _algorithms.choose(kind, 8 << 10, 9) == "tree"
+        block = _algorithms.GATHER_TREE_BLOCK  # measured on one host: the tree for small blocks only
+        for n in (9, 16, 64):
+            assert _algorithms.choose(kind, block * n, n) == "tree"
+            assert _algorithms.choose(kind, block * n + 1, n) == "linear"
+        assert _algorithms.choose(kind, 1 << 20, 65) == "tree"  # the model beyond one host's ranks
         assert _algorithms.choose(kind, _algorithms.GATHER_TREE_BYTES, 1024) == "tree"
         assert _algorithms.choose(kind, _algorithms.GATHER_TREE_BYTES + 1, 1024) == "linear"  # scratch bound
         assert _algorithms.choose(kind, 0, 1024) == "linear"

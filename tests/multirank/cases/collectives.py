@@ -146,7 +146,8 @@ def broadcast_checks(large_only=False):
             ba = bytearray(b"root%d" % root) if me == root else bytearray(5)
             res = cl.broadcast(ba, root)
             c.ok(res is ba and bytes(ba) == b"root%d" % root, f"broadcast bytearray root={root}", f"got {bytes(ba)!r}")
-        # Large: beyond a chunk, odd byte counts (200,003 B: a tree beyond 8 ranks, CHAIN_BLOCK_BYTES a rank).
+        # Large: beyond a chunk, odd byte counts (beyond 4 ranks 3 MiB is a chain, 1,000,003 B and
+        # 200,003 B a tree: BROADCAST_CHAIN_BYTES).
         for dt, size in ((np.dtype(np.float64), 3 << 17), (U8, 1000003), (U8, 200003)):
             src = gen(c.rng("bcbig", root, dname(dt)), dt, (size,))
             x = src.copy() if me == root else np.empty(size, dt)
@@ -156,7 +157,7 @@ def broadcast_checks(large_only=False):
 def large_reduce_checks():
     """reduce of large and odd sizes to every root, integer-valued so any order sums exactly."""
     for root in range(n):
-        for size in (3 << 17, 37000):  # 3 MiB and 296,000 B of float64: at 10 ranks a chain and a tree
+        for size in (600_000, 37000):  # 4.8 MB and 296,000 B of float64: at 10 ranks a chain and a tree
             xs = [gen(c.rng("rdbig", r, size), np.dtype(np.float64), (size,), "small") for r in range(n)]
             got = cl.reduce(xs[me], "sum", root)
             if me == root:
