@@ -14,7 +14,11 @@ remote shell running `python -m commrun.agent`, which
 - takes signals (SIGINT, SIGTERM, SIGKILL, the stack-dump request on --timeout) and rank 0's
   stdin from commrun as frames on its stdin;
 - on stdin's end (commrun gone, or the connection lost) stops its ranks: SIGTERM, then SIGKILL
-  after the grace period; so does SIGTERM, SIGHUP or SIGINT sent to the agent itself.
+  after the grace period; so does SIGTERM, SIGHUP or SIGINT sent to the agent itself;
+- starts the agents of the hosts its spec lists as its children (a launch tree: commrun starts a
+  few agents, each of which starts a few more), passes their frames up unchanged and orders for
+  their ranks down, and reports each rank of a child's subtree that the child never reported on
+  as LOST when the child's stream ends.
 
 A frame is a header (kind: 1 byte, rank: int32, length: uint32, big-endian) and `length` bytes.
 The agent imports nothing of commlib that its ranks would not (spawn's rank start and the
@@ -36,7 +40,7 @@ HEADER = struct.Struct("!BiI")
 MAX_FRAME = 1 << 26  # a SPEC frame carries environments: generous, but bounded
 
 # agent -> commrun
-OUT, ERR, STARTED, EXITED, FAILED = 1, 2, 3, 4, 5
+OUT, ERR, STARTED, EXITED, FAILED, LOST = 1, 2, 3, 4, 5, 6
 # commrun -> agent
 SPEC, SIGNAL, STACKS, STDIN, STDIN_EOF = 16, 17, 18, 19, 20
 ALL = -1  # the rank field of a frame meant for every rank of the host
@@ -90,6 +94,22 @@ def _catches(pid, sig):
     return False
 
 
+def subtree_ranks(spec):
+    """Every rank a spec's agent and the agents below it run."""
+    return {e["rank"] for e in spec["ranks"]} | {r for c in spec.get("children", ()) for r in subtree_ranks(c["spec"])}
+
+
+class _Child:
+    """An agent this one started (a launch tree): its process, its frames, the ranks below it."""
+
+    def __init__(self, host, proc, ranks):
+        self.host, self.proc, self.ranks = host, proc, ranks
+        self.frames = Frames()
+        self.reported = set()  # ranks whose end it reported
+        self.err_partial = b""
+        self.done = False
+
+
 class Agent:
     def __init__(self, spec, out_fd=1, in_fd=0):
         self.spec, self.out_fd, self.in_fd = spec, out_fd, in_fd
@@ -100,6 +120,8 @@ class Agent:
         self.frames = Frames()
         self.kill_at = None
         self.grace = float(spec.get("grace", 3.0))
+        self.children = []  # _Child: the agents this one started
+        self.kill_rounds = 0
 
     def send(self, kind, rank, payload=b""):
         if self.out_fd is None:  # commrun no longer reads: the ranks are being stopped
@@ -132,6 +154,89 @@ class Agent:
                 self.pipes[pipe.fileno()] = (r, kind)
                 self.sel.register(pipe.fileno(), selectors.EVENT_READ, (r, kind))
             self.send(STARTED, r, str(proc.pid).encode())
+        for child in self.spec.get("children", ()):
+            self.start_child(spawn, child)
+
+    def start_child(self, spawn, child):
+        ranks = subtree_ranks(child["spec"])
+        try:
+            proc = spawn.start(spawn.Rank(-1, child["host"], 0, 1, True, argv=child["argv"]), subprocess.PIPE)
+            proc.stdin.write(frame(SPEC, ALL, json.dumps(child["spec"]).encode()))
+            proc.stdin.flush()
+        except OSError as e:
+            for r in sorted(ranks):
+                self.send(LOST, r, f"was lost: the agent on {child['host']} could not be started ({e})".encode())
+            return
+        c = _Child(child["host"], proc, ranks)
+        self.children.append(c)
+        for pipe, what in ((proc.stdout, "child-out"), (proc.stderr, "child-err")):
+            os.set_blocking(pipe.fileno(), False)
+            self.sel.register(pipe.fileno(), selectors.EVENT_READ, (what, c))
+
+    def read_child(self, what, c, fd):
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if what == "child-err":  # its own complaints (a remote shell's, Python's): tagged by its host
+            if data:
+                lines = (c.err_partial + data).split(b"\n")
+                c.err_partial = lines.pop()
+                for line in lines:
+                    _write_all(2, f"[{c.host}] ".encode() + line + b"\n")
+            else:
+                self.sel.unregister(fd)
+                if c.err_partial:
+                    _write_all(2, f"[{c.host}] ".encode() + c.err_partial + b"\n")
+            return
+        if data:
+            try:
+                frames = c.frames.feed(data)
+            except ValueError as e:
+                self.child_ended(c, fd, f"its agent sent garbage ({e})")
+                return
+            for kind, r, payload in frames:  # passed up unchanged; its ranks' ends noted
+                if kind in (EXITED, FAILED, LOST):
+                    c.reported.add(r)
+                self.send(kind, r, payload)
+            return
+        self.child_ended(c, fd)
+
+    def child_ended(self, c, fd, why=None):
+        """A child's stream ended: each rank below it that it did not report on was lost with it."""
+        self.sel.unregister(fd)
+        if why is None:
+            try:
+                code = c.proc.wait(timeout=2.0)
+                why = f"its host's agent on {c.host} {_words(code)}"
+            except subprocess.TimeoutExpired:
+                why = f"its host's agent on {c.host} stopped answering"
+        for r in sorted(c.ranks - c.reported):
+            self.send(LOST, r, f"was lost: {why}".encode())
+        c.done = True
+        self._order_child(c, None)  # its orders end: what is left of it stops
+
+    def _order_child(self, c, data):
+        """Pass an order down to child c (None: close its orders)."""
+        if c.proc.stdin is None:
+            return
+        try:
+            if data is None:
+                c.proc.stdin.close()
+                c.proc.stdin = None
+            else:
+                c.proc.stdin.write(data)
+                c.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):  # gone: its stream's end says so
+            with contextlib.suppress(OSError):
+                c.proc.stdin.close()
+            c.proc.stdin = None
+
+    def forward(self, kind, r, payload):
+        """An order for a rank below this agent, or for all (r == ALL): to the children concerned."""
+        for c in self.children:
+            if not c.done and (r == ALL or r in c.ranks):
+                self._order_child(c, frame(kind, r, payload))
 
     def read_pipe(self, fd):
         r, kind = self.pipes[fd]
@@ -175,12 +280,20 @@ class Agent:
                     os.killpg(proc.pid, sig)
 
     def stop_all(self):
-        """commrun is gone: stop the ranks, then kill what is left after the grace period."""
+        """commrun is gone: stop the ranks (the children's, by ending their orders), then kill what is
+        left after the grace period."""
         if self.kill_at is None:
             self.signal(ALL, signal.SIGTERM)
+            for c in self.children:
+                self._order_child(c, None)
             self.kill_at = time.monotonic() + self.grace
 
     def on_command(self, kind, r, payload):
+        if r != ALL and r not in self.procs and any(r in c.ranks for c in self.children):
+            self.forward(kind, r, payload)  # a rank below this agent
+            return
+        if kind in (SIGNAL, STACKS) and r == ALL:
+            self.forward(kind, r, payload)
         if kind == SIGNAL:
             self.signal(r, int(payload))
         elif kind == STACKS:
@@ -217,10 +330,12 @@ class Agent:
         self.start()
         for kind, r, payload in self.frames.feed(pending):
             self.on_command(kind, r, payload)
-        while self.procs or self.pipes:
+        while self.procs or self.pipes or any(not c.done for c in self.children):
             timeout = 0.5 if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
             for key, _ in self.sel.select(timeout):
-                if key.data == "wake":
+                if isinstance(key.data, tuple) and key.data[0] in ("child-out", "child-err"):
+                    self.read_child(*key.data, key.fd)
+                elif key.data == "wake":
                     with contextlib.suppress(BlockingIOError):
                         for signum in os.read(wake_r, 512):
                             if signum != signal.SIGCHLD:
@@ -241,7 +356,20 @@ class Agent:
             self.reap()
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 self.signal(ALL, signal.SIGKILL)
+                self.kill_rounds += 1
+                for c in self.children:  # a child 2 s past its grace: its remote shell goes
+                    if not c.done and self.kill_rounds >= 3:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(c.proc.pid, signal.SIGKILL)
                 self.kill_at = time.monotonic() + 1.0
+
+
+def _words(code):
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _readable(fd):

@@ -245,14 +245,18 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                     env["COMMLIB_TRACE"] = tracefetch.remote_dir(trace_dir, remote_hosts.index(rank.host))
                 rank.argv = argv
                 by_host.setdefault(rank.host, []).append((rank, env))
-        for host, members in by_host.items():  # one remote shell per host: its agent starts the host's ranks
-            agent = hostagents.HostAgent(host, rsh, os.getcwd(), argv, members,
-                                         stdin_rank=0 if ranks[0].host == host and not ranks[0].local else None,
-                                         grace=grace)
-            for rank, _ in members:
-                rank.agent = agent
+        # One remote shell per host: its agent starts the host's ranks. commrun starts up to
+        # COMMLIB_AGENT_FANOUT of them; beyond, each of those starts a part of the others (a tree).
+        for host, subtree in hostagents.launch_tree(list(by_host), agent_fanout):
+            agent = hostagents.HostAgent(host, subtree, by_host, rsh, os.getcwd(), argv, grace=grace)
+            for r in agent.procs:
+                ranks[r].agent = agent
 
     remote_hosts = list(dict.fromkeys(remote))
+    try:
+        agent_fanout = hostagents.fanout()
+    except ValueError as e:
+        raise click.UsageError(str(e))
     trace_dir = None
     if trace or stats:  # made last: nothing above may leave it behind
         trace_dir = tempfile.mkdtemp(prefix="commlib-trace-")

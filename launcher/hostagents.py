@@ -47,22 +47,68 @@ class AgentRank:
         self.agent.order(wire.STACKS, self.rank, str(int(sig)).encode())
 
 
-class HostAgent:
-    """One host's agent: its remote-shell process, its orders (stdin) and its frames (stdout)."""
+FANOUT = 32  # agents an agent (or commrun) starts at most: a launch tree of 1,024 hosts is 2 levels deep
 
-    def __init__(self, host, rsh, cwd, argv, members, stdin_rank=None, grace=3.0):
-        """members: [(spawn.Rank, env)] of the ranks this host runs, env their job variables."""
-        self.host, self.members = host, members
-        envs = [env for _, env in members]
-        common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
-        self.spec = {
-            "argv": list(argv), "env": common, "grace": grace, "stdin_rank": stdin_rank,
-            "ranks": [{"rank": rank.rank, "local_rank": rank.local_rank, "local_size": rank.local_size,
-                       "env": {k: v for k, v in env.items() if k not in common}} for rank, env in members],
-        }
+
+def launch_tree(hosts, fanout=FANOUT):
+    """[(host, its subtree)] of the agents commrun starts: every host once; at most `fanout` at any
+    level, each starting (as a tree of its own) the hosts of its part of the list."""
+    if fanout < 2:
+        raise ValueError(f"COMMLIB_AGENT_FANOUT must be at least 2, not {fanout}")
+    if len(hosts) <= fanout:
+        return [(h, []) for h in hosts]
+    size, extra = divmod(len(hosts), fanout)
+    tree, at = [], 0
+    for i in range(fanout):
+        part = hosts[at:at + size + (i < extra)]
+        at += len(part)
+        tree.append((part[0], launch_tree(part[1:], fanout)))
+    return tree
+
+
+def fanout(environ=os.environ):
+    """COMMLIB_AGENT_FANOUT, checked (ValueError naming it)."""
+    value = environ.get("COMMLIB_AGENT_FANOUT", "").strip()
+    if not value:
+        return FANOUT
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise ValueError(f"COMMLIB_AGENT_FANOUT={value!r}: expected a whole number of at least 2")
+    return n
+
+
+class HostAgent:
+    """The agent commrun starts on one host: its remote-shell process, its orders (stdin) and its
+    frames (stdout), for the ranks of its host and of the hosts below it in the launch tree."""
+
+    def __init__(self, host, subtree, by_host, rsh, cwd, argv, grace=3.0):
+        """by_host: {host: [(spawn.Rank, env)]}, each rank with its job variables; subtree: the
+        hosts this agent starts in turn (launch_tree's)."""
+        self.host = host
         agent_env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-        self.argv = spawn.remote_argv(rsh, host, [sys.executable, "-m", "commrun.agent"], agent_env, cwd)
-        self.procs = {rank.rank: AgentRank(self, rank.rank) for rank, _ in members}
+
+        def agent_argv(h):
+            return spawn.remote_argv(rsh, h, [sys.executable, "-m", "commrun.agent"], agent_env, cwd)
+
+        def spec_of(h, below):
+            members = by_host[h]
+            envs = [env for _, env in members]
+            common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
+            spec = {"argv": list(argv), "env": common, "grace": grace, "stdin_rank": None,
+                    "ranks": [{"rank": rank.rank, "local_rank": rank.local_rank, "local_size": rank.local_size,
+                               "env": {k: v for k, v in env.items() if k not in common}} for rank, env in members],
+                    "children": [{"host": c, "argv": agent_argv(c), "spec": spec_of(c, sub)} for c, sub in below]}
+            if 0 in wire.subtree_ranks(spec):  # rank 0's stdin is relayed down to it
+                spec["stdin_rank"] = 0
+            return spec
+
+        self.spec = spec_of(host, subtree)
+        self.rank_host = {rank.rank: h for h, members in by_host.items() for rank, _ in members}
+        self.argv = agent_argv(host)
+        self.procs = {r: AgentRank(self, r) for r in sorted(wire.subtree_ranks(self.spec))}
         self.streams = {}  # rank -> (stdout _Stream, stderr _Stream), set by supervise
         self.proc = None
         self.frames = wire.Frames()
@@ -114,6 +160,8 @@ class HostAgent:
                 self._ended(r, int(payload))
             elif kind == wire.FAILED and r in self.procs:
                 self._ended(r, 127, payload.decode(errors="replace"))
+            elif kind == wire.LOST and r in self.procs:  # its host's agent, below this one, ended first
+                self._ended(r, 255, payload.decode(errors="replace"))
 
     def _ended(self, r, code, words=None):
         proc = self.procs[r]
@@ -134,7 +182,8 @@ class HostAgent:
                    else f"its host's agent on {self.host} {_words(code)}")
         for r, proc in self.procs.items():
             if proc.returncode is None:
-                self._ended(r, 255, f"was lost: {why}")
+                below = self.rank_host.get(r, self.host) != self.host  # started by a child of the lost agent
+                self._ended(r, 255, f"was lost: {why}" + (f" (it started {self.rank_host[r]}'s)" if below else ""))
 
     def close(self):
         """Stop the agent: its orders end (it stops its ranks), then it has AGENT_WAIT_S to exit."""

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(90)
 STUB = """#!/bin/sh
 host=$1
 shift
-echo "$host $$" >> {log}
+echo "$host $$ $PPID" >> {log}
 exec "$@"
 """
 
@@ -37,7 +37,7 @@ def hostshell(tmp_path):
     def shells():
         if not log.exists():
             return []
-        return [(h, int(pid)) for h, pid in (line.split() for line in log.read_text().splitlines())]
+        return [(h, int(pid), int(parent)) for h, pid, parent in (line.split() for line in log.read_text().splitlines())]
 
     return [f"--rsh={stub} {{host}}", "--coordinator-host=127.0.0.1"], shells
 
@@ -55,6 +55,22 @@ def left_behind(marker):
     return [p for p in psutil.process_iter(["cmdline"]) if any(marker in w for w in (p.info["cmdline"] or []))]
 
 
+def running(pids, within=5.0):
+    """Those of `pids` still running (not zombies) after up to `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
 SUM = """
     import os, sys
     import numpy as np
@@ -68,13 +84,17 @@ SUM = """
 """
 
 
-def test_sixteen_hosts_take_sixteen_remote_shells(commrun, hostshell):
+@pytest.mark.parametrize("fanout", [32, 4])
+def test_sixteen_hosts_take_sixteen_remote_shells(commrun, hostshell, fanout):
     rsh, shells = hostshell
     script = commrun.script("sum.py", SUM)
     hosts = ",".join(f"h{i}:{1 + i % 2}" for i in range(16)) + ",localhost:2"  # 24 ranks, 16 remote hosts
-    r = commrun.run("--hosts", hosts, *rsh, script, timeout=80)
+    r = commrun.run("--hosts", hosts, *rsh, script, timeout=80, env={"COMMLIB_AGENT_FANOUT": str(fanout)})
     assert r.returncode == 0, r.stderr
-    assert sorted(h for h, _ in shells()) == sorted(f"h{i}" for i in range(16))  # one shell a host
+    assert sorted(h for h, _, _ in shells()) == sorted(f"h{i}" for i in range(16))  # one shell a host
+    agents = {pid for _, pid, _ in shells()}
+    by_commrun = [h for h, _, parent in shells() if parent not in agents]
+    assert len(by_commrun) == min(16, fanout)  # the rest started by agents: a launch tree
     out = by_rank(r.stdout)
     n = sum(1 + i % 2 for i in range(16)) + 2
     assert sorted(out) == list(range(n))
@@ -106,7 +126,8 @@ def test_remote_rank_exit_code_and_stdin(commrun, hostshell):
     assert re.search(r"rank 2 \(host h2, pid \d+\) exited with code 7", r.stderr), r.stderr
     assert "[0] read 'lines\\nfor rank 0\\n'" in r.stdout
     assert len(shells()) == 2
-
+    r = commrun.run("--hosts", "h1:2", *rsh, script, env={"COMMLIB_AGENT_FANOUT": "1"})
+    assert r.returncode == 2 and "COMMLIB_AGENT_FANOUT='1': expected a whole number of at least 2" in r.stderr
 
 def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tmp_path):
     rsh, shells = hostshell
@@ -132,7 +153,7 @@ def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tm
     while ready < 5 and time.monotonic() < deadline:
         ready += proc.stdout.readline().endswith("ready\n")
     assert ready == 5
-    agent = dict(shells())["h2"]
+    agent = {h: pid for h, pid, _ in shells()}["h2"]
     assert "commrun.agent" in " ".join(psutil.Process(agent).cmdline())
     killed = time.monotonic()
     os.kill(agent, signal.SIGKILL)
@@ -146,6 +167,44 @@ def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tm
     time.sleep(0.5)
     assert left_behind(marker) == []
     assert set(os.listdir("/dev/shm")) <= shm_before
+
+
+def test_an_agent_killed_mid_tree_loses_its_subtree_and_nothing_is_left(commrun, hostshell):
+    """Fan-out 2 over 5 hosts: commrun starts h1 and h4; h1 starts h2 and h3. h1's agent killed:
+    the ranks of h1, h2 and h3 are reported lost with it, h4's and h5's raise PeerLost."""
+    rsh, shells = hostshell
+    marker = f"agenttree{os.getpid()}"
+    script = commrun.script(f"{marker}.py", """
+        import time
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        x = np.ones(100)
+        print("ready", flush=True)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            cl.all_reduce(x, out=x)
+            time.sleep(0.01)
+    """)
+    commrun.env = {**commrun.env, "COMMLIB_AGENT_FANOUT": "2"}
+    proc = commrun.popen("--hosts", "h1:1,h2:1,h3:1,h4:1,h5:1", *rsh, script)
+    deadline = time.monotonic() + 40
+    ready = 0
+    while ready < 5 and time.monotonic() < deadline:
+        ready += proc.stdout.readline().endswith("ready\n")
+    assert ready == 5
+    logged = {h: (pid, parent) for h, pid, parent in shells()}
+    assert logged["h2"][1] == logged["h1"][0] and logged["h3"][1] == logged["h1"][0]  # h1 started them
+    assert logged["h5"][1] == logged["h4"][0]
+    os.kill(logged["h1"][0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=40)
+    assert proc.returncode != 0
+    assert re.search(r"rank [012] \(host h[123], pid \d+\) was lost: its host's agent on h1 was killed by SIGKILL", err), err
+    for rank in (3, 4):
+        assert re.search(rf"\[{rank}\] .*PeerLost", err), err
+    time.sleep(0.5)
+    assert left_behind(marker) == []
+    assert running([pid for pid, _ in logged.values()]) == []
 
 
 def test_timeout_dumps_remote_stacks_and_interrupt_stops_agents(commrun, hostshell):
@@ -172,7 +231,7 @@ def test_timeout_dumps_remote_stacks_and_interrupt_stops_agents(commrun, hostshe
     assert proc.returncode == 128 + signal.SIGINT, err
     time.sleep(0.5)
     assert left_behind(marker) == []
-    assert [pid for _, pid in shells() if psutil.pid_exists(pid)] == []  # the agents too
+    assert running([pid for _, pid, _ in shells()]) == []  # the agents too
 
 
 def test_agent_stops_its_ranks_when_commrun_is_gone(tmp_path, commrun_env):

@@ -69,39 +69,56 @@ def test_all_reduce_across_hosts_runs_the_host_aware_schedule(layout, algo, subn
         assert big == {algo}, (r, chosen)
 
 
+def _running(pid):
+    """Whether pid is a process that has not ended (a zombie waiting to be reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _counting_shell(tmp_path):
     """A remote shell into namespace hosts that logs each host it is asked for and the pid it
     becomes (the agent's). (Not named *rsh/*ssh: commrun would take it for ssh.)"""
     log, stub = tmp_path / "shells.log", tmp_path / "nsshell"
-    stub.write_text(f'#!/bin/sh\nhost=$1\nshift\necho "$host $$" >> {log}\nexec ip netns exec "$host" "$@"\n')
+    stub.write_text(f'#!/bin/sh\nhost=$1\nshift\necho "$host $$ $PPID" >> {log}\nexec ip netns exec "$host" "$@"\n')
     stub.chmod(0o755)
-    return f"{stub} {{host}}", lambda: [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+    def shells():
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [(h, int(pid), int(parent)) for h, pid, parent in (line.split() for line in lines)]
+    return f"{stub} {{host}}", shells
 
 
 def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
-    """8 namespace hosts x 2 ranks: one remote shell (one agent) a host starts the job, the
-    host-aware all_reduce is right on all 16 ranks; then, in a second job, one host's agent is
-    killed mid-job: every other rank fails naming a lost rank, and nothing is left behind."""
+    """8 namespace hosts x 2 ranks: one remote shell (one agent) a host starts the job, as a launch
+    tree (commrun starts 3 agents, each of those the next hosts), the host-aware all_reduce is right
+    on all 16 ranks; then, in a second job, the agent of a host at the tree's second level is killed
+    mid-job: its ranks are reported lost, every other rank fails, and nothing is left behind."""
     with Fabric(8, "10.236.16") as fab:
         rsh, shells = _counting_shell(tmp_path)
         hosts = ",".join(f"{h}:2" for h in fab.hosts)
         argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", rsh,
                 "--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py")]
-        env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"))
+        env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"),
+                       COMMLIB_AGENT_FANOUT=3)  # a launch tree: commrun starts 3 agents, they the other 5
         rc, out, err, _ = run_job(argv, env, timeout=280)
         assert rc == 0 and _ok_ranks(out) == list(range(16)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
-        assert sorted(h for h, _ in shells()) == sorted(fab.hosts)  # 8 remote shells for 16 ranks
+        assert sorted(h for h, _, _ in shells()) == sorted(fab.hosts)  # 8 remote shells for 16 ranks
+        agents = {pid for _, pid, _ in shells()}
+        assert sorted(h for h, _, parent in shells() if parent not in agents) == [fab.hosts[i] for i in (0, 3, 6)]
         for r in range(16):
             assert f"rank {r}: " in out and re.search(r"of \d+ B on 16 ranks: rails", (tmp_path / f"r{r}.log").read_text())
 
         (tmp_path / "shells.log").unlink()
         marker = f"agents-{fab.tag}"
         argv[argv.index(os.path.join(CASES, "hosted_all_reduce.py"))] = os.path.join(CASES, "collective_loop.py")
-        job = Job(argv + [marker], base_env(COMMLIB_TIMEOUT=30))
+        job = Job(argv + [marker], base_env(COMMLIB_TIMEOUT=30, COMMLIB_AGENT_FANOUT=3))
         try:
             running = job.wait_for(lambda lines: len({ln for ln in lines if "looping" in ln}) == 16, 200)
             assert running, job.output()
-            agent = int(dict(shells())[fab.hosts[5]])
+            agent = {h: pid for h, pid, _ in shells()}[fab.hosts[5]]  # started by host 3's agent
             os.kill(agent, 9)
             killed = time.monotonic()
             rc = job.finish(120)
@@ -118,7 +135,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
         assert took < 30, (took, out)
         time.sleep(1.0)
         assert leftovers(marker) == [], leftovers(marker)
-        assert [pid for _, pid in shells() if os.path.exists(f"/proc/{pid}")] == []
+        assert [pid for _, pid, _ in shells() if _running(pid)] == []
 
 
 def test_host_with_two_interfaces_routed_choice_and_ifname():
