@@ -4,6 +4,7 @@ Host lists ('a:2,b:2', a host file), placement of n processes on them, whether a
 machine, this machine's address on the route to another host, and the remote-shell command line
 that starts a process on another host.
 """
+import collections
 import os
 import re
 import shlex
@@ -65,7 +66,7 @@ def place(n, hosts):
         for host, slots in hosts:
             order += [host] * slots
     order = order[:n]
-    local_size = {h: order.count(h) for h in order}
+    local_size = collections.Counter(order)  # (order.count per rank was O(n^2): 4 s at 20,000 ranks)
     seen = {}
     placement = []
     for host in order:

@@ -186,6 +186,8 @@ class _Job:
         self.timeout_at = time.monotonic() + timeout if timeout else None
         self.sel = selectors.DefaultSelector()
         self.fds = {}  # rank number -> its open output fds
+        self.dirty = True  # a rank may have ended since the last reap (SIGCHLD, an agent's frames)
+        self.reaped_at = 0.0
 
     def watch(self, rank, tag_output):
         self.live.append(rank)
@@ -242,6 +244,7 @@ class _Job:
 
     def on_signal(self, signum):
         if signum == signal.SIGCHLD:
+            self.dirty = True
             return
         if self.term_at is not None:  # a rank already failed: stop the rest now, keeping its code
             self.term_at = None
@@ -254,10 +257,20 @@ class _Job:
         self.stop(signal.SIGINT, 128 + signum)
 
     def reap(self):
-        for rank in list(self.live):
-            if rank.proc.poll() is None:
-                continue
-            self.live.remove(rank)
+        """Take note of ranks that ended: after a SIGCHLD or an agent's frames (`dirty`), or once a
+        second in any case, not on every wake-up (each is a waitpid a rank: 10,000 ranks' output
+        lines would cost 10^8 of them)."""
+        now = time.monotonic()
+        if not self.dirty and now < self.reaped_at + 1.0:
+            if self.blame_by is not None:
+                self.blame()
+            return
+        self.dirty, self.reaped_at = False, now
+        ended = [rank for rank in self.live if rank.proc.poll() is not None]
+        if ended:
+            gone = {rank.rank for rank in ended}
+            self.live = [rank for rank in self.live if rank.rank not in gone]
+        for rank in ended:
             code, words = exit_status(rank.proc.returncode)
             words = getattr(rank.proc, "words", None) or words  # a rank lost with its host's agent
             self.coordinator.notify_died(rank.rank, code, words)
@@ -378,6 +391,7 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
             for key, _ in job.sel.select(job.next_wakeup()):
                 if key.data is not None:
                     job.read(key.fd, key.data[1])
+                    job.dirty = job.dirty or key.data[0] is None  # an agent's stream: it reports ends
                     continue
                 with contextlib.suppress(BlockingIOError):  # drained already: nothing to do
                     for signum in os.read(wake_r, 512):

@@ -1,5 +1,6 @@
 """--hosts / --hostfile parsing and rank placement."""
 import socket
+import time
 
 import pytest
 
@@ -49,6 +50,13 @@ def test_parse_hostfile_rejects(text, where):
 def test_place_fills_hosts_in_order():
     assert hosts.place(4, [("a", 2), ("b", 2)]) == [("a", 0, 2), ("a", 1, 2), ("b", 0, 2), ("b", 1, 2)]
     assert hosts.place(3, [("a", 2), ("b", 2)]) == [("a", 0, 2), ("a", 1, 2), ("b", 0, 1)]
+
+
+def test_place_is_linear_in_ranks():
+    start = time.process_time()
+    placed = hosts.place(100_000, [(f"h{i}", 16) for i in range(6250)])
+    assert time.process_time() - start < 2.0  # (quadratic, it took 4 s at 20,000 ranks)
+    assert placed[0] == ("h0", 0, 16) and placed[-1] == ("h6249", 15, 16)
 
 
 def test_place_oversubscribes_by_wrapping_around():
