@@ -72,7 +72,7 @@ import pickle
 
 import numpy as np
 
-from .._algorithms import ring
+from .._algorithms import choose, logstep, ring
 from .._plan import even, single, slots
 from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
@@ -370,9 +370,19 @@ def _broadcast_frame(g, frame, root):
 
 
 def _all_gather_frames(g, frame, lens):
-    """Second round of all_gather_obj: every rank's frame (lens: their sizes, one larger than a slot)."""
+    """Second round of all_gather_obj: every rank's frame (lens: their sizes, one larger than a slot).
+    Frames of near-equal sizes go in equal padded blocks, by the all-gather's log-step schedule where
+    it would take one (ceil(log2 n) steps, not the ring's n - 1); others by the ring, packed."""
     n, me = g.size(), g.rank()
     op = g.op("all_gather_obj", DT_BYTES, 0, n, 0, 0)
+    width = _align(max(lens))
+    if n > 3 and n * width <= 2 * sum(lens) and choose("all_gather", n * width, n) == "bruck":
+        buf = _empty(n * width)
+        frame.assemble(buf[me * width:me * width + lens[me]])
+        plan = logstep.all_gather(n, me)
+        op.run(plan, slots(res=_addr(buf), scratch=g.scratch(n * width) if plan.name == "bruck" else 0),
+               even(n * width, 1))
+        return [loads(buf[r * width:r * width + ln]) for r, ln in enumerate(lens)]
     offs, total = [], 0
     for ln in lens:
         offs.append(total)

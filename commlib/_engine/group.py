@@ -177,17 +177,20 @@ class Group:
 
         A negative color leaves this rank out: it gets None.
         """
-        from .._algorithms import ring  # the gather of (color, key) runs on this group's stream
+        from .._algorithms import choose, logstep, ring  # the gather of (color, key), on this group's stream
 
         color, key = int(color), int(self._rank if key is None else key)
-        table = np.empty((self._size, 2), dtype=np.int64)
+        n = self._size
+        table = np.empty((n, 2), dtype=np.int64)
         table[self._rank] = (color, key)
 
         def gather():
-            if self._size > 1:
-                op = self.op("split", 0, 0, 2 * self._size)
-                op.run(ring.all_gather(self._size, self._rank), _plan.slots(res=table.ctypes.data),
-                       _plan.even(self._size, 16))
+            if n > 1:  # 16 B a rank: the log-step all-gather (ceil(log2 n) steps) where it is chosen
+                op = self.op("split", 0, 0, 2 * n)
+                logs = choose("all_gather", 16 * n, n) == "bruck"
+                plan = (logstep.all_gather if logs else ring.all_gather)(n, self._rank)
+                op.run(plan, _plan.slots(res=table.ctypes.data, scratch=self.scratch(16 * n) if plan.name == "bruck" else 0),
+                       _plan.even(n, 16))
 
         self.stream.run(gather)
         self.splits += 1

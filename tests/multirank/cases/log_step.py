@@ -93,7 +93,33 @@ def all_reduce_checks():
                 c.equal(x, want, f"all_reduce {op} {dname(dt)} size={size} in place")
 
 
+def split_and_object_checks():
+    """split's (color, key) gather and all_gather_obj's frames take the all-gather's schedule."""
+    from commlib._api.objects import all_gather_obj
+
+    g = cl.init()
+    for trial in range(3):
+        rng = np.random.default_rng(1000 + trial)  # the same draw on every rank
+        colors = rng.integers(-1, 3, n)
+        keys = rng.integers(-5, 5, n)
+        sub = g.split(int(colors[me]), key=int(keys[me]))
+        if colors[me] < 0:
+            c.ok(sub is None, f"split trial {trial}: negative color", "got a group")
+            continue
+        members = sorted((int(keys[r]), r) for r in range(n) if colors[r] == colors[me])
+        want = [r for _, r in members]
+        c.ok(sub.size() == len(want) and sub.rank() == want.index(me), f"split trial {trial}",
+             f"rank {sub.rank()} of {sub.size()}, expected {want.index(me)} of {len(want)}")
+        got = cl.all_gather(np.array([me], np.int64), group=sub)
+        c.equal(got, np.array(want, np.int64), f"split trial {trial}: members in (key, rank) order", record=False)
+    for what, size_of in (("near-equal", lambda r: 1000 + 7 * r), ("uneven", lambda r: 300 + 5000 * (r == n - 1)),
+                          ("one large", lambda r: 20 if r else 3000)):
+        objs = [{"rank": r, "blob": bytes([r % 251]) * size_of(r)} for r in range(n)]
+        c.ok(all_gather_obj(objs[me]) == objs, f"all_gather_obj {what} frames", "wrong objects")
+
+
 all_gather_checks()
+split_and_object_checks()
 bad_out_checks()
 recycled_result_checks()
 all_reduce_checks()
