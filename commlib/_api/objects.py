@@ -53,8 +53,11 @@ in the receiver's frame (the padding is not sent):
 - broadcast_obj: every piece is broadcast with the array broadcast's
   algorithms (binomial tree when small, pipelined chain when large). The root
   sends from its objects' own memory: no copy at all on the root.
-- all_gather_obj: ring all-gather of the frame sizes, then ring all-gather of
-  the frames (variable block sizes) into one buffer.
+- all_gather_obj: an all-gather of fixed 256-byte slots (each frame's size,
+  and the frame itself when it fits), with the array all-gather's algorithm;
+  then, for larger frames, an all-gather of the frames into one buffer: in
+  equal padded blocks by the log-step schedule where the frames are of
+  near-equal sizes and it is chosen, else by the ring in variable blocks.
 - gather_obj / scatter_obj: linear: the root receives from / sends to each
   rank in turn (the root's link is the bottleneck either way).
 
