@@ -8,14 +8,21 @@ it relays messages between ranks and tells the others when one dies
 (``lost``). At finalize() it holds every rank's collective digest, tells the
 others who is finishing (``finishing``), and once every rank has sent its
 digest or is gone, compares them and answers each rank (``verdict``): n
-messages for the job, not n per rank. One thread accepts, one serves each connection, one sends
-notices, so a slow or hostile client never holds up the job.
+messages for the job, not n per rank.
+
+Threads: one accepts; a handshake runs in a thread of its own (at most MAX_PENDING_HANDSHAKES at
+once), so a slow or hostile client never holds up the job; one event loop reads every
+authenticated connection (selectors: 10,000 ranks are 10,000 sockets, not 10,000 threads) and
+handles each message; one sends (notices, relays, replies, in the order they were queued), so
+that a rank that stops reading delays deliveries (up to SEND_TIMEOUT) but never the reading.
 """
 import contextlib
 import errno
 import logging
+import os
 import queue
 import secrets
+import selectors
 import socket
 import struct
 import threading
@@ -24,9 +31,8 @@ import time
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import (CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, census_wait_s, encode, fmt_address, pack_peers,
-                      pack_ranks, pack_table,
-                      recv_message, sealing_pumps)
+from .framing import (CLIENT_LABEL, MAGIC, MAX_MESSAGE, SEALED, SERVER_LABEL, census_wait_s, decode, encode,
+                      fmt_address, pack_peers, pack_ranks, pack_table, sealing_pumps)
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
@@ -36,6 +42,7 @@ _COALESCED = ("left", "finishing")
 CENSUS_FRESH_S = 2.0  # a census this recent answers a stall report as it is (ranks time out together)
 CENSUS_GROUPS = 1000  # the most distinct states a census lists (its frame stays well under 1 MiB)
 _NOTHING = object()  # (the notice loop holds no message back)
+READ_BYTES = 1 << 18  # what the event loop takes from one connection at a time
 
 _log = logging.getLogger("commlib")
 
@@ -46,10 +53,26 @@ class _Rank:
     def __init__(self, rank, sock, peer):
         self.rank, self.sock, self.peer = rank, sock, peer
         self.lock = threading.Lock()
+        self.inbox = bytearray()  # bytes read and not yet a whole message (the event loop's)
 
     def push(self, data):
         with self.lock:
             self.sock.sendall(data)
+
+    def messages(self, data):
+        """The whole messages `data` completes (ValueError for a malformed or oversized one)."""
+        self.inbox += data
+        out, at = [], 0
+        while len(self.inbox) - at >= 4:
+            length = int.from_bytes(self.inbox[at:at + 4], "big")
+            if length > MAX_MESSAGE:
+                raise ValueError(f"message of {length} bytes exceeds the {MAX_MESSAGE}-byte limit")
+            if len(self.inbox) - at - 4 < length:
+                break
+            out.append(decode(bytes(self.inbox[at + 4:at + 4 + length])))
+            at += 4 + length
+        del self.inbox[:at]
+        return out
 
 
 class Coordinator:
@@ -97,6 +120,12 @@ class Coordinator:
         self._notices = queue.Queue()
         self._closed = False
         self._threads = []
+        self._sel = selectors.DefaultSelector()  # the event loop's: every authenticated connection
+        self._joining = []  # connections whose handshake is done, for the loop to take on
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         try:
             self._pumps = sealing_pumps("the coordinator")  # COMMLIB_ENCRYPT: every rank's connection sealed
         except (ValueError, CommError):
@@ -105,8 +134,9 @@ class Coordinator:
         self._sealed = SEALED if self._pumps is not None else b""
 
     def start(self):
-        for target in (self._accept_loop, self._notice_loop):
-            t = threading.Thread(target=target, name="commlib-coordinator", daemon=True)
+        for target, name in ((self._accept_loop, "commlib-coordinator"), (self._notice_loop, "commlib-coordinator"),
+                             (self._event_loop, "commlib-coordinator-io")):
+            t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -157,10 +187,24 @@ class Coordinator:
             self._closed = True
             conns = list(self._ranks.values())
         self._notices.put(None)
+        self._wake()
         for s in [self._listener] + [c.sock for c in conns]:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+        loop = next((t for t in self._threads if t.name == "commlib-coordinator-io"), None)
+        if loop is not None and loop is not threading.current_thread():
+            loop.join(1.0)
+        with self._lock:
+            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
+        if loop is None:  # never started
+            self._sel.close()
+        if loop is None or not loop.is_alive():  # (else the loop still selects on it: left to the process)
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        else:
+            self._log("the coordinator's event loop did not end within 1 s of close()")
         if self._pumps is not None:
             self._pumps.close(1.0)
 
@@ -203,9 +247,12 @@ class Coordinator:
                 msg = self._notices.get()
             if msg is None:  # close()
                 return
+            if isinstance(msg, tuple):  # ("deliver", message, exclude, only): queued by _broadcast
+                self._deliver(*msg[1:])
+                continue
             kind = msg["kind"]
             if kind not in _COALESCED:
-                self._broadcast(msg, exclude=msg["rank"])
+                self._deliver(msg, exclude=msg["rank"])
                 continue
             same, until = [msg], time.monotonic() + LEFT_COALESCE_S
             while (left := until - time.monotonic()) > 0:
@@ -213,7 +260,7 @@ class Coordinator:
                     more = self._notices.get(timeout=left)
                 except queue.Empty:
                     break
-                if more is None or more["kind"] != kind:
+                if not isinstance(more, dict) or more["kind"] != kind:
                     pending = more  # in order: after these (None included: close() comes last)
                     break
                 same.append(more)
@@ -226,7 +273,7 @@ class Coordinator:
                     if m["at_exit"] or m["exit_code"] is not None:
                         ends.setdefault((m["at_exit"], m["exit_code"]), set()).add(m["rank"])
                 out["ends"] = [[at_exit, code, pack_ranks(sorted(rs))] for (at_exit, code), rs in ends.items()]
-            self._broadcast(out)
+            self._deliver(out)
 
     def _serve(self, sock, peer):
         try:
@@ -238,7 +285,9 @@ class Coordinator:
         finally:
             self._pending.release()
         if conn is not None:
-            self._read_loop(conn)
+            with self._lock:
+                self._joining.append(conn)
+            self._wake()
 
     def _handshake(self, sock, peer):
         sock.settimeout(HANDSHAKE_TIMEOUT)
@@ -287,22 +336,54 @@ class Coordinator:
             conn.lock.release()
         return conn
 
-    def _read_loop(self, conn):
-        said_bye = False
-        why = "closed its coordinator connection"  # EOF or reset: the plain way a rank goes away
+    def _wake(self):
+        with self._lock:  # (close() closes the pipe under the lock: never a write to a reused fd)
+            if self._wake_w is not None:
+                with contextlib.suppress(BlockingIOError):  # full: the loop is awake already
+                    os.write(self._wake_w, b"!")
+
+    def _event_loop(self):
+        """Read every rank's connection; handle each whole message in the order it came."""
         try:
             while not self._closed:
-                msg = recv_message(conn.sock)
-                if msg["kind"] == "bye":
-                    said_bye = True
-                    break
-                self._handle(conn, msg)
-        except (EOFError, ConnectionError) as e:
-            why = "closed its coordinator connection" if isinstance(e, EOFError) else f"reset its connection ({e})"
+                for key, _ in self._sel.select():
+                    if key.data is None:
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(key.fd, 4096)
+                        with self._lock:
+                            joining, self._joining = self._joining, []
+                        for conn in joining:
+                            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                    else:
+                        self._read(key.data)
+        finally:
+            self._sel.close()
+
+    def _read(self, conn):
+        """What `conn` sent: its messages handled, or its end (a goodbye, EOF, a reset) taken care of."""
+        why, said_bye = None, False
+        try:
+            data = conn.sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
+            if not data:
+                why = "closed its coordinator connection"  # EOF: the plain way a rank goes away
+            else:
+                for msg in conn.messages(data):
+                    if msg["kind"] == "bye":
+                        said_bye = True
+                        break
+                    self._handle(conn, msg)
+        except (BlockingIOError, InterruptedError):
+            return
+        except ConnectionError as e:
+            why = f"reset its connection ({e})"
         except (OSError, ValueError) as e:
             why = f"dropped: {e}"
             if not self._closed:
                 self._log(f"rank {conn.rank} ({fmt_address(conn.peer)}) {why}")
+        if why is None and not said_bye:
+            return
+        with contextlib.suppress(KeyError, ValueError):  # (closed by close() already)
+            self._sel.unregister(conn.sock)
         with self._lock:
             self._ranks.pop(conn.rank, None)
             closed = self._closed
@@ -330,7 +411,7 @@ class Coordinator:
                 for part in pack_table(table):  # encoded once, sent to every rank
                     self._broadcast(part)
         elif kind == "clock":  # a rank aligning its trace's clock with ours (commlib._trace)
-            conn.push(encode({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}))
+            self._broadcast({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}, only={conn.rank})
         elif kind == "digest":  # finalize(): this rank's collectives, compared here with every other rank's
             self._digest(conn.rank, msg)
         elif kind == "release":  # it failed waiting on a rank that finished: it sends no digest
@@ -342,7 +423,7 @@ class Coordinator:
         elif kind == "census":
             with self._lock:
                 dead = sorted(self._dead)
-            conn.push(encode({"kind": "census", "missing": self.missing(), "dead": dead}))
+            self._broadcast({"kind": "census", "missing": self.missing(), "dead": dead}, only={conn.rank})
         elif "to" in msg:
             to = msg["to"]
             if kind == "abort":  # a failure
@@ -438,6 +519,11 @@ class Coordinator:
         self._broadcast(c["reply"], only=waiters)
 
     def _broadcast(self, msg, exclude=None, only=None):
+        """Queue msg for _deliver (in the sending thread, after what was queued before it): the event
+        loop and the census timer never wait on a rank's socket."""
+        self._notices.put(("deliver", msg, exclude, only))
+
+    def _deliver(self, msg, exclude=None, only=None):
         """Send msg (a dict, or bytes already encoded) to every connected rank, or to those in `only`
         (looked up one by one: a relay to a few ranks costs no scan of all of them)."""
         data = msg if isinstance(msg, bytes) else encode(msg)
@@ -453,7 +539,7 @@ class Coordinator:
                 # The rank closed its end (it is exiting): its reader still drains what the rank sent,
                 # a goodbye included, so a shutdown here would turn a goodbye into "lost".
                 continue
-            except OSError as e:  # a rank that stopped reading (SEND_TIMEOUT): the reader thread cleans up
+            except OSError as e:  # a rank that stopped reading (SEND_TIMEOUT): shut, so the event loop cleans up
                 with self._lock:
                     still_there = self._ranks.get(conn.rank) is conn
                 if not still_there:

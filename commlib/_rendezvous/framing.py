@@ -228,8 +228,13 @@ def recv_message(sock):
     (length,) = _LEN.unpack(recv_exact(sock, 4))
     if length > MAX_MESSAGE:
         raise ValueError(f"message of {length} bytes exceeds the {MAX_MESSAGE}-byte limit")
+    return decode(recv_exact(sock, length))
+
+
+def decode(body):
+    """A message's body (after its length) as the object it holds; ValueError for anything malformed."""
     try:
-        msg = json.loads(recv_exact(sock, length).decode())
+        msg = json.loads(body.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"bad JSON ({e})") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):

@@ -28,11 +28,13 @@ def test_fake_ranks_assemble_hear_a_loss_and_leave(n):
     # one frame capped at 1 MiB: about 5,000 ranks at most)
     assert n * n * 60 < start["bytes"] < n * n * 100 + n * 1000, start
     assert lost["messages"] == n - 1, lost  # one notice to each other rank, nothing more
-    assert start["threads"] <= n + 8, start
+    # one event loop reads every connection: a handful of threads (accept, the loop, deliveries,
+    # a census timer), not one a rank
+    assert all(phase["threads"] <= 8 for phase in phases.values()), phases
     # a stall: one census (a query and an answer per rank), its reply to every rank (~6 B a rank in
     # it: the ranks of one state); a relay per asker was n² queries and n² answers
     assert stall["messages"] <= 2 * n and stall["bytes"] < n * n * 12 + n * 1000, stall
     # finalize: the coordinator compares the digests (3.8 kB each) and answers each rank once; what a
     # rank receives besides its verdict is who is finishing and who left, coalesced (a few bytes a
     # rank). Every digest to every rank was 3.8 GB at 1,000 ranks.
-    assert finalize["bytes"] < n * n * 30 + n * 1000, finalize  # (today: a thread per rank; per-host agents will change it)
+    assert finalize["bytes"] < n * n * 30 + n * 1000, finalize

@@ -71,9 +71,14 @@ def next_msg(inbox, kind, timeout=5.0):
             return msg
 
 
-def raw_handshake(address, rank, secret=SECRET):
-    """An authenticated socket speaking the wire format by hand."""
-    s = socket.create_connection(address, timeout=5)
+def raw_handshake(address, rank, secret=SECRET, rcvbuf=None):
+    """An authenticated socket speaking the wire format by hand (`rcvbuf`: its receive buffer, set
+    before it connects)."""
+    s = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(5)
+    s.connect(address)
     hello = _auth.recv_exact(s, len(framing.MAGIC) + _auth.NONCE_BYTES)
     client_nonce, rank_bytes = os.urandom(32), rank.to_bytes(4, "big")
     proof = _auth.mac(secret, framing.CLIENT_LABEL, hello[len(framing.MAGIC):], client_nonce, rank_bytes)
@@ -551,6 +556,51 @@ def test_malformed_messages_drop_the_connection(coordinator, logs, payload, why)
     assert any(why in line for line in logs)
     assert s.recv(10) == b""  # dropped
     s.close()
+    watcher.close()
+
+
+def test_messages_split_anywhere_and_many_in_one_read_are_each_handled(coordinator):
+    """One event loop reads every connection: a message arriving a byte at a time, and several
+    arriving in one read, are each handled whole and in order."""
+    c = coordinator(2)
+    watcher = rv.Client.connect(c.address, SECRET, 0, 5)
+    inbox = queue.Queue()
+    watcher.start_listener(inbox.put)
+    s = raw_handshake(c.address, 1)
+    slow = framing.encode({"kind": "note", "to": [0], "n": 1})
+    for i in range(len(slow)):
+        s.sendall(slow[i:i + 1])
+        time.sleep(0.002)
+    s.sendall(b"".join(framing.encode({"kind": "note", "to": "all", "n": k}) for k in range(2, 40)))
+    got = [next_msg(inbox, "note")["n"] for _ in range(39)]
+    assert got == list(range(1, 40))
+    assert threading.active_count() < 20  # no thread per connection in this process either
+    s.close()
+    watcher.close()
+
+
+def test_a_rank_that_stops_reading_delays_deliveries_by_send_timeout_at_most(coordinator, logs, monkeypatch):
+    """Rank 2 sends but never reads. Relays to it fill its buffers; the coordinator's deliveries
+    (one thread, in order) then wait SEND_TIMEOUT for it, give up on it (its connection is shut, the
+    others hear it is lost) and go on: the others' messages keep coming."""
+    monkeypatch.setattr(rv_coordinator, "SEND_TIMEOUT", 1.0)
+    c = coordinator(3)
+    watcher = rv.Client.connect(c.address, SECRET, 0, 5)
+    inbox = queue.Queue()
+    watcher.start_listener(inbox.put)
+    deaf = raw_handshake(c.address, 2, rcvbuf=4096)
+    talker = raw_handshake(c.address, 1)
+    blob = "x" * 900_000
+    start = time.monotonic()
+    for _ in range(12):  # ~11 MB to the deaf rank: more than any socket buffers hold
+        talker.sendall(framing.encode({"kind": "fill", "to": [2], "blob": blob}))
+    talker.sendall(framing.encode({"kind": "ping", "to": [0]}))
+    assert next_msg(inbox, "ping", timeout=10.0)["from"] == 1
+    assert next_msg(inbox, "lost", timeout=5.0)["rank"] == 2
+    assert time.monotonic() - start < 8.0
+    assert any("could not reach rank 2" in line for line in logs), logs
+    for s in (talker, deaf):
+        s.close()
     watcher.close()
 
 
