@@ -83,7 +83,8 @@ def _write_all(fd, data):
             selectors.DefaultSelector().select(0.05)  # commrun reads: it will drain
 
 
-def _catches(pid, sig):
+def catches(pid, sig):
+    """Whether process `pid` has a handler for `sig` (Linux: SigCgt in /proc/PID/status)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -208,7 +209,7 @@ class Agent:
         if why is None:
             try:
                 code = c.proc.wait(timeout=2.0)
-                why = f"its host's agent on {c.host} {_words(code)}"
+                why = f"its host's agent on {c.host} {ended_words(code)}"
             except subprocess.TimeoutExpired:
                 why = f"its host's agent on {c.host} stopped answering"
         for r in sorted(c.ranks - c.reported):
@@ -275,7 +276,7 @@ class Agent:
         for _, proc in targets:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if stacks:
-                    os.kill(proc.pid, STACK_SIGNAL if _catches(proc.pid, STACK_SIGNAL) else sig)
+                    os.kill(proc.pid, STACK_SIGNAL if catches(proc.pid, STACK_SIGNAL) else sig)
                 else:
                     os.killpg(proc.pid, sig)
 
@@ -364,7 +365,8 @@ class Agent:
                 self.kill_at = time.monotonic() + 1.0
 
 
-def _words(code):
+def ended_words(code):
+    """How a process that ended with Popen's `code` ended, in words."""
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-code).name}"

@@ -179,7 +179,7 @@ class HostAgent:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     code = self.proc.wait(timeout=AGENT_WAIT_S)
             why = ("its host's agent ended" if code is None
-                   else f"its host's agent on {self.host} {_words(code)}")
+                   else f"its host's agent on {self.host} {wire.ended_words(code)}")
         for r, proc in self.procs.items():
             if proc.returncode is None:
                 below = self.rank_host.get(r, self.host) != self.host  # started by a child of the lost agent
@@ -203,11 +203,3 @@ class HostAgent:
             self.proc.wait()
         if not self.ended:
             self.finish("commrun stopped its host's agent")
-
-
-def _words(code):
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-code).name}"
-        return f"was killed by signal {-code}"
-    return f"exited with code {code}"

@@ -150,18 +150,6 @@ def _relay(src, dst):
         os.close(dst)
 
 
-def _catches(pid, sig):
-    """Whether process `pid` has a handler for `sig` (Linux: SigCgt in /proc/PID/status)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
-    except (OSError, ValueError, IndexError):  # gone, or not Linux: it gets SIGABRT
-        return False
-    return False
-
-
 def _signal_group(rank, sig):
     if rank.agent is not None:  # on another host: its agent signals it
         rank.proc.signal_group(sig)
@@ -232,7 +220,7 @@ class _Job:
                 rank.proc.ask_stacks(sig)
                 asked = True
             elif sig == signal.SIGABRT:  # the rank itself dumps its stacks
-                catches = _catches(rank.proc.pid, STACK_SIGNAL)
+                catches = agent_wire.catches(rank.proc.pid, STACK_SIGNAL)
                 asked = asked or catches
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(rank.proc.pid, STACK_SIGNAL if catches else sig)

@@ -84,6 +84,28 @@ SUM = """
 """
 
 
+LOOP = """
+    import time
+    import numpy as np
+    import commlib as cl
+    g = cl.init()
+    x = np.ones(1000)
+    print("ready", flush=True)
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        cl.all_reduce(x, out=x)
+        time.sleep(0.01)
+"""
+
+
+def wait_ready(proc, count, within=40.0):
+    """Whether `count` ranks printed "ready" within `within` seconds."""
+    deadline, ready = time.monotonic() + within, 0
+    while ready < count and time.monotonic() < deadline:
+        ready += proc.stdout.readline().endswith("ready\n")
+    return ready == count
+
+
 @pytest.mark.parametrize("fanout", [32, 4])
 def test_sixteen_hosts_take_sixteen_remote_shells(commrun, hostshell, fanout):
     rsh, shells = hostshell
@@ -132,27 +154,10 @@ def test_remote_rank_exit_code_and_stdin(commrun, hostshell):
 def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tmp_path):
     rsh, shells = hostshell
     marker = f"agentkill{os.getpid()}"
-    script = commrun.script(f"{marker}.py", """
-        import time
-        import numpy as np
-        import commlib as cl
-        g = cl.init()
-        x = np.ones(1000)
-        print("ready", flush=True)
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            cl.all_reduce(x, out=x)
-            time.sleep(0.01)
-    """)
+    script = commrun.script(f"{marker}.py", LOOP)
     shm_before = set(os.listdir("/dev/shm"))
     proc = commrun.popen("--hosts", "localhost:1,h1:2,h2:2", *rsh, script)
-    deadline = time.monotonic() + 40
-    while len(shells()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    ready = 0
-    while ready < 5 and time.monotonic() < deadline:
-        ready += proc.stdout.readline().endswith("ready\n")
-    assert ready == 5
+    assert wait_ready(proc, 5)
     agent = {h: pid for h, pid, _ in shells()}["h2"]
     assert "commrun.agent" in " ".join(psutil.Process(agent).cmdline())
     killed = time.monotonic()
@@ -174,25 +179,10 @@ def test_an_agent_killed_mid_tree_loses_its_subtree_and_nothing_is_left(commrun,
     the ranks of h1, h2 and h3 are reported lost with it, h4's and h5's raise PeerLost."""
     rsh, shells = hostshell
     marker = f"agenttree{os.getpid()}"
-    script = commrun.script(f"{marker}.py", """
-        import time
-        import numpy as np
-        import commlib as cl
-        g = cl.init()
-        x = np.ones(100)
-        print("ready", flush=True)
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            cl.all_reduce(x, out=x)
-            time.sleep(0.01)
-    """)
+    script = commrun.script(f"{marker}.py", LOOP)
     commrun.env = {**commrun.env, "COMMLIB_AGENT_FANOUT": "2"}
     proc = commrun.popen("--hosts", "h1:1,h2:1,h3:1,h4:1,h5:1", *rsh, script)
-    deadline = time.monotonic() + 40
-    ready = 0
-    while ready < 5 and time.monotonic() < deadline:
-        ready += proc.stdout.readline().endswith("ready\n")
-    assert ready == 5
+    assert wait_ready(proc, 5)
     logged = {h: (pid, parent) for h, pid, parent in shells()}
     assert logged["h2"][1] == logged["h1"][0] and logged["h3"][1] == logged["h1"][0]  # h1 started them
     assert logged["h5"][1] == logged["h4"][0]
