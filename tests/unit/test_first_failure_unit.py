@@ -1,5 +1,6 @@
 """The first failure wins, in-process: commrun's choice of the rank to blame, the sys.exit hint, and
 the text peers give for a rank that finished."""
+import signal
 import time
 import sys
 import threading
@@ -51,8 +52,34 @@ def test_a_rank_heard_from_first_is_blamed_though_reaped_last(monkeypatch):
     job.reap()
     assert said == [] and job.blame_by == 12.0 + supervise.NOTICE_S  # rank 1 still runs: wait for it
     ranks[1].proc.returncode = 7
+    job.on_signal(signal.SIGCHLD)  # as the kernel says when it ends
     job.reap()
     assert said == ["rank 1 exited with code 7"] and job.result == 7 and job.blame_by is None
+
+
+def test_reaping_waits_for_sigchld_or_a_second(monkeypatch):
+    """A wake-up (a rank's output line) polls no rank; SIGCHLD, or a second since the last reap, does."""
+    now = [12.0]
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: now[0])
+    job, ranks = _job(3)
+    polls = []
+    for rank in ranks:
+        real = rank.proc.poll
+        rank.proc.poll = lambda real=real, r=rank.rank: polls.append(r) or real()
+    job.reap()  # the first one looks
+    assert sorted(polls) == [0, 1, 2]
+    polls.clear()
+    ranks[0].proc.returncode = 0
+    job.reap()
+    assert polls == [] and len(job.live) == 3
+    job.on_signal(signal.SIGCHLD)
+    job.reap()
+    assert sorted(polls) == [0, 1, 2] and [r.rank for r in job.live] == [1, 2]
+    polls.clear()
+    ranks[1].proc.returncode = 0
+    now[0] += 1.0  # a SIGCHLD lost on the way: found within a second
+    job.reap()
+    assert sorted(polls) == [1, 2] and [r.rank for r in job.live] == [2]
 
 
 def test_blame_does_not_wait_past_its_deadline(monkeypatch):
