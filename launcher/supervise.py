@@ -355,8 +355,8 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
                     spawn.start(rank, stdin0 if rank.rank == 0 else subprocess.DEVNULL, merged)
                 else:  # a remote rank: its host's agent (started with the host's first rank) starts it
                     if rank.agent.proc is None:
-                        agents.append(rank.agent)
                         rank.agent.start()
+                        agents.append(rank.agent)
                         job.watch_agent(rank.agent, tag_output)
                     rank.proc = rank.agent.procs[rank.rank]
             except OSError as e:

@@ -151,6 +151,17 @@ def test_remote_rank_exit_code_and_stdin(commrun, hostshell):
     r = commrun.run("--hosts", "h1:2", *rsh, script, env={"COMMLIB_AGENT_FANOUT": "1"})
     assert r.returncode == 2 and "COMMLIB_AGENT_FANOUT='1': expected a whole number of at least 2" in r.stderr
 
+def test_a_remote_shell_that_cannot_start_fails_the_job_at_once(commrun, tmp_path):
+    marker = f"noshell{os.getpid()}"
+    script = commrun.script(f"{marker}.py", LOOP)
+    r = commrun.run("--rsh", f"{tmp_path}/no-such-shell {{host}}", "--coordinator-host", "127.0.0.1",
+                    "--hosts", "localhost:1,h1:2", script, timeout=30)
+    assert r.returncode == 127, r.stderr
+    assert re.search(r"cannot start rank 1 \(\S*no-such-shell\): .*No such file", r.stderr), r.stderr
+    assert "Traceback" not in r.stderr
+    assert left_behind(marker) == []
+
+
 def test_killed_agent_fails_every_rank_and_leaves_nothing(commrun, hostshell, tmp_path):
     rsh, shells = hostshell
     marker = f"agentkill{os.getpid()}"
