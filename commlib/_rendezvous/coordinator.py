@@ -380,6 +380,9 @@ class Coordinator:
             why = f"dropped: {e}"
             if not self._closed:
                 self._log(f"rank {conn.rank} ({fmt_address(conn.peer)}) {why}")
+        except Exception as e:  # noqa: BLE001 -- a message we could not handle ends its sender, not the loop
+            why = f"dropped: its message could not be handled ({type(e).__name__}: {e})"
+            self._log(f"rank {conn.rank} ({fmt_address(conn.peer)}) {why}")
         if why is None and not said_bye:
             return
         with contextlib.suppress(KeyError, ValueError):  # (closed by close() already)
@@ -401,6 +404,8 @@ class Coordinator:
     def _handle(self, conn, msg):
         kind = msg["kind"]
         if kind == "register":
+            if not isinstance(msg.get("info", {}), dict):  # (the table could not be packed: the job would wait)
+                raise ValueError("its registration's info is not an object")
             with self._lock:
                 if self._table[conn.rank] is None:
                     self._registered += 1

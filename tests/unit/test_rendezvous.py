@@ -607,6 +607,39 @@ def test_a_rank_that_stops_reading_delays_deliveries_by_send_timeout_at_most(coo
     watcher.close()
 
 
+def test_a_message_that_cannot_be_handled_drops_its_sender_not_the_coordinator(coordinator, logs):
+    """A registration whose info is no object is refused (its sender dropped, the others hear it is
+    lost); any message whose handling fails drops its sender too, and the event loop reads on."""
+    c = coordinator(3)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(run_ranks(c.address, [0], timeout=5)[1]))
+    t.start()
+    watcher = raw_handshake(c.address, 2)
+    bad = raw_handshake(c.address, 1)
+    wait_for(lambda: 0 in c.connected())  # (a "lost" notice reaches the ranks connected when it is sent)
+    bad.sendall(framing.encode({"kind": "register", "info": "not an object"}))
+    t.join(10)
+    assert isinstance(result.get(0), PeerLost) and "rank 1" in str(result[0]), result
+    assert any("info is not an object" in line for line in logs), logs
+
+    def boom(rank):
+        raise RuntimeError("boom")
+
+    c._stall = boom
+    watcher.sendall(framing.encode({"kind": "stall"}))
+    watcher.settimeout(5)
+    assert watcher.recv(1 << 16) == b"" or watcher.recv(1 << 16) == b""  # dropped (after any queued notices)
+    assert any("could not be handled (RuntimeError: boom)" in line for line in logs), logs
+    late = raw_handshake(c.address, 2)  # the loop still reads: rank 2 may connect again and be answered
+    late.sendall(framing.encode({"kind": "census"}))
+    late.settimeout(5)
+    while (msg := framing.recv_message(late))["kind"] != "census":
+        pass
+    assert msg["missing"] == [1, 2]  # rank 1 was refused before its info went in the table
+    for s in (watcher, bad, late):
+        s.close()
+
+
 def test_client_does_not_send_oversize_messages(coordinator):
     c = coordinator(1)
     client = rv.Client.connect(c.address, SECRET, 0, 5)
