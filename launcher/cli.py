@@ -242,7 +242,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             else:
                 env = {**spawn.forwarded_env(), **env}
                 if trace_dir is not None:  # that host's own directory of the same name, fetched at the end
-                    env["COMMLIB_TRACE"] = tracefetch.remote_dir(trace_dir, remote_hosts.index(rank.host))
+                    env["COMMLIB_TRACE"] = tracefetch.remote_dir(trace_dir, host_number[rank.host])
                 rank.argv = argv
                 by_host.setdefault(rank.host, []).append((rank, env))
         # One remote shell per host: its agent starts the host's ranks. commrun starts up to
@@ -253,6 +253,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 ranks[r].agent = agent
 
     remote_hosts = list(dict.fromkeys(remote))
+    host_number = {host: i for i, host in enumerate(remote_hosts)}  # (a rank's lookup: no scan of the hosts)
     try:
         agent_fanout = hostagents.fanout()
     except ValueError as e:

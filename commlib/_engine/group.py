@@ -159,8 +159,8 @@ class Group:
             if self._ep is None:
                 ids = [0] * self._size
             else:
-                table = self._ep.table
-                ids = [table[r].get("host_id", ("rank", r)) for r in self.world]  # (none: a host of its own)
+                key = self._ep.table.host_key  # (no address fetched: the table knows every rank's host)
+                ids = [key(r) for r in self.world]
             self._hosts = host_layout(ids)
         return self._hosts
 

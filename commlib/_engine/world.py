@@ -54,10 +54,9 @@ def join(env, timeout, coordinator=None, eager=True):
     if env.rank == 0:  # once a job, not once a rank
         _rendezvous.warn_if_derived(env.secret)
     raise_fd_limit()  # a socket per peer (and per group): the soft default of 1,024 is no ceiling of ours
-    if coordinator is None and env.host_coordinator:
-        coordinator = _rendezvous.Coordinator(env.size, env.secret, host=env.coordinator[0],
-                                              port=env.coordinator[1])
-        coordinator.start()
+    if coordinator is None and env.host_coordinator:  # in a process of its own (_rendezvous/service.py)
+        coordinator = _rendezvous.Service(env.size, env.secret, host=env.coordinator[0], port=env.coordinator[1],
+                                          linger=timeout)
     ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout, spans_hosts=env.local_size < env.size)
     try:
         client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout, pumps=ep.pumps)
@@ -131,7 +130,8 @@ def close(world, client):
     ep.close()
     if coordinator is not None:
         # Ranks still working need the coordinator: wait for them to leave.
-        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout):
-            print(f"commlib: rank {world._rank}: closing the coordinator while ranks "
-                  f"{coordinator.connected()} are still connected", file=sys.stderr)
+        if not coordinator.wait_until_alone(world.world[world._rank], world.timeout + 2.0):
+            still = coordinator.connected()
+            print(f"commlib: rank {world._rank}: closing the coordinator while "
+                  f"{f'ranks {still}' if still is not None else 'ranks'} are still connected", file=sys.stderr)
         coordinator.close()

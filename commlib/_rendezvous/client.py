@@ -16,7 +16,8 @@ import time
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
-from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, TableParts, encode, fmt_address, recv_message
+from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message
+from .table import Table
 
 CONNECT_RETRY_MAX_S = 0.1
 CONNECT_PATIENT_AFTER_S = 5.0  # retrying this long: the coordinator is not just starting, back off further
@@ -31,6 +32,7 @@ class Client:
         self._early = []  # messages read by register() that belong to the listener
         self._listener = None
         self._closing = False
+        self.table = None  # the job's table (table.Table), once register() returns
 
     @property
     def sock(self):
@@ -108,10 +110,10 @@ class Client:
         return cls(sock, address, rank)
 
     def register(self, info, timeout):
-        """Send this rank's info; block until every rank has; return the table."""
+        """Send this rank's info; block until every rank has; return the table (a `table.Table`:
+        indexed by rank like a list, each rank's row fetched from the coordinator on first use)."""
         self.send({"kind": "register", "info": info})
         deadline = time.monotonic() + timeout
-        parts = TableParts()
         census_asked = False
         while True:
             remaining = deadline - time.monotonic()
@@ -123,14 +125,12 @@ class Client:
                 continue
             msg = self._read(remaining)
             kind = msg["kind"]
-            if kind == "table":
+            if kind == "assembled":
                 try:
-                    table = parts.add(msg)
+                    self.table = Table(msg, self._ask_rows, self._pump, timeout)
                 except (ValueError, KeyError, TypeError) as e:
                     raise CommError(f"rank {self.rank}: the coordinator sent a bad table ({e})") from None
-                if table is not None:
-                    return table
-                continue
+                return self.table
             if kind in ("died", "lost"):
                 what = msg["message"] if kind == "died" else "lost its coordinator connection"
                 raise PeerLost(f"rank {self.rank}: rank {msg['rank']} {what} before the job assembled", rank=msg["rank"])
@@ -142,6 +142,23 @@ class Client:
                     op="init",
                 )
             self._early.append(msg)
+
+    def _ask_rows(self, first, last):
+        self.send({"kind": "rows", "first": first, "last": last})
+
+    def _pump(self, seconds):
+        """Before start_listener: read one message; rows go to the table, the rest to the listener."""
+        msg = self._read(seconds)
+        if msg["kind"] == "rows":
+            self._rows(msg)
+        elif msg["kind"] != "_tick":
+            self._early.append(msg)
+
+    def _rows(self, msg):
+        try:
+            self.table.add(msg)
+        except ValueError as e:
+            self.table.fail(CommError(f"rank {self.rank}: the coordinator sent bad rows ({e})"))
 
     def clock_offset(self, tries=5, timeout=1.0):
         """clock_offset() of this connection before start_listener: replies read here, anything
@@ -172,19 +189,29 @@ class Client:
     def start_listener(self, callback):
         """Call callback(msg) for every pushed message, from a daemon thread."""
 
+        def dispatch(msg):
+            if msg["kind"] == "rows" and self.table is not None:
+                self._rows(msg)
+            else:
+                callback(msg)
+
         def loop():
             for msg in self._early:
-                callback(msg)
+                dispatch(msg)
             self._early = []
             try:
                 while True:
-                    callback(recv_message(self._sock))
+                    dispatch(recv_message(self._sock))
             except (OSError, EOFError, ValueError) as e:
+                lost = f"lost the coordinator at {fmt_address(self.address)}: {e}"
+                if self.table is not None:
+                    self.table.fail(CommError(f"rank {self.rank}: {lost}"))
                 if not self._closing:
-                    callback({"kind": "coordinator_lost",
-                              "message": f"lost the coordinator at {fmt_address(self.address)}: {e}"})
+                    callback({"kind": "coordinator_lost", "message": lost})
 
         self._listener = threading.Thread(target=loop, name="commlib-coordinator-client", daemon=True)
+        if self.table is not None:
+            self.table.pump = None  # the listener reads the rows now
         self._listener.start()
 
     def send(self, msg):

@@ -1,8 +1,10 @@
 """The coordinator: the rendezvous service every rank of a job connects to.
 
 Hosted by ``commrun``, or by rank 0 under srun/torchrun. It authenticates
-each rank (framing.py's handshake), collects every rank's info and pushes
-the table once all have registered, then stays connected for the job's life:
+each rank (framing.py's handshake), collects every rank's info and, once all
+have registered, tells each rank the hosts of all and the addresses of its
+likely peers (table.py: O(log n) rows a rank, the rest on request), then
+stays connected for the job's life:
 it relays messages between ranks and tells the others when one dies
 (``died``, from the supervisor), says goodbye (``left``) or vanishes
 (``lost``). At finalize() it holds every rank's collective digest, tells the
@@ -32,7 +34,8 @@ from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
 from .framing import (CLIENT_LABEL, MAGIC, MAX_MESSAGE, SEALED, SERVER_LABEL, census_wait_s, decode, encode,
-                      fmt_address, pack_peers, pack_ranks, pack_table, sealing_pumps)
+                      fmt_address, pack_peers, pack_ranks, sealing_pumps)
+from .table import MAX_INFO_BYTES, Book
 
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
@@ -107,7 +110,8 @@ class Coordinator:
         self._ranks = {}  # rank -> _Rank, authenticated and connected
         self._table = [None] * size
         self._registered = 0  # ranks whose info is in the table
-        self._dead = {}  # rank -> "died" notice, replayed to ranks that connect later
+        self._book = None  # the complete table (table.Book), once every rank registered
+        self._dead = {}  # rank -> its "died" (or "lost") notice, replayed to ranks that connect later
         self._digests = {}  # rank -> its finalize() digest message
         self._accounted = set()  # ranks that sent their digest, gave up on finalize ("release") or are gone
         self._verdict_sent = False
@@ -247,6 +251,9 @@ class Coordinator:
                 msg = self._notices.get()
             if msg is None:  # close()
                 return
+            if isinstance(msg, tuple) and msg[0] == "assembled":  # each rank its own message (table.Book)
+                self._assemble(msg[1])
+                continue
             if isinstance(msg, tuple):  # ("deliver", message, exclude, only): queued by _broadcast
                 self._deliver(*msg[1:])
                 continue
@@ -353,7 +360,10 @@ class Coordinator:
                         with self._lock:
                             joining, self._joining = self._joining, []
                         for conn in joining:
-                            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                            try:
+                                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+                            except (OSError, ValueError):  # closed meanwhile (by close()): nothing to read
+                                continue
                     else:
                         self._read(key.data)
         finally:
@@ -398,23 +408,36 @@ class Coordinator:
         if said_bye:
             self._notices.put({"kind": "left", "rank": conn.rank})  # coalesced with other goodbyes
         else:
-            message = f"rank {conn.rank} {why} without saying goodbye"
-            self._broadcast({"kind": "lost", "rank": conn.rank, "message": message}, exclude=conn.rank)
+            lost = {"kind": "lost", "rank": conn.rank, "message": f"rank {conn.rank} {why} without saying goodbye"}
+            with self._lock:  # replayed, like a death, to a rank that connects later (before the job assembled)
+                self._dead.setdefault(conn.rank, lost)
+            self._broadcast(lost, exclude=conn.rank)
 
     def _handle(self, conn, msg):
         kind = msg["kind"]
         if kind == "register":
-            if not isinstance(msg.get("info", {}), dict):  # (the table could not be packed: the job would wait)
+            info = msg.get("info", {})
+            if not isinstance(info, dict):  # (the table could not be packed: the job would wait)
                 raise ValueError("its registration's info is not an object")
+            if len(encode(info)) > MAX_INFO_BYTES:
+                raise ValueError(f"its registration's info is larger than {MAX_INFO_BYTES} bytes")
             with self._lock:
                 if self._table[conn.rank] is None:
                     self._registered += 1
-                self._table[conn.rank] = msg.get("info", {})
+                self._table[conn.rank] = info
                 complete = self._registered == self.size
                 table = list(self._table) if complete else None
-            if complete:
-                for part in pack_table(table):  # encoded once, sent to every rank
-                    self._broadcast(part)
+            if complete:  # each rank: the hosts of all, the addresses of its likely peers (table.py)
+                self._book = Book(table)
+                self._notices.put(("assembled", self._book))
+        elif kind == "rows":  # a rank needs the addresses of ranks it was not given
+            first, last = msg.get("first"), msg.get("last")
+            if self._book is None or type(first) is not int or type(last) is not int or not first <= last \
+                    or last - first >= self.size:
+                raise ValueError(f"bad rows request {first!r}..{last!r}" + (" before the job assembled"
+                                                                         if self._book is None else ""))
+            for part in self._book.rows(first, last):
+                self._broadcast(part, only={conn.rank})
         elif kind == "clock":  # a rank aligning its trace's clock with ours (commlib._trace)
             self._broadcast({"kind": "clock", "t": time.monotonic_ns(), "echo": msg.get("echo")}, only={conn.rank})
         elif kind == "digest":  # finalize(): this rank's collectives, compared here with every other rank's
@@ -527,6 +550,14 @@ class Coordinator:
         """Queue msg for _deliver (in the sending thread, after what was queued before it): the event
         loop and the census timer never wait on a rank's socket."""
         self._notices.put(("deliver", msg, exclude, only))
+
+    def _assemble(self, book):
+        """Send every connected rank its "assembled" message (a rank that connects later is refused:
+        its number is in the table already)."""
+        with self._lock:
+            targets = list(self._ranks.values())
+        for conn in targets:
+            self._deliver(book.assembled(conn.rank), only={conn.rank})
 
     def _deliver(self, msg, exclude=None, only=None):
         """Send msg (a dict, or bytes already encoded) to every connected rank, or to those in `only`

@@ -19,7 +19,7 @@ import zlib
 
 from .._errors import CommError
 from .._hosts import expand_nodelist, tasks_per_node
-from .coordinator import Coordinator
+from .service import Service
 from .framing import fmt_address
 
 _log = logging.getLogger("commlib")
@@ -129,8 +129,7 @@ def via_key_value(rank, size, put, get, peer_host, prefix="commlib/", environ=os
 
         host = routed_address(peer_host)
         secret = given or PublishedSecret(secrets.token_bytes(32))
-        coordinator = Coordinator(size, secret, host=host)
-        coordinator.start()
+        coordinator = Service(size, secret, host=host)  # in a process of its own
         if given is None:
             put(prefix + "secret", secret.hex())
         put(prefix + "coordinator", fmt_address(coordinator.address))

@@ -18,9 +18,8 @@ A connection that fails the handshake, stays silent past the deadline, or
 sends an oversized or malformed message is dropped and logged; the job goes on.
 
 Messages pushed by the coordinator to ranks (``kind``):
-  ``table``   {"part": i, "parts": k, "data": str} once all registered: the k parts' data, joined,
-              is the job's table in JSON, compact (`pack_table`): no frame holds more than
-              TABLE_PART characters of it, so the table has no size limit
+  ``assembled`` once all registered: the hosts of every rank and the addresses of this rank's
+              likely peers; ``rows`` the addresses a rank asked for (table.py)
   ``died``    {"rank", "code", "message"} from the supervisor (commrun), see notify_died
   ``left``    {"rank", "ranks"} these ranks said goodbye (Client.close) and disconnected: the
               goodbyes of LEFT_COALESCE_S share one message; "ranks" as pack_ranks writes a set
@@ -37,7 +36,7 @@ Messages pushed by the coordinator to ranks (``kind``):
   ``error``   {"message"} a refusal (rank out of range, duplicate); the connection closes
   anything a rank sent with "to", plus "from": the sender's rank
 
-Messages from ranks with no "to" are the coordinator's own: ``register``, ``bye``, ``clock``,
+Messages from ranks with no "to" are the coordinator's own: ``register``, ``rows``, ``bye``, ``clock``,
 ``census``, ``stall``, ``status`` with "census" (the answer to its query), ``digest`` (finalize(): {"groups", "at_exit", "exit_code"}) and ``release`` (this rank
 failed waiting on one that finished: it will send no digest).
 """
@@ -72,52 +71,6 @@ def census_wait_s(size):
     from 2,000 ranks (8,000 fake ranks answered 6,151 of 7,999 queries within 1 s), at most 5 s.
     A rank asking for one waits half a second more."""
     return min(5.0, max(1.0, size / 2000))
-
-
-TABLE_PART = 256 << 10  # characters of the packed table per "table" message
-_SHARED = ("host", "host_id")  # info fields many ranks have in common: listed once, referred to by index
-
-
-def pack_table(table):
-    """The table (a list of info dicts) as "table" messages (encoded): the dicts' keys once, the
-    values of _SHARED fields once each, every rank a row of values; about 60 bytes a rank."""
-    keys = sorted({k for info in table for k in info})
-    shared, index = [], {}
-    rows = []
-    for info in table:
-        row = []
-        for k in keys:
-            v = info.get(k)
-            if k in _SHARED and isinstance(v, str):
-                if v not in index:
-                    index[v] = len(shared)
-                    shared.append(v)
-                v = index[v]
-            row.append(v)
-        rows.append(row)
-    text = json.dumps({"keys": keys, "shared": shared, "rows": rows}, separators=(",", ":"))
-    parts = [text[i:i + TABLE_PART] for i in range(0, len(text), TABLE_PART)] or [""]
-    return [encode({"kind": "table", "part": i, "parts": len(parts), "data": d}) for i, d in enumerate(parts)]
-
-
-class TableParts:
-    """Collects "table" messages; `add(msg)` returns the table (a list of info dicts) once whole."""
-
-    def __init__(self):
-        self._parts = {}
-
-    def add(self, msg):
-        parts, part, data = msg.get("parts"), msg.get("part"), msg.get("data")
-        if not (isinstance(parts, int) and isinstance(part, int) and 0 <= part < parts and isinstance(data, str)):
-            raise ValueError(f"malformed table message (part {part!r} of {parts!r})")
-        self._parts[part] = data
-        if len(self._parts) < parts:
-            return None
-        packed = json.loads("".join(self._parts[i] for i in range(parts)))
-        keys, shared = packed["keys"], packed["shared"]
-        at = [k in _SHARED for k in keys]
-        return [{k: (shared[v] if s and isinstance(v, int) else v) for k, s, v in zip(keys, at, row)}
-                for row in packed["rows"]]
 
 
 # ---------------------------------------------------- sets of ranks, compactly

@@ -33,7 +33,7 @@ import time
 
 from .. import _auth, _backoff, _debug
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
-from .interfaces import describe, interfaces, is_loopback, listen_address
+from .interfaces import describe, interfaces, listen_address
 from .notices import Notices
 from . import seal, shm
 from .limits import OUT_OF_FDS, fd_limit_text, thread_limit_text
@@ -384,17 +384,15 @@ class Endpoint:
         return "shared memory" if self.shm_mode in ("auto", "shm") else "unix socket"
 
     def set_table(self, table):
-        """Take the job's table; CommError when a rank on another host advertises a loopback address."""
+        """Take the job's table (`_rendezvous.Table`); CommError when a rank on another host
+        advertises a loopback address (the coordinator found it: `table.loopback`)."""
         self.table = table
-        stack = self.host_id.split("/", 1)[-1]  # boot id and network namespace: who shares our loopback
-        for r, info in enumerate(table):
-            if (info["host_id"].split("/", 1)[-1] != stack
-                    and any(is_loopback(t["tcp"][0]) for t in (info, table[self.rank]))):
-                bad = r if is_loopback(info["tcp"][0]) else self.rank
-                raise CommError(f"rank {self.rank}: rank {bad} listens on the loopback address "
-                                f"{table[bad]['tcp'][0]} but ranks {self.rank} and {r} are on different hosts: "
-                                f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
-                                f"interfaces here: {describe(interfaces())}")
+        if table.loopback is not None:
+            bad, other, address = table.loopback
+            raise CommError(f"rank {self.rank}: rank {bad} listens on the loopback address "
+                            f"{address} but ranks {self.rank} and {other} are on different hosts: "
+                            f"set COMMLIB_IFNAME (commrun --ifname) to the interface the hosts share; "
+                            f"interfaces here: {describe(interfaces())}")
 
     def routes_text(self):
         """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""

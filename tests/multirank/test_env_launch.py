@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -161,3 +162,72 @@ def test_init_after_torch_gloo_group_meets_through_its_store(n, tmp_path):
     for r, (code, out, err) in enumerate(_run_all(envs, tmp_path, TORCH_FIRST_CASE)):
         assert code == 0, f"rank {r}: {err}"
         assert f"rank {r} of {n} ok" in out
+
+
+OWN_PROCESS = textwrap.dedent("""
+    import os, signal, sys, threading, time, numpy as np, psutil, commlib as cl
+    g = cl.init(strict=True); r, n = g.rank(), g.size()
+    cl.barrier()
+    if r == 0:
+        kids = psutil.Process().children()
+        port = int(os.environ["MASTER_PORT"])
+        owner = [k.pid for k in kids if any(c.laddr.port == port and c.status == "LISTEN"
+                                             for c in k.net_connections("tcp"))]
+        threads = sorted(t.name for t in threading.enumerate() if t.name.startswith("commlib-coordinator") and t.name != "commlib-coordinator-client")
+        print(f"coordinator pid {owner} of children {[k.pid for k in kids]}; rank 0's coordinator threads {threads}")
+        if sys.argv[1] == "kill":
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    else:
+        time.sleep(0.3)
+    t = time.monotonic()
+    try:
+        cl.all_reduce(np.ones(4))
+        print(f"rank {r} all_reduce ok")
+    except cl.PeerLost as e:
+        print(f"rank {r} PeerLost after {time.monotonic() - t:.1f} s: {e}")
+""")
+
+
+@pytest.mark.parametrize("how", ["finish", "kill"])
+def test_rank_0_runs_the_coordinator_in_a_process_that_outlives_it(how, tmp_path):
+    """Rank 0 starts the coordinator as a child process (not threads in its interpreter); when rank
+    0 is killed, that process tells the others rank 0 was lost, then ends once they have left."""
+    import psutil
+    n, port = 3, _free_port()
+    envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_SECRET="ef" * 32, COMMLIB_TIMEOUT="20") for r in range(n)]
+    outs = _run_all(envs, tmp_path, OWN_PROCESS, args=[[how]] * n)
+    head = outs[0][1]
+    assert "coordinator pid [" in head and "rank 0's coordinator threads []" in head, outs[0]
+    pid = int(head.split("coordinator pid [")[1].split("]")[0])
+    if how == "finish":
+        assert [code for code, _, _ in outs] == [0] * n, outs
+        assert all(f"rank {r} all_reduce ok" in out for r, (_, out, _) in enumerate(outs)), outs
+    else:
+        assert outs[0][0] == -9, outs[0]
+        for r in (1, 2):
+            line = next(line for line in outs[r][1].splitlines() if line.startswith(f"rank {r} "))
+            assert "PeerLost" in line and "rank 0 closed its coordinator connection without saying goodbye" in line, line
+            assert float(line.split("after ")[1].split(" s")[0]) < 5, line
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"the coordinator process {pid} outlived the job"
+        time.sleep(0.05)
+    with socket.socket() as s:  # nothing listens on its port any more (TIME_WAIT aside)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+
+
+def test_a_coordinator_port_in_use_fails_rank_0_at_once(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        env = dict(_clean_env(), RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   COMMLIB_SECRET="ef" * 32, COMMLIB_TIMEOUT="20")
+        t = time.monotonic()
+        (code, out, err), = _run_all([env], tmp_path)
+    assert code != 0 and time.monotonic() - t < 10
+    assert f"cannot start the coordinator on 127.0.0.1:{port}: [Errno 98] Address already in use" in err, err

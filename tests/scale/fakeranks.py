@@ -1,12 +1,14 @@
 """Thousands of fake ranks against the real coordinator: start-up, a lost rank, finalize.
 
 A fake rank is a coroutine that speaks the coordinator's real protocol (`commlib._rendezvous`:
-the HMAC handshake, length-prefixed JSON, the packed table) and nothing else: no NumPy, no data
+the HMAC handshake, length-prefixed JSON, the table as `_rendezvous.table` hands it out) and nothing else: no NumPy, no data
 path. The coordinator runs in its own process (as under commrun), so its CPU time and threads
 can be read from /proc. `run(n)` returns, per phase, the wall time, the bytes and messages the
 fake ranks received, and the coordinator's CPU seconds and threads:
 
-  start     every rank connects, proves the secret, registers, and holds the whole table
+  start     every rank connects, proves the secret, registers and is told every rank's host and the
+            addresses of its likely peers; a sample of ranks asks for a block of other addresses,
+            and the last rank for all of them
   lost      one rank drops its connection without a goodbye; every other rank hears of it
   stall     every rank times out at once and asks what the others are doing: the coordinator takes
             one census (a query to each rank, its answer) and answers every asker with it
@@ -19,7 +21,6 @@ fake ranks received, and the coordinator's CPU seconds and threads:
 import asyncio
 import json
 import os
-import re
 import resource
 import secrets
 import struct
@@ -28,7 +29,7 @@ import sys
 import time
 
 from commlib import _auth
-from commlib._rendezvous import framing
+from commlib._rendezvous import framing, table as table_mod
 
 COORDINATOR = """
 import sys
@@ -58,17 +59,12 @@ class _Tally:
         self.bytes = self.messages = 0
 
 
-_TABLE_HEAD = re.compile(rb'^\{"kind":"table","part":(\d+),"parts":(\d+),')
-
-
-async def _read(reader, tally, decode=True):
-    """The next message; a table part undecoded unless `decode` (its head only: part and parts)."""
+async def _read(reader, tally):
+    """The next message."""
     (n,) = _LEN.unpack(await reader.readexactly(4))
     body = await reader.readexactly(n)
     tally.bytes += 4 + n
     tally.messages += 1
-    if not decode and (head := _TABLE_HEAD.match(body)):
-        return {"kind": "table", "part": int(head[1]), "parts": int(head[2])}
     return json.loads(body)
 
 
@@ -103,28 +99,37 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stall
     assert _auth.verify(proof, secret, framing.SERVER_LABEL, client_nonce, server_nonce), rank
     assert (await _read(reader, tally))["kind"] == "welcome"
     writer.write(framing.encode({"kind": "register", "info": _info(rank)}))
-    # every rank receives the whole table; a sample of them decodes and checks it (the others count
-    # its parts: decoding n tables of n rows would be the harness's cost, not the coordinator's)
-    check = rank % 97 == 0 or rank == len(table_done.want) - 1
-    parts, table, seen, seen_of = framing.TableParts(), None, set(), 1
-    while table is None and (check or len(seen) < seen_of):
-        msg = await _read(reader, tally, decode=check)
-        if msg["kind"] != "table":
-            continue
-        if check:
-            table = parts.add(msg)
-        else:
-            seen.add(msg["part"])
-            seen_of = msg["parts"]
-    if check:
-        assert len(table) == len(table_done.want) and table[rank] == _info(rank), rank
+    # every rank is told the hosts and its likely peers' addresses; a sample asks for a block of
+    # others (a split's or an all_to_all's peers), the last rank for every address
+    n = len(table_done.want)
+    msg = await _read(reader, tally)
+    assert msg["kind"] == "assembled", (rank, msg["kind"])
+    rows = {}
+
+    def take(msg):
+        table = msg.get("names", {})
+        for row in msg["rows"]:
+            info = dict(zip(msg["keys"], row[2:]))
+            info["host_id"] = table[str(row[1])]
+            rows[row[0]] = info
+
+    take(msg)
+    assert rows[rank] == _info(rank) and (rank + 1) % n in rows and (rank - 1) % n in rows, rank
+    hosts = table_mod.unpack_hosts(msg["hosts"], n)
+    assert hosts[rank] == rank // 64 and hosts[-1] == (n - 1) // 64, rank
+    want = range(0, n) if rank == n - 1 else range(rank * 7919 % n // 64 * 64, min(n, rank * 7919 % n // 64 * 64 + 64)) \
+        if rank % 97 == 0 else range(0)
+    if want:
+        writer.write(framing.encode({"kind": "rows", "first": want[0], "last": want[-1]}))
+        while not all(r in rows for r in want):
+            take(await _read(reader, tally))
+        assert all(rows[r] == _info(r) for r in want), rank
     table_done.arrive()
     if rank == drop:
         await go_bye.wait()  # phase 2: this one vanishes without a goodbye
         writer.transport.abort()
         return
     verdict, relayed, census = asyncio.Event(), set(), asyncio.Event()
-    n = len(table_done.want)
 
     async def listen():  # every later message, until the coordinator hangs up
         try:

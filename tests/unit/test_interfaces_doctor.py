@@ -111,6 +111,7 @@ def test_commrun_doctor_takes_no_program(tmp_path):
 
 
 def test_table_with_a_loopback_rank_on_another_host_is_refused():
+    from commlib._rendezvous.table import Book
     from commlib._transport import Endpoint
 
     ep = Endpoint(0, b"s" * 32, "127.0.0.1", 5.0)
@@ -118,10 +119,10 @@ def test_table_with_a_loopback_rank_on_another_host_is_refused():
         me = ep.info()
         boot_netns = me["host_id"].split("/", 1)[1]
         # another hostname on the same network stack (a container sharing the host's network): fine
-        ep.set_table([me, dict(me, host_id=f"container/{boot_netns}", tcp=["127.0.0.1", 1])])
+        ep.set_table(Book([me, dict(me, host_id=f"container/{boot_netns}", tcp=["127.0.0.1", 1])]).table(0))
         assert ep.describe_route(1) == "tcp 127.0.0.1:1"
         with pytest.raises(CommError, match=r"rank 0: rank 1 listens on the loopback address 127.0.0.1 but ranks 0 "
                                             r"and 1 are on different hosts: set COMMLIB_IFNAME.*interfaces here: lo"):
-            ep.set_table([me, dict(me, host_id="node2/other-boot/1", tcp=["127.0.0.1", 1])])
+            ep.set_table(Book([me, dict(me, host_id="node2/other-boot/1", tcp=["127.0.0.1", 1])]).table(0))
     finally:
         ep.close()

@@ -103,7 +103,7 @@ def test_register_returns_the_table_indexed_by_rank(coordinator):
     out, errors = run_ranks(c.address, range(4))
     assert not errors
     for r in range(4):
-        assert out[r][1] == [{"rank": i, "host": "h", "addresses": [f"a{i}"]} for i in range(4)]
+        assert list(out[r][1]) == [{"rank": i, "host": "h", "addresses": [f"a{i}"]} for i in range(4)]
     assert c.missing() == []
     assert c.address[0] == "127.0.0.1" and c.address[1] > 0
 
@@ -111,7 +111,7 @@ def test_register_returns_the_table_indexed_by_rank(coordinator):
 def test_size_one(coordinator):
     c = coordinator(1)
     client = rv.Client.connect(c.address, SECRET, 0, 5)
-    assert client.register({"x": 1}, 5) == [{"x": 1}]
+    assert list(client.register({"x": 1}, 5)) == [{"x": 1}]
     client.close()
 
 
@@ -146,7 +146,7 @@ def test_connect_waits_for_a_coordinator_that_starts_later(logs):
     c = rv.Coordinator(1, SECRET, port=port, log=logs.append)
     c.start()
     t.join()
-    assert result["c"].register({}, 5) == [{}]
+    assert list(result["c"].register({}, 5)) == [{}]
     result["c"].close()
     c.close()
 
@@ -159,6 +159,18 @@ def test_rank_that_dies_before_assembly_fails_the_others_fast(coordinator):
     assert time.monotonic() - t0 < 5
     assert isinstance(errors[0], PeerLost) and errors[0].rank == 2
     assert "rank 2 killed by SIGSEGV" in str(errors[1])
+
+
+def test_a_rank_that_connects_after_another_was_lost_hears_of_it(coordinator):
+    c = coordinator(3)
+    gone = raw_handshake(c.address, 2)
+    gone.close()  # before it registered: the job can never assemble
+    wait_for(lambda: 2 not in c.connected())
+    t0 = time.monotonic()
+    out, errors = run_ranks(c.address, [0, 1], timeout=20)
+    assert time.monotonic() - t0 < 5 and set(errors) == {0, 1}
+    assert isinstance(errors[0], PeerLost) and errors[0].rank == 2
+    assert "rank 2 lost its coordinator connection before the job assembled" in str(errors[1])
 
 
 # ---------------------------------------------------------------- notices and relaying
@@ -504,7 +516,7 @@ def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, lo
     garbage.sendall(secrets.token_bytes(500))
     socket.create_connection(c.address).close()  # a port scan
     out, errors = run_ranks(c.address, range(2))
-    assert not errors and out[0][1] == out[1][1]
+    assert not errors and list(out[0][1]) == list(out[1][1])
     wait_for(lambda: any("no handshake within" in line for line in logs))
     assert sum("dropped connection" in line for line in logs) >= 3
     silent.close()
@@ -831,27 +843,92 @@ def _infos(n, hosts=157):
              "unix": f"commlib-{100000 + r}-{r:016x}", "pid": 100000 + r} for r in range(n)]
 
 
-@pytest.mark.parametrize("n", [1, 3, 10_000])
-def test_the_table_packs_compactly_and_comes_back_whole(n):
-    from commlib._rendezvous import framing
-    table = _infos(n)
-    messages = framing.pack_table(table)
-    assert all(len(m) <= framing.MAX_MESSAGE for m in messages)
-    assert sum(map(len, messages)) < 100 * n + 200  # ~90 B a rank (the old JSON: ~200, in one frame)
-    parts = framing.TableParts()
-    got = None
-    for m in reversed(messages):  # parts may come in any order
-        got = parts.add(framing.json.loads(m[4:]))
-    assert got == table
+@pytest.mark.parametrize("host_of", [[0] * 5, [0, 0, 1, 1, 2], [0, 1, 0, 1], [-1, -1, 0, 0, -1, 1, 1],
+                                     [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 3], []])
+def test_hosts_pack_as_runs_and_come_back(host_of):
+    from commlib._rendezvous.table import pack_hosts, unpack_hosts
+    assert unpack_hosts(pack_hosts(host_of), len(host_of)) == host_of
 
 
-def test_ten_thousand_ranks_need_several_frames_and_a_bad_part_is_refused():
-    from commlib._rendezvous import framing
-    messages = framing.pack_table(_infos(10_000))
-    assert len(messages) > 1
-    for bad in ({"part": 3, "parts": 2, "data": ""}, {"part": 0, "parts": 1, "data": 5}, {"parts": 1}):
-        with pytest.raises(ValueError, match="malformed table message"):
-            framing.TableParts().add(bad)
+def test_block_placement_packs_to_one_or_two_runs_and_bad_runs_are_refused():
+    from commlib._rendezvous.table import pack_hosts, unpack_hosts
+    assert pack_hosts([r // 64 for r in range(10_000)]) == [[0, 64, 156], [156, 16, 1]]
+    assert pack_hosts([r // 16 for r in range(4096)]) == [[0, 16, 256]]
+    for bad, size in (([[0, 2, 2]], 3), ([[0, 0, 1]], 0), ([[-1, 2, 2]], 4), ("x", 1), ([[0, 1, 1]], 2)):
+        with pytest.raises(ValueError, match="host run|malformed|for"):
+            unpack_hosts(bad, size)
+
+
+def test_each_rank_is_told_its_likely_peers_and_fetches_the_rest():
+    from commlib._rendezvous.table import ROWS_BLOCK, Book, neighbours
+    infos = _infos(10_000)
+    book = Book(infos)
+    sizes = [len(book.assembled(r)) for r in range(0, 10_000, 97)]
+    assert max(sizes) < 12_000  # O(log n) rows (the whole table, packed, was ~600 kB a rank)
+    msg = json.loads(book.assembled(4321)[4:])
+    told = {row[0] for row in msg["rows"]}
+    # its ring and binomial neighbours, its host's first rank and ring neighbours on the host
+    assert {4320, 4322, 4321 ^ 1, 4321 + 64, 4321 - 1024, 4288, 4321 - 4288 + 4288 + 1} <= told
+    assert len(told) < 80
+    leader = json.loads(book.assembled(64 * 20)[4:])  # host 20's first rank: the leaders of hosts 19, 21, 21^...
+    assert {64 * 19, 64 * 21, 64 * (20 ^ 4), 64 * 28} <= {row[0] for row in leader["rows"]}
+    assert 4321 not in neighbours(4321, 10_000, book.host_of, book.local, book.position, book.leaders)
+    table = book.table(4321)
+    assert len(table) == 10_000 and table.known(4320) and not table.known(7000)
+    assert table.host_key(7000) == 7000 // 64 and table.host_key(4321) == table.host_key(4288)
+    asked = []
+    request = table._request
+    table._request = lambda first, last: (asked.append((first, last)), request(first, last))
+    assert table[7000] == infos[7000] and asked == [(7000 - 7000 % ROWS_BLOCK, 7000 - 7000 % ROWS_BLOCK + 63)]
+    assert table[7001] == infos[7001] and len(asked) == 1  # the block came whole
+    assert table[-1] == infos[-1] and table[2:4] == infos[2:4]
+    assert list(table) == infos  # the rest, several messages' worth
+    with pytest.raises(IndexError, match="rank 10000 is out of range for 10000 ranks"):
+        table[10_000]
+
+
+def test_a_fetch_fails_with_the_coordinator_and_times_out_when_it_is_silent():
+    from commlib._rendezvous.table import Book, Table
+    book = Book(_infos(300))
+    msg = json.loads(book.assembled(0)[4:])
+    silent = Table(msg, lambda first, last: None, None, timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(CommTimeout, match=r"addresses of ranks 128..191 within 0.3 s"):
+        silent[150]
+    assert time.monotonic() - t0 < 2
+    gone = Table(msg, lambda first, last: None, None, timeout=30)
+    threading.Timer(0.2, gone.fail, args=(CommError("rank 0: lost the coordinator"),)).start()
+    with pytest.raises(CommError, match="lost the coordinator"):
+        gone[150]
+    with pytest.raises(ValueError, match="malformed row"):
+        gone.add({"kind": "rows", "keys": msg["keys"], "rows": [[299, 0] + [None] * len(msg["keys"])],
+                  "names": {}})  # rank 299 is on host 4, not 0
+
+
+def test_a_loopback_address_across_hosts_is_found_once_for_every_rank():
+    from commlib._rendezvous.table import Book
+    here = {"host_id": "a/boot/1", "tcp": ["127.0.0.1", 5]}
+    there = {"host_id": "b/boot2/1", "tcp": ["10.0.0.2", 6]}
+    book = Book([dict(there), dict(here), dict(there), dict(here)])
+    assert [book.table(r).loopback for r in range(4)] == [[1, 1, "127.0.0.1"], [1, 0, "127.0.0.1"],
+                                                          [1, 1, "127.0.0.1"], [3, 0, "127.0.0.1"]]
+    both = Book([dict(here), dict(here, host_id="b/boot2/1")])
+    assert both.table(0).loopback == [1, 1, "127.0.0.1"]
+    same_stack = Book([{"host_id": "a/boot/1", "tcp": ["127.0.0.1", 5]}, {"host_id": "c/boot/1", "tcp": ["127.0.0.1", 6]}])
+    assert same_stack.table(0).loopback is None  # (two names, one network stack: a container)
+    assert Book([dict(there), {"host_id": "c/boot3/1", "tcp": ["10.0.0.3", 1]}]).table(1).loopback is None
+
+
+def test_a_registration_too_large_is_refused_and_rows_before_assembly_drop_the_asker(coordinator, logs):
+    c = coordinator(2)
+    s = raw_handshake(c.address, 0)
+    s.sendall(framing.encode({"kind": "register", "info": {"x": "y" * 5000}}))
+    wait_for(lambda: any("larger than 4096 bytes" in line for line in logs))
+    s2 = raw_handshake(c.address, 1)
+    s2.sendall(framing.encode({"kind": "rows", "first": 0, "last": 1}))
+    wait_for(lambda: any("before the job assembled" in line for line in logs))
+    s.close()
+    s2.close()
 
 
 def test_retries_back_off_exponentially_with_jitter():
@@ -885,3 +962,26 @@ def test_close_stops_the_notice_loop_even_right_after_a_goodbye():
     for t in c._threads:
         t.join(2)
     assert c._threads and not any(t.is_alive() for t in c._threads)
+
+
+def test_the_coordinator_process_serves_until_its_host_is_done_and_the_ranks_have_left(capfd):
+    svc = rv.Service(2, SECRET, linger=0.5)
+    assert svc.address[0] == "127.0.0.1" and svc.address[1] > 0
+    out, errors = run_ranks(svc.address, range(2))
+    assert not errors and list(out[1][1]) == [{"rank": i, "host": "h", "addresses": [f"a{i}"]} for i in range(2)]
+    out[0][0].close()
+    t0 = time.monotonic()
+    assert svc.wait_until_alone(0, 10)  # rank 1 never leaves: the process gives up on it after 0.5 s
+    assert 0.4 < time.monotonic() - t0 < 5
+    assert "closing after 0.5 s with ranks [1] still connected" in capfd.readouterr().err
+    assert svc._proc.returncode == 1
+    svc.close()
+    out[1][0].close()
+
+
+def test_a_coordinator_process_that_cannot_bind_says_why():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        with pytest.raises(CommError, match=r"cannot start the coordinator on 127.0.0.1:\d+: .*Address already in use"):
+            rv.Service(2, SECRET, port=taken.getsockname()[1])
