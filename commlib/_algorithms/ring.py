@@ -63,6 +63,34 @@ def all_gather(n, r):
     return b.plan()
 
 
+def host_order(hosts):
+    """The group ranks in host order (each host's ranks together, in rank order; hosts in order of
+    first appearance), where a ring in rank order crosses between hosts more often than once a
+    host (ranks placed round-robin: every step of it would cross); else None."""
+    n = len(hosts)
+    crossings = sum(hosts[k] != hosts[(k + 1) % n] for k in range(n))
+    first = {}
+    for h in hosts:
+        first.setdefault(h, len(first))
+    if len(first) < 2 or crossings <= len(first):
+        return None
+    return tuple(sorted(range(n), key=lambda k: (first[hosts[k]], k)))
+
+
+@functools.lru_cache(maxsize=256)
+def all_gather_in(order, r):
+    """all_gather on the ring `order` (a permutation of the group ranks: host_order's), this rank's
+    block at unit r as in all_gather: each host's ranks pass blocks among themselves, and the ring
+    crosses to the next host once, so each host's links carry one block a step, not one a rank."""
+    n, i = len(order), order.index(r)
+    right, left = order[(i + 1) % n], order[(i - 1) % n]
+    b = Builder("ring", n)
+    for s in range(n - 1):
+        sb, rb = order[(i - s) % n], order[(i - s - 1) % n]
+        b.step(right, (RES, sb, sb + 1), left, (RES, rb, rb + 1))
+    return b.plan()
+
+
 @functools.lru_cache(maxsize=1024)
 def all_reduce(n, r):
     """Reduce-scatter X into RES, then all-gather RES."""

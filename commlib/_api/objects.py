@@ -393,7 +393,9 @@ def _all_gather_frames(g, frame, lens):
     buf = _empty(total)
     frame.assemble(buf[offs[me]:offs[me] + lens[me]])
     # unit r: rank r's frame and the padding after it, up to the next 64-byte boundary
-    op.run(ring.all_gather(n, me), slots(res=_addr(buf)), np.array(offs + [total], dtype=np.int64))
+    order = g.ring_order()  # (ranks placed round-robin: the ring by host)
+    plan = ring.all_gather_in(order, me) if order is not None else ring.all_gather(n, me)
+    op.run(plan, slots(res=_addr(buf)), np.array(offs + [total], dtype=np.int64))
     return [loads(buf[o:o + ln]) for o, ln in zip(offs, lens)]
 
 

@@ -117,6 +117,7 @@ class Group:
         self._channel = None
         self.fast = None  # the one-call small-message path (`_io.FastPath`), see arm()
         self._hosts = None  # (host numbers, HostLayout or None): see hosts()
+        self._ring_order = False  # (not computed yet): see ring_order()
         self._scratch = None
         self._recycle = []  # uint8 buffers behind results handed out, oldest first
         self.stream = Stream(f"group-{gid:x}")
@@ -164,6 +165,14 @@ class Group:
             self._hosts = host_layout(ids)
         return self._hosts
 
+    def ring_order(self):
+        """The group ranks in host order when a ring in rank order would cross between hosts at
+        most of its steps (round-robin placement), else None (`_algorithms.ring.host_order`)."""
+        if self._ring_order is False:
+            from .._algorithms import ring
+            self._ring_order = ring.host_order(self.hosts()[0])
+        return self._ring_order
+
     def _local(self):
         numbers = self.hosts()[0]
         here = [k for k, h in enumerate(numbers) if h == numbers[self._rank]]
@@ -188,7 +197,9 @@ class Group:
             if n > 1:  # 16 B a rank: the log-step all-gather (ceil(log2 n) steps) where it is chosen
                 op = self.op("split", 0, 0, 2 * n)
                 logs = choose("all_gather", 16 * n, n) == "bruck"
-                plan = (logstep.all_gather if logs else ring.all_gather)(n, self._rank)
+                order = None if logs else self.ring_order()
+                plan = (logstep.all_gather(n, self._rank) if logs else ring.all_gather_in(order, self._rank)
+                        if order is not None else ring.all_gather(n, self._rank))
                 op.run(plan, _plan.slots(res=table.ctypes.data, scratch=self.scratch(16 * n) if plan.name == "bruck" else 0),
                        _plan.even(n, 16))
 

@@ -69,6 +69,18 @@ def test_all_reduce_across_hosts_runs_the_host_aware_schedule(layout, algo, subn
         assert big == {algo}, (r, chosen)
 
 
+def test_ranks_placed_round_robin_gather_on_a_ring_ordered_by_host():
+    """--hosts a:1,b:1 with 6 ranks wraps round-robin (a, b, a, b, ...): a ring in rank order would
+    cross between the hosts at every step; the all-gathers run host by host and match NumPy."""
+    with Fabric(2, "10.236.17") as fab:
+        argv = fab.commrun("--hosts", f"{fab.hosts[0]}:1,{fab.hosts[1]}:1", "-n", "6", "--oversubscribe",
+                           "--ifname", "fab0", os.path.join(CASES, "round_robin.py"))
+        rc, out, err, _ = run_job(argv, base_env(COMMLIB_TIMEOUT=90), timeout=280)
+        assert rc == 0 and _ok_ranks(out) == list(range(6)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
+        hosts = dict(re.findall(r"rank (\d+): \d+ checks ok \(host (\S+)\)", out))
+        assert len({hosts[str(k)] for k in (0, 2, 4)}) == 1 and hosts["0"] != hosts["1"], hosts
+
+
 def _running(pid):
     """Whether pid is a process that has not ended (a zombie waiting to be reaped has)."""
     try:

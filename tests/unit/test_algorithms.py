@@ -338,6 +338,41 @@ def test_all_gather_every_size(size, count, algo):
         np.testing.assert_array_equal(out, np.concatenate(xs))
 
 
+@pytest.mark.parametrize("size", SIZES + [12, 16])
+def test_ring_all_gather_in_host_order_when_ranks_alternate_hosts(size):
+    """Ranks placed round-robin: the ring runs host by host (a block crosses to the next host once
+    a step) and every rank still ends with every block in rank order; block placement keeps the
+    ring in rank order."""
+    count = 5
+    xs = inputs(size, count)
+    for hosts in host_layouts(size):
+        order = ring.host_order(hosts)
+        if order is None:
+            crossings = sum(hosts[k] != hosts[(k + 1) % size] for k in range(size))
+            assert len(set(hosts)) < 2 or crossings <= len(set(hosts)), hosts
+            continue
+        assert sorted(order) == list(range(size)) and [hosts[k] for k in order] == sorted(
+            (hosts[k] for k in range(size)), key=lambda h: hosts.index(h)), (hosts, order)
+
+        def body(f):
+            out = np.full(size * count, np.nan)
+            out[f.rank * count:(f.rank + 1) * count] = xs[f.rank]
+            plan = ring.all_gather_in(order, f.rank)
+            f.run(plan, {RES: out}, bounds(size * count, 8, size))
+            right = set(p for p in plan.peers)
+            return out, right
+
+        res, _ = run_ranks(size, body)
+        for r, (out, peers) in enumerate(res):
+            np.testing.assert_array_equal(out, np.concatenate(xs), err_msg=str(hosts))
+            across = {p for p in peers if hosts[p] != hosts[r]}
+            assert len(across) <= 2, (hosts, r, peers)  # only a host's ends talk across
+        crossing = sum(any(hosts[p] != hosts[r] for p in peers) for r, (_, peers) in enumerate(res))
+        assert crossing <= 2 * len(set(hosts)), (hosts, crossing)
+    assert ring.host_order(tuple(k % 4 for k in range(16)))[:5] == (0, 4, 8, 12, 1)
+    assert ring.host_order(tuple(k // 4 for k in range(16))) is None
+
+
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_ring_all_gather_with_uneven_blocks(size):
     """Units may be any boundaries: the object all-gather's blocks differ in length per rank."""
