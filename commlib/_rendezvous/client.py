@@ -157,7 +157,7 @@ class Client:
     def _rows(self, msg):
         try:
             self.table.add(msg)
-        except ValueError as e:
+        except (ValueError, TypeError, KeyError) as e:  # (the listener must live on: fetches then fail, not wait)
             self.table.fail(CommError(f"rank {self.rank}: the coordinator sent bad rows ({e})"))
 
     def clock_offset(self, tries=5, timeout=1.0):

@@ -274,10 +274,13 @@ class Table(Sequence):
             if not (isinstance(row, list) and len(row) == len(keys) + 2 and type(row[0]) is int
                     and 0 <= row[0] < self._size and row[1] == self.host_of[row[0]]):
                 raise ValueError(f"malformed row {str(row)[:80]}")
+            if row[1] >= 0 and row[1] not in self._names and str(row[1]) not in names:
+                raise ValueError(f"row of rank {row[0]} on host {row[1]}, whose name did not come")
             info = {k: v for k, v in zip(keys, row[2:]) if v is not None}
             got[row[0]] = (info, row[1])
+        named = {int(h): name for h, name in names.items()}  # (ValueError for a key that is no number)
         with self._cond:
-            self._names.update({int(h): name for h, name in names.items()})
+            self._names.update(named)
             for r, (info, h) in got.items():
                 if h >= 0:
                     info["host_id"] = self._names[h]

@@ -903,6 +903,10 @@ def test_a_fetch_fails_with_the_coordinator_and_times_out_when_it_is_silent():
     with pytest.raises(ValueError, match="malformed row"):
         gone.add({"kind": "rows", "keys": msg["keys"], "rows": [[299, 0] + [None] * len(msg["keys"])],
                   "names": {}})  # rank 299 is on host 4, not 0
+    far = Table(json.loads(Book(_infos(2000)).assembled(0)[4:]), lambda first, last: None, None, timeout=1)
+    assert not far.known(1300) and far.host_key(1300) == 20  # (host 20: none of rank 0's peers is there)
+    with pytest.raises(ValueError, match="whose name did not come"):
+        far.add({"kind": "rows", "keys": msg["keys"], "rows": [[1300, 20] + [None] * len(msg["keys"])], "names": {}})
 
 
 def test_a_loopback_address_across_hosts_is_found_once_for_every_rank():
