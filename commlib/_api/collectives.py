@@ -122,8 +122,7 @@ def _all_gather(g, x, out=None, coll="all_gather"):
     if n > 1:
         o = g.op(coll, code, 0, a.size, 0, dims=a.shape)
         algo = choose("all_gather", n * a.nbytes, n)
-        order = g.ring_order() if algo == "ring" else None  # (ranks placed round-robin: a ring by host)
-        plan = ring.all_gather_in(order, g._rank) if order is not None else _ALL_GATHER[algo](n, g._rank)
+        plan = g.ring_all_gather() if algo == "ring" else _ALL_GATHER[algo](n, g._rank)
         o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
               even(n * a.size, a.itemsize))
     return out
@@ -460,12 +459,6 @@ _BROADCAST = {"tree": tree.broadcast_tree, "chain": tree.broadcast_chain, "linea
 _ALL_GATHER = {"ring": ring.all_gather, "bruck": logstep.all_gather, "pairwise": pairwise.all_gather}
 
 
-def _ring_all_gather(g, n, r):
-    """The ring all-gather's plan, in host order where the group's ranks alternate hosts (as _all_gather)."""
-    order = g.ring_order()
-    return ring.all_gather_in(order, r) if order is not None else ring.all_gather(n, r)
-
-
 def _limit(kind, size, algo):
     """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
     limit, p = 0, 8
@@ -489,7 +482,7 @@ def _arm(g):
     bruck = _limit("all_gather", n, "bruck")
     bcast = "linear" if _limit("broadcast", n, "linear") else "tree"
     plans = {"all_reduce": doubling.all_reduce(n, r), "barrier": doubling.barrier(n, r),
-             "all_gather": logstep.all_gather(n, r) if bruck else _ring_all_gather(g, n, r),
+             "all_gather": logstep.all_gather(n, r) if bruck else g.ring_all_gather(),
              "broadcast": functools.partial(_BROADCAST[bcast], n, r),
              "reduce": functools.partial(tree.reduce_tree, n, r)}
     limits = {"all_reduce": _limit("all_reduce", n, "doubling"), "reduce": _limit("reduce", n, "tree"),

@@ -75,7 +75,7 @@ import pickle
 
 import numpy as np
 
-from .._algorithms import choose, logstep, ring
+from .._algorithms import choose, logstep
 from .._plan import even, single, slots
 from .._dtypes import DT_BYTES
 from .._engine import ANY_SOURCE, ANY_TAG, Status
@@ -393,9 +393,7 @@ def _all_gather_frames(g, frame, lens):
     buf = _empty(total)
     frame.assemble(buf[offs[me]:offs[me] + lens[me]])
     # unit r: rank r's frame and the padding after it, up to the next 64-byte boundary
-    order = g.ring_order()  # (ranks placed round-robin: the ring by host)
-    plan = ring.all_gather_in(order, me) if order is not None else ring.all_gather(n, me)
-    op.run(plan, slots(res=_addr(buf)), np.array(offs + [total], dtype=np.int64))
+    op.run(g.ring_all_gather(), slots(res=_addr(buf)), np.array(offs + [total], dtype=np.int64))
     return [loads(buf[o:o + ln]) for o, ln in zip(offs, lens)]
 
 

@@ -173,6 +173,13 @@ class Group:
             self._ring_order = ring.host_order(self.hosts()[0])
         return self._ring_order
 
+    def ring_all_gather(self):
+        """This rank's plan of the ring all-gather: by host where ring_order() says so, else in rank
+        order. Every ring all-gather of the group (arrays, objects, split, the one-call path) takes it."""
+        from .._algorithms import ring
+        order = self.ring_order()
+        return ring.all_gather_in(order, self._rank) if order is not None else ring.all_gather(self._size, self._rank)
+
     def _local(self):
         numbers = self.hosts()[0]
         here = [k for k, h in enumerate(numbers) if h == numbers[self._rank]]
@@ -186,7 +193,7 @@ class Group:
 
         A negative color leaves this rank out: it gets None.
         """
-        from .._algorithms import choose, logstep, ring  # the gather of (color, key), on this group's stream
+        from .._algorithms import choose, logstep  # the gather of (color, key), on this group's stream
 
         color, key = int(color), int(self._rank if key is None else key)
         n = self._size
@@ -197,9 +204,7 @@ class Group:
             if n > 1:  # 16 B a rank: the log-step all-gather (ceil(log2 n) steps) where it is chosen
                 op = self.op("split", 0, 0, 2 * n)
                 logs = choose("all_gather", 16 * n, n) == "bruck"
-                order = None if logs else self.ring_order()
-                plan = (logstep.all_gather(n, self._rank) if logs else ring.all_gather_in(order, self._rank)
-                        if order is not None else ring.all_gather(n, self._rank))
+                plan = logstep.all_gather(n, self._rank) if logs else self.ring_all_gather()
                 op.run(plan, _plan.slots(res=table.ctypes.data, scratch=self.scratch(16 * n) if plan.name == "bruck" else 0),
                        _plan.even(n, 16))
 
