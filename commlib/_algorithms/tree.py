@@ -79,14 +79,31 @@ def broadcast_linear(n, r, root):
 
 @functools.lru_cache(maxsize=1024)
 def broadcast_chain(n, r, root):
+    return _broadcast_chain(n, (r - root) % n, lambda v: _real(v, root, n))
+
+
+@functools.lru_cache(maxsize=256)
+def broadcast_chain_in(order, r, root):
+    """broadcast_chain along `order` (ring.host_order's: each host's ranks together) from the root:
+    the chain crosses to another host once a host, not at every hop of a round-robin placement."""
+    seq = _from_root(order, root)
+    return _broadcast_chain(len(seq), seq.index(r), seq.__getitem__)
+
+
+def _from_root(order, root):
+    i = order.index(root)
+    return order[i:] + order[:i]
+
+
+def _broadcast_chain(n, v, real):
+    """The pipelined chain of virtual ranks 0 (the root), 1, ..., n - 1; this is v; real(v): its rank."""
     b = Builder("chain", 1)
     buf = b.whole(RES)
-    v = (r - root) % n
-    nxt = _real(v + 1, root, n) if v + 1 < n else None
+    nxt = real(v + 1) if v + 1 < n else None
     if v == 0:
         b.step(nxt, buf)
     else:
-        b.step(nxt, buf if nxt is not None else None, _real(v - 1, root, n), buf,
+        b.step(nxt, buf if nxt is not None else None, real(v - 1), buf,
                relay="received" if nxt is not None else None)
     return b.plan()
 
@@ -117,16 +134,26 @@ def reduce_tree(n, r, root):
 @functools.lru_cache(maxsize=1024)
 def reduce_chain(n, r, root):
     """Pipelined chain reduce: v = size-1 starts, each rank adds its part and passes it on."""
+    return _reduce_chain(n, (r - root) % n, lambda v: _real(v, root, n))
+
+
+@functools.lru_cache(maxsize=256)
+def reduce_chain_in(order, r, root):
+    """reduce_chain along `order` (ring.host_order's) to the root, as broadcast_chain_in."""
+    seq = _from_root(order, root)
+    return _reduce_chain(len(seq), seq.index(r), seq.__getitem__)
+
+
+def _reduce_chain(n, v, real):
     b = Builder("chain", 1)
     x, acc = b.whole(X), b.whole(RES)
-    v = (r - root) % n
     if n == 1:
         b.copy(acc, x)
     elif v == n - 1:
-        b.step(_real(v - 1, root, n), x)
+        b.step(real(v - 1), x)
     else:
-        prev = _real(v - 1, root, n) if v > 0 else None
-        b.step(prev, acc if prev is not None else None, _real(v + 1, root, n), acc, reduce=True, init=x,
+        prev = real(v - 1) if v > 0 else None
+        b.step(prev, acc if prev is not None else None, real(v + 1), acc, reduce=True, init=x,
                relay="reduced" if prev is not None else None)
     return b.plan()
 

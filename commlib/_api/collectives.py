@@ -235,7 +235,9 @@ def _reduce(g, x, op="sum", root=0, out=None):
         return res if out is None else out
     o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
     chain = choose("reduce", a.nbytes, g._size) == "chain"
-    plan = (tree.reduce_chain if chain else tree.reduce_tree)(g._size, g._rank, root)
+    order = g.ring_order() if chain else None  # (ranks placed round-robin: the chain by host)
+    plan = (tree.reduce_chain_in(order, g._rank, root) if order is not None else
+            (tree.reduce_chain if chain else tree.reduce_tree)(g._size, g._rank, root))
     acc = None
     if RES in plan.slots:  # this rank accumulates its children's data (a leaf sends x itself)
         if is_root and out is not None and _addr(out) != _addr(a):
@@ -342,7 +344,10 @@ def _run_scatter(o, g, a, out, root):
 
 def _run_broadcast(o, g, addr, nbytes, root):
     """The broadcast schedule choose() picks, on nbytes at addr (in place)."""
-    plan = _BROADCAST[choose("broadcast", nbytes, g._size)](g._size, g._rank, root)
+    algo = choose("broadcast", nbytes, g._size)
+    order = g.ring_order() if algo == "chain" else None  # (ranks placed round-robin: the chain by host)
+    plan = (tree.broadcast_chain_in(order, g._rank, root) if order is not None else
+            _BROADCAST[algo](g._size, g._rank, root))
     o.run(plan, slots(res=addr), even(nbytes, 1))
 
 

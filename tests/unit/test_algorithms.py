@@ -373,6 +373,36 @@ def test_ring_all_gather_in_host_order_when_ranks_alternate_hosts(size):
     assert ring.host_order(tuple(k // 4 for k in range(16))) is None
 
 
+@pytest.mark.parametrize("size", SIZES + [12])
+@pytest.mark.parametrize("root", [0, 1, 4])
+def test_chains_in_host_order_when_ranks_alternate_hosts(size, root):
+    """Broadcast and reduce chains along ring.host_order from any root: every result right, and
+    the chain passes from one host to the next once a host (plus the way back to the root's)."""
+    root %= size
+    xs = inputs(size, 7)
+    for hosts in host_layouts(size):
+        order = ring.host_order(hosts)
+        if order is None:
+            continue
+
+        def body(f):
+            buf = xs[f.rank].copy()
+            bplan = tree.broadcast_chain_in(order, f.rank, root)
+            f.run(bplan, {RES: buf}, bounds(7, 8, 1))
+            rplan = tree.reduce_chain_in(order, f.rank, root)
+            src, acc = xs[f.rank].copy(), np.full(7, np.nan)
+            f.run(rplan, {X: src, RES: acc if RES in rplan.slots else None}, bounds(7, 8, 1))
+            return buf, acc, bplan.peers | rplan.peers
+
+        res, _ = run_ranks(size, body)
+        for r, (buf, acc, peers) in enumerate(res):
+            np.testing.assert_array_equal(buf, xs[root], err_msg=str(hosts))
+            if r == root:
+                np.testing.assert_array_equal(acc, sum(xs), err_msg=str(hosts))
+        hops = {(r, p) for r, (_, _, peers) in enumerate(res) for p in peers if hosts[p] != hosts[r]}
+        assert len(hops) <= 2 * (len(set(hosts)) + 1), (hosts, root, sorted(hops))
+
+
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_ring_all_gather_with_uneven_blocks(size):
     """Units may be any boundaries: the object all-gather's blocks differ in length per rank."""

@@ -1,5 +1,6 @@
 """Ranks placed round-robin on hosts (a:1,b:1 and more ranks than slots): the ring all-gathers
-run host by host (`Group.ring_order`), and every result still matches NumPy in rank order.
+and the broadcast and reduce chains run host by host (`Group.ring_order`), and every result
+still matches NumPy in rank order.
 Prints `rank R: K checks ok (host H)`."""
 import os
 
@@ -24,6 +25,16 @@ for count in (1, 70_001, 400_000):  # up to 3.2 MB a rank: the ring (all_gather 
     blocks = [((np.arange(count) * 5 + 11 * k) % 17).astype(np.float64) for k in range(n)]
     got = cl.all_gather(blocks[r])
     assert np.array_equal(got, np.concatenate(blocks)), f"rank {r}: all_gather of {count}"
+    ok += 1
+big = 600_000  # 4.8 MB of float64: broadcast and reduce run as chains (by host too)
+for root in (0, n - 1):
+    x = ((np.arange(big) * 3 + root) % 7).astype(np.float64)
+    got = cl.broadcast(x if r == root else np.zeros(big), root=root)
+    assert np.array_equal(got, x), f"rank {r}: broadcast from {root}"
+    parts = [((np.arange(big) + 5 * k) % 9).astype(np.float64) for k in range(n)]
+    red = cl.reduce(parts[r], root=root)
+    if r == root:
+        assert np.array_equal(red, np.sum(parts, axis=0)), f"rank {r}: reduce to {root}"
     ok += 1
 objs = cl.all_gather_obj({"rank": r, "pad": "x" * (5000 * (r + 1))})  # unequal frames: the packed ring
 assert [o["rank"] for o in objs] == list(range(n)) and all(len(o["pad"]) == 5000 * (k + 1) for k, o in enumerate(objs))
