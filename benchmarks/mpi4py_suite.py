@@ -47,18 +47,34 @@ def run_module(testdir, module, n, timeout, mpiexec=None, python=None):
         out, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as exc:
         out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124
+    return {"module": module, "n": n, **count_verdicts(_rank0(out)), "rc": rc,
+            "seconds": round(time.monotonic() - t, 1), "timed_out": rc == 124}
+
+
+_LATE_VERDICT = re.compile(r"^(ok|FAIL|ERROR|skipped|expected failure|unexpected success)\b")
+
+
+def count_verdicts(text):
+    """{"passed", "failed", "skipped"} of unittest's verbose lines in `text` (rank 0's stream), each test
+    once. A test's verdict may come on a later line than its name: whatever else writes to rank 0's
+    stdout meanwhile (a spawned child shares it) ends the line `test_x (...) ... ` before its `ok`."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    seen = set()
-    for line in _rank0(out).splitlines():  # rank 0 speaks for the job
+    seen, pending = set(), None
+    for line in text.splitlines():
         m = re.match(r"^(test\w+) \(([\w.]+)\)", line)
-        v = _VERDICT.search(line) if m else None
-        if not m or not v or (m.group(1), m.group(2)) in seen:
+        if m:
+            v, key = _VERDICT.search(line), (m.group(1), m.group(2))
+            pending = key if v is None and key not in seen else None
+        elif pending is not None and (v := _LATE_VERDICT.match(line.strip())):
+            key, pending = pending, None
+        else:
             continue
-        seen.add((m.group(1), m.group(2)))
+        if v is None or key in seen:
+            continue
+        seen.add(key)
         word = v.group(1)
         counts["passed" if word in ("ok", "expected failure") else "skipped" if word == "skipped" else "failed"] += 1
-    return {"module": module, "n": n, **counts, "rc": rc, "seconds": round(time.monotonic() - t, 1),
-            "timed_out": rc == 124}
+    return counts
 
 
 def main():
