@@ -1,10 +1,11 @@
 """Hosts: where ranks go and how they are started there, shared by `commrun` and `MPI.Spawn`.
 
 Host lists ('a:2,b:2', a host file), placement of n processes on them, whether a name is this
-machine, this machine's address on the route to another host, and the remote-shell command line
-that starts a process on another host.
+machine, this machine's address on the route to another host, whether an address is a loopback
+one, and the remote-shell command line that starts a process on another host.
 """
 import collections
+import ipaddress
 import os
 import re
 import shlex
@@ -73,6 +74,14 @@ def place(n, hosts):
         placement.append((host, seen.get(host, 0), local_size[host]))
         seen[host] = seen.get(host, 0) + 1
     return placement
+
+
+def is_loopback(address):
+    """Whether `address` (text) is a loopback address; False for anything that is no address."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def is_local(host):

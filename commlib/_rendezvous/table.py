@@ -18,13 +18,13 @@ Wire (JSON, framing.py's frames):
 A rank's row is its registration info less "host_id" (the host's name: "names"); a rank without a
 "host_id" is a host of its own (host number -1 in the runs).
 """
-import ipaddress
 import json
 import threading
 import time
 from collections.abc import Sequence
 
 from .._errors import CommError, CommTimeout
+from .._hosts import is_loopback
 
 ROWS_BLOCK = 64  # rows a rank asks for at once (its all_to_all asks n / ROWS_BLOCK times, not n)
 ROWS_MESSAGE_BYTES = 256 << 10  # the most row text a "rows" message carries
@@ -102,13 +102,6 @@ def neighbours(rank, size, host_of, local, position, leaders):
             around(h, len(leaders), leaders.__getitem__)
     out.discard(rank)
     return sorted(out)
-
-
-def _is_loopback(address):
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except (ValueError, TypeError):
-        return False
 
 
 # --------------------------------------------------------------- the coordinator's side
@@ -204,7 +197,7 @@ def _loopback_conflicts(infos):
     stacks = [stack(info) for info in infos]
     if len(set(stacks)) < 2:
         return None
-    loop = [r for r, info in enumerate(infos) if _is_loopback(tcp_host(info))]
+    loop = [r for r, info in enumerate(infos) if is_loopback(tcp_host(info))]
     if not loop:
         return None
     first_of = {}  # stack -> its lowest rank, and its lowest rank listening on loopback
@@ -216,12 +209,12 @@ def _loopback_conflicts(infos):
 
     def conflict(rank):  # the first rank on another host it cannot reach, or that cannot reach it
         mine = stacks[rank]
-        pool = first_of if _is_loopback(tcp_host(infos[rank])) else loop_of
+        pool = first_of if is_loopback(tcp_host(infos[rank])) else loop_of
         others = [r for s, r in pool.items() if s != mine]
         if not others:
             return None
         other = min(others)
-        bad = other if _is_loopback(tcp_host(infos[other])) else rank
+        bad = other if is_loopback(tcp_host(infos[other])) else rank
         return [bad, other, tcp_host(infos[bad])]
 
     return conflict

@@ -27,6 +27,7 @@ import socket
 import struct
 
 from .._errors import CommError
+from .._hosts import is_loopback
 
 SIOCGIFADDR = 0x8915
 
@@ -94,13 +95,6 @@ def interfaces():
 def describe(table):
     """'lo 127.0.0.1, eth0 10.1.2.3 fd00::1, docker0 (no address)' for error messages."""
     return ", ".join(f"{name} {' '.join(addrs) or '(no address)'}" for name, addrs in table.items())
-
-
-def is_loopback(address):
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def choose(value, table, routed=None):
