@@ -46,6 +46,7 @@ PLANS = {
     ("broadcast", "tree"): lambda n, r: tree.broadcast_tree(n, r, 0),
     ("broadcast", "chain"): lambda n, r: tree.broadcast_chain(n, r, 0),
     ("broadcast", "linear"): lambda n, r: tree.broadcast_linear(n, r, 0),
+    ("broadcast", "scatter_gather"): lambda n, r: tree.broadcast_scatter_gather(n, r, 0),
     ("reduce", "tree"): lambda n, r: tree.reduce_tree(n, r, 0),
     ("reduce", "chain"): lambda n, r: tree.reduce_chain(n, r, 0),
     ("gather", "linear"): lambda n, r: tree.gather_linear(n, r, 0),
@@ -61,6 +62,11 @@ POW2_ONLY = {("reduce_scatter", "halving")}  # algorithms that exist only for po
 HOSTED = {
     ("all_reduce", "leaders"): hier.all_reduce,
     ("all_reduce", "rails"): hier.all_reduce_rails,
+    ("broadcast", "leaders"): lambda hosts, r: hier.broadcast(hosts, r, 0),
+    ("broadcast", "scatter_gather by host"): lambda hosts, r: hier.broadcast_large(hosts, r, 0),
+    ("reduce", "leaders"): lambda hosts, r: hier.reduce(hosts, r, 0),
+    ("barrier", "leaders"): hier.barrier,
+    ("all_gather", "leaders"): hier.all_gather,
 }
 
 
@@ -74,17 +80,18 @@ class Links:
     """Alpha (s) and beta (s/byte) within a host and between hosts; `chunk`: a relay's unit."""
 
     def __init__(self, per_host, alpha_local=2e-6, beta_local=1 / 10e9, alpha_net=10e-6, beta_net=1 / 12.5e9,
-                 chunk=256 << 10, copy_beta=1 / 10e9):
+                 chunk=256 << 10, copy_beta=1 / 10e9, hosts=None):
         self.per_host = per_host
+        self.hosts = hosts  # the host of each rank; None: `per_host` consecutive ranks a host
         self.alpha_local, self.beta_local, self.alpha_net, self.beta_net = alpha_local, beta_local, alpha_net, beta_net
         self.chunk, self.copy_beta = chunk, copy_beta
 
     def host(self, r):
-        return r // self.per_host
+        return r // self.per_host if self.hosts is None else self.hosts[r]
 
     def cost(self, a, b):
         """(alpha, beta) of the link from rank a to rank b."""
-        if a // self.per_host == b // self.per_host:
+        if self.host(a) == self.host(b):
             return self.alpha_local, self.beta_local
         return self.alpha_net, self.beta_net
 
@@ -229,16 +236,21 @@ def main(argv=None):
     ap.add_argument("--per-host", type=int, default=16)
     ap.add_argument("--sizes", default="8,64K,16M")
     ap.add_argument("--kinds", default="all_reduce,all_gather,reduce_scatter,broadcast,reduce,barrier")
+    ap.add_argument("--placement", default="block",
+                    help="block (per-host consecutive ranks a host), round-robin (rank r on host r mod hosts), "
+                         "or both, comma-separated")
     ap.add_argument("--max-rows", type=int, default=3_000_000, help="skip a job whose plans have more rows")
     args = ap.parse_args(argv)
-    links = Links(args.per_host)
     kinds = args.kinds.split(",")
+    links = Links(args.per_host)
     print(f"# alpha-beta model, {args.per_host} ranks a host: within a host alpha {links.alpha_local * 1e6:g} us, "
           f"{1 / links.beta_local / 1e9:g} GB/s; between hosts alpha {links.alpha_net * 1e6:g} us, "
           f"{1 / links.beta_net / 1e9:g} GB/s a NIC; relay chunk {_size_text(links.chunk)}")
-    print("| kind | n | bytes | algorithm | chosen | steps | time | NIC bytes | NIC time | peers a rank |")
-    print("|---|---:|---:|---|:-:|---:|---:|---:|---:|---:|")
-    for n in (int(x) for x in args.ranks.split(",")):
+    print("| kind | placement | n | bytes | algorithm | chosen | steps | time | NIC bytes | NIC time | peers a rank |")
+    print("|---|---|---:|---:|---|:-:|---:|---:|---:|---:|---:|")
+    for n, placement in ((int(x), p) for x in args.ranks.split(",") for p in args.placement.split(",")):
+        nhosts = max(1, n // args.per_host)
+        links = Links(args.per_host, hosts=tuple(r % nhosts for r in range(n)) if placement == "round-robin" else None)
         for kind in kinds:
             for nbytes in (_parse_size(s) for s in args.sizes.split(",")):
                 try:
@@ -249,15 +261,20 @@ def main(argv=None):
                 for (k, algo), plan_of in candidates:
                     if k != kind or ((k, algo) in POW2_ONLY and n & (n - 1)):
                         continue
-                    rows_one = len(plan_of(n, n // 2).rows)
+                    try:
+                        rows_one = len(plan_of(n, n // 2).rows)
+                    except ValueError as exc:  # a host-aware schedule that does not fit this placement
+                        print(f"| {kind} | {placement} | {n:,} | {_size_text(nbytes)} | {algo} | | ({exc}) "
+                              "| | | | |", flush=True)
+                        continue
                     if rows_one * n > args.max_rows:
-                        print(f"| {kind} | {n:,} | {_size_text(nbytes)} | {algo} | {'*' if algo == chosen else ''} "
+                        print(f"| {kind} | {placement} | {n:,} | {_size_text(nbytes)} | {algo} | {'*' if algo == chosen else ''} "
                               f"| (skipped: ~{rows_one * n:,} rows) | | | | |", flush=True)
                         continue
                     t0 = time.monotonic()
                     res = play(n, plan_of, nbytes, links)
-                    print(f"| {kind} | {n:,} | {_size_text(nbytes)} | {algo} | {'*' if algo == chosen else ''} "
-                          f"| {res.steps:,} | {res.time * 1e3:.3f} ms | {res.nic_bytes / 1e6:.1f} MB "
+                    print(f"| {kind} | {placement} | {n:,} | {_size_text(nbytes)} | {algo} "
+                          f"| {'*' if algo == chosen else ''} | {res.steps:,} | {res.time * 1e3:.3f} ms | {res.nic_bytes / 1e6:.1f} MB "
                           f"| {res.nic_time * 1e3:.3f} ms | {res.mesh:,} |", flush=True)
                     if time.monotonic() - t0 > 60:
                         print(f"#   ({kind} {algo} at {n}: {time.monotonic() - t0:.0f} s to play)", file=sys.stderr)

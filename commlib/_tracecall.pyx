@@ -46,7 +46,7 @@ cdef enum:
     ALGO_SHIFT_C = 8
 ALGO_SHIFT = ALGO_SHIFT_C  # flags bits 8..15: 1 + the index in ALGORITHMS of the algorithm chosen, 0: none noted
 ALGORITHMS = ("doubling", "ring", "rabenseifner", "bruck", "pairwise", "tree", "chain", "linear", "halving",
-              "rails", "leaders")
+              "rails", "leaders", "scatter_gather")
 cdef dict _codes = {name: i + 1 for i, name in enumerate(ALGORITHMS)}
 
 

@@ -109,9 +109,10 @@ REDUCE_SCATTER_HALVING_BYTES_PAIR = 64 << 10
 
 CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner", "rails", "leaders"),
-    "all_gather": ("ring", "bruck", "pairwise"),
-    "broadcast": ("tree", "chain", "linear"),
-    "reduce": ("tree", "chain"),
+    "all_gather": ("ring", "bruck", "pairwise", "leaders"),
+    "broadcast": ("tree", "chain", "linear", "leaders", "scatter_gather"),
+    "reduce": ("tree", "chain", "leaders"),
+    "barrier": ("doubling", "leaders"),
     "gather": ("linear", "tree"),
     "all_to_all": ("pairwise", "bruck"),
     "scatter": ("linear", "tree"),
@@ -128,14 +129,32 @@ CHOICES = {
 # 0.65-0.82. At 10 Gbit/s the 2-core machine, not the link, is the limit: rails 0.58-0.98, leaders 256 KiB
 # 1.85-2.02, 1 MiB 1.02-1.10, 4-16 MiB 0.89-1.38.
 ALL_REDUCE_LEADERS_BYTES = 1 << 20
-
+# Over several hosts, the host-aware schedules ('leaders', hier.py: within each host, among one leader a
+# host, within each host again; only leaders talk across hosts) for broadcast and reduce where the flat
+# choice is the binomial tree, and for the barrier where every host's ranks are consecutive. Alpha-beta
+# model (schedule_model.py --placement block,round-robin; RESULTS.md, "Node-aware collectives"), 16 ranks
+# a host, 8 B-64 KiB: broadcast and reduce take the tree's time (the same network rounds) with 1/10-1/16 of
+# its network bytes where ranks alternate hosts (1,024 ranks, 64 KiB broadcast: 0.4 vs 6.3 MB a NIC); the
+# barrier 0.6-0.76x the dissemination's time on consecutive ranks (a round's last rank crosses to the next
+# host in every round) but 1.1-1.3x where ranks alternate over a power of two of hosts (the long rounds stay
+# on a host). The all-gather by host is chosen only by COMMLIB_ALGO_ALL_GATHER=leaders: Bruck's log2 n rounds
+# take 0.45-0.6x its time (its 2 log2 k rounds within a host add to log2 hosts), for 10x its network bytes.
+# Large broadcasts over several hosts, from BROADCAST_SCATTER_BYTES up to BROADCAST_SCATTER_BLOCK a rank: a
+# scatter + all-gather among the leaders, then within every host (hier.broadcast_large), 2 log2 hosts
+# network rounds carrying twice the payload, where the tree sends log2 n whole payloads and the chain pays
+# n - 1 hops. Alpha-beta model, 16 ranks a host, block placement, its time / the flat choice's: 64 ranks
+# 1-4 MiB 0.79-0.80; 256 ranks 1-16 MiB 0.67-0.89; 1,024 ranks 1-64 MiB 0.56-0.92; 4,096 ranks 16 MiB 0.49
+# (256 KiB a rank and more: the chain, 0.5x). A flat scatter + all-gather (every rank of a host sending
+# across the network) would put 8-9x the bytes on each NIC; it runs only by COMMLIB_ALGO_BROADCAST.
+BROADCAST_SCATTER_BYTES = 1 << 20
+BROADCAST_SCATTER_BLOCK = 64 << 10
 
 class HostLayout:
     """Where a group's ranks run: `hosts[k]` numbers group rank k's host (0, 1, ... in order of first
     appearance). `equal`: every host has as many of the group's ranks. Only layouts that host-aware
     schedules can help are made (`of`): more than one host, and more than one rank on some host."""
 
-    __slots__ = ("hosts", "nhosts", "equal")
+    __slots__ = ("hosts", "nhosts", "equal", "contiguous")
 
     def __init__(self, hosts):
         self.hosts = tuple(hosts)
@@ -144,6 +163,8 @@ class HostLayout:
             counts[h] = counts.get(h, 0) + 1
         self.nhosts = len(counts)
         self.equal = len(set(counts.values())) == 1
+        # every host's ranks consecutive (host numbers follow first appearance: then they never decrease)
+        self.contiguous = all(a <= b for a, b in zip(self.hosts, self.hosts[1:]))
 
     @classmethod
     def of(cls, host_ids):
@@ -184,10 +205,15 @@ def _why(kind, algo, nbytes, size, layout=None):
     """Why `algo`: the thresholds that decided it at this size and n (or the variable that forced it)."""
     if _forced.get(kind):
         return f"{kind} of {nbytes} B on {size} ranks: {algo} (COMMLIB_ALGO_{kind.upper()})"
-    if algo in ("rails", "leaders"):
+    if algo in ("rails", "leaders") and kind == "all_reduce":
         return (f"{kind} of {nbytes} B on {size} ranks: {algo} ({layout.nhosts} hosts, "
                 + ("as many ranks on each)" if layout.equal else
                    f"unequal numbers of ranks, ALL_REDUCE_LEADERS_BYTES={ALL_REDUCE_LEADERS_BYTES})"))
+    if algo in ("leaders", "scatter_gather") and layout is not None:
+        extra = (f", BROADCAST_SCATTER_BYTES={BROADCAST_SCATTER_BYTES}, BROADCAST_SCATTER_BLOCK="
+                 f"{BROADCAST_SCATTER_BLOCK}" if kind == "broadcast" else "")
+        return (f"{kind} of {nbytes} B on {size} ranks: {algo} ({layout.nhosts} hosts; the flat choice: "
+                f"{_flat(kind, nbytes, size)}{extra})")
     pow2 = size & (size - 1) == 0
     names = {
         "all_reduce": ["ALL_REDUCE_SMALL_BYTES_PAIR" if size <= 2 else "ALL_REDUCE_SMALL_BYTES" if size <= 4
@@ -223,7 +249,25 @@ def decide(kind, nbytes, size, layout=None):
         if forced == "rails" and layout is not None and not layout.equal:
             raise ValueError(f"COMMLIB_ALGO_ALL_REDUCE=rails needs as many ranks on every host; this group's "
                              f"{size} ranks are on {layout.nhosts} hosts in unequal numbers (use leaders)")
+        if forced == "leaders" and kind == "all_gather" and layout is not None and not layout.contiguous:
+            raise ValueError(f"COMMLIB_ALGO_ALL_GATHER=leaders needs every host's ranks consecutive; this "
+                             f"group's {size} ranks alternate between {layout.nhosts} hosts (use ring)")
         return forced
+    flat = _flat(kind, nbytes, size, layout)
+    if (layout is not None and kind == "broadcast" and flat in ("tree", "chain")
+            and BROADCAST_SCATTER_BYTES <= nbytes <= BROADCAST_SCATTER_BLOCK * size):
+        return "scatter_gather"
+    if layout is not None and (flat == "tree" and kind in ("broadcast", "reduce")
+                               or kind == "barrier" and layout.contiguous):
+        return "leaders"
+    return flat
+
+
+def _flat(kind, nbytes, size, layout=None):
+    """decide() for ranks on one host (or one a host): no 'leaders' (all_reduce's host-aware
+    schedules, which the layout decides among its sizes, aside)."""
+    if kind == "barrier":
+        return "doubling"
     if kind == "all_reduce":
         small = (ALL_REDUCE_SMALL_BYTES_PAIR if size <= 2 else ALL_REDUCE_SMALL_BYTES if size <= 4
                  else ALL_REDUCE_SMALL_BYTES_MANY)

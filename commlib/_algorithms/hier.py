@@ -30,6 +30,7 @@ host need not be contiguous), part of the plan's cache key.
 import functools
 
 from .._plan import RES, X, Builder
+from .logstep import disseminate, scatter_gather
 
 
 def _tree_reduce(b, members, v, whole_x, whole_res):
@@ -130,4 +131,157 @@ def all_reduce_rails(hosts, r):
         for s in range(k - 1):
             sb, rb = (v - s) % k, (v - s - 1) % k
             b.step(right, sup(RES, sb), left, sup(RES, rb))
+    return b.plan()
+
+
+# ------------------------------------------------ rooted collectives, barrier, all-gather by host
+# The same three stages for the latency-bound collectives: within each host (shared memory
+# once a host's ranks share it), among one leader a host across the network, within each host
+# again. A flat binomial tree or dissemination round crosses between hosts wherever a rank's
+# partner sits on another host: every round where ranks alternate hosts (round-robin placement,
+# a split's reordering), and from every rank of a host at once in the network rounds of block
+# placement. Here only leaders talk across hosts, ceil(log2 L) network rounds for L hosts, and a
+# host's other ranks never open a network connection (RESULTS.md, "Node-aware collectives").
+
+
+def _rooted(hosts, root):
+    """(leaders, {host: its ranks, leader first}) for a rooted collective: root leads its own host
+    (its host's other ranks after it in rank order), every other host's lowest rank leads it;
+    leaders[0] is root, the other leaders in host order."""
+    by_host = _by_host(hosts)
+    mine = by_host[hosts[root]]
+    by_host[hosts[root]] = [root] + [k for k in mine if k != root]
+    leaders = [root] + [m[0] for h, m in by_host.items() if h != hosts[root]]
+    return leaders, by_host
+
+
+@functools.lru_cache(maxsize=1024)
+def broadcast(hosts, r, root):
+    """Binomial broadcast of RES among the hosts' leaders from root, then within every host."""
+    leaders, by_host = _rooted(hosts, root)
+    members = by_host[hosts[r]]
+    b = Builder("leaders", 1)
+    buf = b.whole(RES)
+    if members[0] == r:
+        _tree_broadcast(b, leaders, leaders.index(r), buf)
+    _tree_broadcast(b, members, members.index(r), buf)
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def broadcast_large(hosts, r, root):
+    """Large broadcasts over hosts: a scatter + all-gather (logstep.scatter_gather) among the
+    hosts' leaders from root, then one within every host from its leader. The network carries
+    about twice the payload a host in 2 ceil(log2 L) rounds for L hosts, where the chain takes
+    n - 1 hops and a flat scatter + all-gather sends from every rank of a host. Units: L * K
+    (K: the most ranks a host has): leader i's piece is units i*K .. (i+1)*K, a host's member
+    i's about (i/k) of the whole."""
+    leaders, by_host = _rooted(hosts, root)
+    members = by_host[hosts[r]]
+    most = max(len(m) for m in by_host.values())
+    units = len(leaders) * most
+    b = Builder("leaders", units)
+    if members[0] == r and len(leaders) > 1:
+        scatter_gather(b, leaders, leaders.index(r), lambda i: (i * most, (i + 1) * most))
+    k = len(members)
+    if k > 1:
+        scatter_gather(b, members, members.index(r), lambda i: (i * units // k, (i + 1) * units // k))
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def reduce(hosts, r, root):
+    """Binomial reduce of X within every host into its leader's RES, then among the leaders into
+    root's RES. A rank whose host has others and that leads no subtree sends X and holds no RES."""
+    leaders, by_host = _rooted(hosts, root)
+    members = by_host[hosts[r]]
+    b = Builder("leaders", 1)
+    whole_x, whole_res = b.whole(X), b.whole(RES)
+    _tree_reduce(b, members, members.index(r), whole_x, whole_res)
+    if members[0] == r and len(leaders) > 1:  # the leaders' tree, each starting from its host's RES
+        v = leaders.index(r)
+        mask = 1
+        while mask < len(leaders):
+            if v & mask:
+                b.step(leaders[v - mask], whole_res)
+                break
+            if v + mask < len(leaders):
+                b.step(src=leaders[v + mask], recv=whole_res, reduce=True)
+            mask <<= 1
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def barrier(hosts, r):
+    """Every host's ranks report to its leader up a binomial tree, the leaders run a dissemination
+    barrier, each leader releases its host down the same tree. Header-only steps."""
+    by_host = _by_host(hosts)
+    members = by_host[hosts[r]]
+    leaders = [m[0] for m in by_host.values()]
+    v = members.index(r)
+    b = Builder("leaders", 1)
+    mask = 1
+    while mask < len(members):  # up: a rank reports once its subtree has
+        if v & mask:
+            b.step(members[v - mask], None)
+            break
+        if v + mask < len(members):
+            b.step(src=members[v + mask], recv=None)
+        mask <<= 1
+    if v == 0:
+        i, n = leaders.index(r), len(leaders)
+        d = 1
+        while d < n:
+            b.step(leaders[(i + d) % n], None, leaders[(i - d) % n], None)
+            d <<= 1
+    _tree_broadcast(b, members, v, None)  # down: the release, header-only
+    return b.plan()
+
+
+def contiguous(hosts):
+    """Whether every host's ranks are one run of consecutive ranks (block placement)."""
+    seen, last = set(), None
+    for h in hosts:
+        if h != last:
+            if h in seen:
+                return False
+            seen.add(h)
+            last = h
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def all_gather(hosts, r):
+    """All-gather of RES (one unit a rank, this rank's already in place) where every host's ranks
+    are consecutive: binomial gather of the host's blocks into its leader's RES, a dissemination
+    all-gather of whole host blocks among the leaders (round d: the d hosts' blocks a leader holds
+    go to the leader d before it, a wrapped range as two messages: no rotation, no scratch), then
+    a binomial broadcast of RES within every host."""
+    if not contiguous(hosts):
+        raise ValueError("the host-aggregated all_gather needs every host's ranks consecutive")
+    by_host = _by_host(hosts)
+    groups = list(by_host.values())
+    members = by_host[hosts[r]]
+    v, k = members.index(r), len(members)
+    first = members[0]
+    b = Builder("leaders", len(hosts))
+    mask = 1
+    while mask < k:  # gather: relative rank v holds blocks v .. v + lowbit(v) of its host
+        if v & mask:
+            b.step(members[v - mask], (RES, first + v, first + min(v + mask, k)))
+            break
+        if v + mask < k:
+            b.step(src=members[v + mask], recv=(RES, first + v + mask, first + min(v + 2 * mask, k)))
+        mask <<= 1
+    if v == 0 and len(groups) > 1:
+        def runs(lo, count):  # the rank units of hosts lo .. lo + count (mod hosts): one or two runs
+            out = []
+            while count:
+                take = min(count, len(groups) - lo)
+                out.append((RES, groups[lo][0], groups[lo + take - 1][-1] + 1))
+                lo, count = 0, count - take
+            return out
+
+        disseminate(b, len(groups), groups.index(members), lambda j: groups[j][0], runs)
+    _tree_broadcast(b, members, v, b.whole(RES))
     return b.plan()

@@ -37,6 +37,52 @@ from .._plan import LOCAL, RES, SCRATCH, X, Builder
 from .doubling import _pow2_below
 
 
+def disseminate(b, n, i, peer, runs):
+    """Rows of a dissemination all-gather without rotation: member i of n (peer(j): member j's rank)
+    starts with piece i in place and, in round d = 1, 2, 4, ..., sends pieces i .. i + d (mod n) to
+    member i - d while receiving i + d .. i + 2d from member i + d; runs(lo, count): the regions of
+    pieces lo .. lo + count (mod n), a wrapped range as two (then two messages that round: no
+    copy, no scratch). ceil(log2 n) rounds, n - 1 pieces received."""
+    d = 1
+    while d < n:
+        count = min(d, n - d)
+        sends, recvs = runs(i, count), runs((i + d) % n, count)
+        to, frm = peer((i - d) % n), peer((i + d) % n)
+        for j in range(max(len(sends), len(recvs))):
+            b.step(to if j < len(sends) else None, sends[j] if j < len(sends) else None,
+                   frm if j < len(recvs) else None, recvs[j] if j < len(recvs) else None)
+        d <<= 1
+
+
+def scatter_gather(b, members, v, piece, slot=RES):
+    """Rows of a broadcast from members[0] as a binomial scatter of `slot`'s pieces (member v ends
+    with piece v: units piece(v) = (lo, hi), consecutive and increasing in v), then their
+    dissemination all-gather (disseminate()): 2 ceil(log2 n) rounds, about twice the payload into
+    each member (van de Geijn's broadcast)."""
+    n = len(members)
+
+    def span(lo, hi):  # pieces lo .. hi (no wrap) as one region
+        return (slot, piece(lo)[0], piece(hi - 1)[1])
+
+    mask = 1
+    while mask < n:  # v receives the pieces of its subtree, v .. v + lowbit(v), from its parent
+        if v & mask:
+            b.step(src=members[v - mask], recv=span(v, min(v + mask, n)))
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if v + mask < n:
+            b.step(members[v + mask], span(v + mask, min(v + 2 * mask, n)))
+        mask >>= 1
+
+    def runs(lo, count):
+        first = min(count, n - lo)
+        return [span(lo, lo + first)] + ([span(0, count - first)] if count > first else [])
+
+    disseminate(b, n, v, lambda j: members[j], runs)
+
+
 @functools.lru_cache(maxsize=1024)
 def all_gather(n, r):
     """Gather RES's n blocks (block r already there); Bruck's rotation in SCRATCH (n blocks) at other n."""

@@ -40,6 +40,7 @@ RES holding a single one where only this rank's block is there.
 import functools
 
 from .._plan import LOCAL, RES, SCRATCH, X, Builder
+from .logstep import scatter_gather
 
 
 def _real(v, root, n):
@@ -62,6 +63,17 @@ def broadcast_tree(n, r, root):
         if v + mask < n:
             b.step(_real(v + mask, root, n), buf)
         mask >>= 1
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=1024)
+def broadcast_scatter_gather(n, r, root):
+    """Large broadcasts on many ranks (van de Geijn): a binomial scatter of RES's n blocks (relative
+    rank v ends with block v), then a dissemination all-gather of the blocks (logstep.disseminate):
+    2 ceil(log2 n) steps and about twice the payload into each rank, where a chain takes n - 1
+    hops and the tree log2 n whole payloads. Units: n blocks, in relative rank order."""
+    b = Builder("scatter_gather", n)
+    scatter_gather(b, [_real(j, root, n) for j in range(n)], (r - root) % n, lambda i: (i, i + 1))
     return b.plan()
 
 

@@ -10,7 +10,7 @@ import zlib
 
 import numpy as np
 
-from .. import _algorithms, _debug, _kernels, _tracecall
+from .. import _debug, _kernels, _tracecall
 from .._algorithms import choose, decide, doubling, hier, logstep, pairwise, ring, tree
 from .._plan import RES, even, slots
 from .._wire import COLL as _WIRE_COLL
@@ -121,8 +121,10 @@ def _all_gather(g, x, out=None, coll="all_gather"):
         mine[...] = a.reshape(-1)
     if n > 1:
         o = g.op(coll, code, 0, a.size, 0, dims=a.shape)
-        algo = choose("all_gather", n * a.nbytes, n)
-        plan = g.ring_all_gather() if algo == "ring" else _ALL_GATHER[algo](n, g._rank)
+        numbers, layout = g.hosts()
+        algo = choose("all_gather", n * a.nbytes, n, layout)
+        plan = (g.ring_all_gather() if algo == "ring" else hier.all_gather(numbers, g._rank) if algo == "leaders"
+                else _ALL_GATHER[algo](n, g._rank))
         o.run(plan, slots(res=_addr(out), scratch=g.scratch(n * a.nbytes) if plan.name == "bruck" else 0),
               even(n * a.size, a.itemsize))
     return out
@@ -234,10 +236,12 @@ def _reduce(g, x, op="sum", root=0, out=None):
         _identity(res, a, opc)
         return res if out is None else out
     o = g.op("reduce", code, opc, a.size, root, dims=a.shape)
-    chain = choose("reduce", a.nbytes, g._size) == "chain"
-    order = g.ring_order() if chain else None  # (ranks placed round-robin: the chain by host)
+    numbers, layout = g.hosts()
+    algo = choose("reduce", a.nbytes, g._size, layout)
+    order = g.ring_order() if algo == "chain" else None  # (ranks placed round-robin: the chain by host)
     plan = (tree.reduce_chain_in(order, g._rank, root) if order is not None else
-            (tree.reduce_chain if chain else tree.reduce_tree)(g._size, g._rank, root))
+            hier.reduce(numbers, g._rank, root) if algo == "leaders" else
+            (tree.reduce_chain if algo == "chain" else tree.reduce_tree)(g._size, g._rank, root))
     acc = None
     if RES in plan.slots:  # this rank accumulates its children's data (a leaf sends x itself)
         if is_root and out is not None and _addr(out) != _addr(a):
@@ -344,10 +348,17 @@ def _run_scatter(o, g, a, out, root):
 
 def _run_broadcast(o, g, addr, nbytes, root):
     """The broadcast schedule choose() picks, on nbytes at addr (in place)."""
-    algo = choose("broadcast", nbytes, g._size)
+    numbers, layout = g.hosts()
+    algo = choose("broadcast", nbytes, g._size, layout)
     order = g.ring_order() if algo == "chain" else None  # (ranks placed round-robin: the chain by host)
-    plan = (tree.broadcast_chain_in(order, g._rank, root) if order is not None else
-            _BROADCAST[algo](g._size, g._rank, root))
+    if order is not None:
+        plan = tree.broadcast_chain_in(order, g._rank, root)
+    elif algo == "leaders":
+        plan = hier.broadcast(numbers, g._rank, root)
+    elif algo == "scatter_gather" and layout is not None:  # by host: among the leaders, then within hosts
+        plan = hier.broadcast_large(numbers, g._rank, root)
+    else:
+        plan = _BROADCAST[algo](g._size, g._rank, root)
     o.run(plan, slots(res=addr), even(nbytes, 1))
 
 
@@ -445,9 +456,11 @@ def _ppermute(g, x, perm):
 def _barrier(g):
     """Return when every rank of the group has entered."""
     if g._size > 1:
-        if _algorithms.note is not None:  # traced: the record names the schedule, as choose() would
-            _algorithms.note("doubling")
-        g.op("barrier", 0, 0, 0).run(doubling.barrier(g._size, g._rank), slots(), even(0, 1))
+        g.op("barrier", 0, 0, 0).run(_barrier_plan(g, choose("barrier", 0, g._size, g.hosts()[1])), slots(), even(0, 1))
+
+
+def _barrier_plan(g, algo):
+    return hier.barrier(g.hosts()[0], g._rank) if algo == "leaders" else doubling.barrier(g._size, g._rank)
 
 
 
@@ -460,15 +473,16 @@ def _barrier(g):
 # whatever error the arguments deserve).
 _ALL_REDUCE = {"doubling": doubling.all_reduce, "ring": ring.all_reduce, "rabenseifner": logstep.all_reduce}
 _HOSTED = {"rails": hier.all_reduce_rails, "leaders": hier.all_reduce}  # of (host numbers, rank)
-_BROADCAST = {"tree": tree.broadcast_tree, "chain": tree.broadcast_chain, "linear": tree.broadcast_linear}
+_BROADCAST = {"tree": tree.broadcast_tree, "chain": tree.broadcast_chain, "linear": tree.broadcast_linear,
+              "scatter_gather": tree.broadcast_scatter_gather}
 _ALL_GATHER = {"ring": ring.all_gather, "bruck": logstep.all_gather, "pairwise": pairwise.all_gather}
 
 
-def _limit(kind, size, algo):
+def _limit(kind, size, algo, layout):
     """Largest power of two <= EAGER_BYTES up to which choose() picks `algo` at every size; 0 if none."""
     limit, p = 0, 8
     try:
-        while p <= EAGER_BYTES and decide(kind, p, size) == algo:
+        while p <= EAGER_BYTES and decide(kind, p, size, layout) == algo:
             limit, p = p, p * 2
     except ValueError:  # a bad COMMLIB_ALGO_<KIND>: the Python path reports it on that collective
         return 0
@@ -484,24 +498,38 @@ def _arm(g):
     n, r = g.size(), g.rank()
     if n < 2:
         return
-    bruck = _limit("all_gather", n, "bruck")
-    bcast = "linear" if _limit("broadcast", n, "linear") else "tree"
-    plans = {"all_reduce": doubling.all_reduce(n, r), "barrier": doubling.barrier(n, r),
-             "all_gather": logstep.all_gather(n, r) if bruck else g.ring_all_gather(),
-             "broadcast": functools.partial(_BROADCAST[bcast], n, r),
-             "reduce": functools.partial(tree.reduce_tree, n, r)}
-    limits = {"all_reduce": _limit("all_reduce", n, "doubling"), "reduce": _limit("reduce", n, "tree"),
-              "broadcast": _limit("broadcast", n, bcast),
-              "all_gather": bruck or _limit("all_gather", n, "ring")}
+    numbers, layout = g.hosts()
+
+    def small(kind):  # the algorithm at 8 B; None for a bad COMMLIB_ALGO_<KIND> (the Python path reports it)
+        try:
+            return decide(kind, 8, n, layout)
+        except ValueError:
+            return None
+
+    gather, bcast, red, sync = small("all_gather"), small("broadcast"), small("reduce"), small("barrier")
+    plans, limits = {"all_reduce": doubling.all_reduce(n, r)}, {"all_reduce": _limit("all_reduce", n, "doubling", layout)}
+    if sync is not None:
+        plans["barrier"] = _barrier_plan(g, sync)
+    if gather in ("bruck", "leaders", "ring"):
+        plans["all_gather"] = (logstep.all_gather(n, r) if gather == "bruck" else hier.all_gather(numbers, r)
+                               if gather == "leaders" else g.ring_all_gather())
+        limits["all_gather"] = _limit("all_gather", n, gather, layout)
+    if bcast in ("tree", "linear", "leaders"):
+        plans["broadcast"] = functools.partial(*((hier.broadcast, numbers) if bcast == "leaders"
+                                                 else (_BROADCAST[bcast], n)), r)
+        limits["broadcast"] = _limit("broadcast", n, bcast, layout)
+    if red in ("tree", "leaders"):
+        plans["reduce"] = functools.partial(*((hier.reduce, numbers) if red == "leaders" else (tree.reduce_tree, n)), r)
+        limits["reduce"] = _limit("reduce", n, red, layout)
     if n & (n - 1) == 0:  # recursive halving runs at power-of-two n only
         plans["reduce_scatter"] = logstep.reduce_scatter(n, r)
-        limits["reduce_scatter"] = _limit("reduce_scatter", n, "halving")
+        limits["reduce_scatter"] = _limit("reduce_scatter", n, "halving", layout)
     g.arm(plans, limits)
     if g.fast is not None:  # what each plan is, for the records of a trace
-        gather = "bruck" if bruck else "ring"
-        algos = {"all_reduce": "doubling", "barrier": "doubling", "all_gather": gather, "all_gather_obj": gather,
-                 "broadcast": bcast, "broadcast_obj": bcast, "reduce": "tree", "reduce_scatter": "halving"}
-        g.fast.set_algos({_WIRE_COLL[kind]: 1 + _tracecall.ALGORITHMS.index(algo) for kind, algo in algos.items()})
+        algos = {"all_reduce": "doubling", "barrier": sync, "all_gather": gather, "all_gather_obj": gather,
+                 "broadcast": bcast, "broadcast_obj": bcast, "reduce": red, "reduce_scatter": "halving"}
+        g.fast.set_algos({_WIRE_COLL[kind]: 1 + _tracecall.ALGORITHMS.index(algo) for kind, algo in algos.items()
+                          if algo is not None})
     if _debug.LEVEL:
         _debug.log(_debug.INFO, lambda: f"group {g.gid} ({n} ranks): the one-call path takes "
                    + ", ".join(f"{kind} up to {limit} B" for kind, limit in limits.items() if limit))

@@ -7,6 +7,7 @@ checked to lie inside the buffers the call gave. So these tests check the
 schedules the executor runs (which block goes where, in which order) for
 every group size from 1 to 9 (and some larger) in milliseconds.
 """
+import collections
 import ctypes
 import queue
 import threading
@@ -215,26 +216,173 @@ def test_host_aware_all_reduce_gives_identical_bits_on_every_rank(algo, size):
         np.testing.assert_allclose(res[0], np.sum(np.array(xs, np.float64), axis=0), rtol=1e-3, atol=1e-3)
 
 
+def host_layouts_more(size):
+    """host_layouts() and two more: hosts of 4 in order, and 3 hosts round-robin."""
+    return list(dict.fromkeys(host_layouts(size) + [tuple(k // 4 for k in range(size)),
+                                                    tuple(k % 3 for k in range(size))]))
+
+
+def only_leaders_cross(plan_of, hosts, leaders):
+    """Every rank's peers on other hosts are leaders, and only leaders have any."""
+    for r in range(len(hosts)):
+        across = {p for p in plan_of(r).peers if hosts[p] != hosts[r]}
+        assert not across or (r in leaders and across <= leaders), (hosts, r, across)
+
+
+@pytest.mark.parametrize("size", SIZES + [12, 16])
+@pytest.mark.parametrize("root", [0, 1, 5])
+def test_host_aware_broadcast_every_root_and_layout(size, root):
+    root %= size
+    xs = inputs(size, 9)
+    for hosts in host_layouts_more(size):
+        def body(f):
+            buf = xs[f.rank].copy()
+            f.run(hier.broadcast(hosts, f.rank, root), {RES: buf}, bounds(9, 8, 1))
+            return buf
+
+        res, ranks = run_ranks(size, body)
+        for out in res:
+            np.testing.assert_array_equal(out, xs[root], err_msg=str(hosts))
+        leaders = {root} | {min(k for k in range(size) if hosts[k] == h) for h in set(hosts) - {hosts[root]}}
+        only_leaders_cross(lambda r: hier.broadcast(hosts, r, root), hosts, leaders)
+
+        def large(f):
+            buf = xs[f.rank].copy()
+            plan = hier.broadcast_large(hosts, f.rank, root)
+            f.run(plan, {RES: buf}, bounds(9, 8, plan.parts))
+            return buf
+
+        for out in run_ranks(size, large)[0]:
+            np.testing.assert_array_equal(out, xs[root], err_msg=str(hosts))
+        only_leaders_cross(lambda r: hier.broadcast_large(hosts, r, root), hosts, leaders)
+        received = collections.Counter(  # each host receives the payload across the network once
+            hosts[r] for r in range(size) for row in hier.broadcast(hosts, r, root).rows
+            if int(row[2]) >= 0 and hosts[int(row[2])] != hosts[r])
+        assert set(received.values()) <= {1} and len(received) == len(set(hosts)) - 1, (hosts, received)
+
+
+@pytest.mark.parametrize("size", SIZES + [12, 16])
+@pytest.mark.parametrize("root", [0, 2, 7])
+def test_host_aware_reduce_every_root_and_layout(size, root):
+    root %= size
+    xs = inputs(size, 6)
+    for hosts in host_layouts_more(size):
+        def body(f):
+            plan = hier.reduce(hosts, f.rank, root)
+            src = xs[f.rank].copy()
+            acc = np.full_like(src, np.nan) if RES in plan.slots else None
+            f.run(plan, {X: src, RES: acc}, bounds(6, 8, 1))
+            np.testing.assert_array_equal(src, xs[f.rank])
+            return acc
+
+        res, _ = run_ranks(size, body)
+        np.testing.assert_array_equal(res[root], sum(xs), err_msg=str(hosts))
+        leaders = {root} | {min(k for k in range(size) if hosts[k] == h) for h in set(hosts) - {hosts[root]}}
+        only_leaders_cross(lambda r: hier.reduce(hosts, r, root), hosts, leaders)
+
+
+def heard(size, plan_of):
+    """Play header-only plans with every message carrying the set of ranks its sender has heard
+    from (itself included): what each rank has heard of when its plan ends."""
+    boxes = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+    known = [{r} for r in range(size)]
+
+    def main(r):
+        for row in plan_of(r).rows:
+            dst, src = int(row[1]), int(row[2])
+            if dst >= 0:
+                boxes[r, dst].put(frozenset(known[r]))
+            if src >= 0:
+                known[r] |= boxes[src, r].get(timeout=10)
+
+    threads = [threading.Thread(target=main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(q.empty() for q in boxes.values())
+    return known
+
+
+@pytest.mark.parametrize("size", SIZES + [12, 16])
+def test_host_aware_barrier_hears_from_every_rank(size):
+    """No rank leaves before every rank has entered: each ends having heard, through the
+    messages' chain, from all; across hosts only the leaders talk, ceil(log2 hosts) rounds."""
+    for hosts in host_layouts_more(size):
+        known = heard(size, lambda r: hier.barrier(hosts, r))
+        assert all(k == set(range(size)) for k in known), hosts
+        leaders = {min(k for k in range(size) if hosts[k] == h) for h in set(hosts)}
+        only_leaders_cross(lambda r: hier.barrier(hosts, r), hosts, leaders)
+        for r in leaders:
+            across = [row for row in hier.barrier(hosts, r).rows if int(row[1]) >= 0 and hosts[int(row[1])] != hosts[r]]
+            assert len(across) == (len(set(hosts)) - 1).bit_length(), (hosts, r)
+    known = heard(size, lambda r: doubling.barrier(size, r))  # the check itself: the flat one passes it
+    assert all(k == set(range(size)) for k in known)
+    if size > 2:  # ... and a plan that skips a round fails it
+        assert any(k != set(range(size)) for k in heard(size, lambda r: _plan.Plan(
+            "short", 1, doubling.barrier(size, r).rows[:-1])))
+
+
+@pytest.mark.parametrize("size", SIZES + [12, 16])
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_host_aware_all_gather_on_block_layouts(size, count):
+    """Hosts of consecutive ranks: every rank ends with every block; across hosts only leaders talk,
+    each host's blocks crossing its link once a round of ceil(log2 hosts); hosts out of order
+    are refused (the ring in host order serves them)."""
+    xs = inputs(size, count)
+    for hosts in host_layouts_more(size):
+        if not hier.contiguous(hosts):
+            with pytest.raises(ValueError, match="consecutive"):
+                hier.all_gather(hosts, 0)
+            continue
+
+        def body(f):
+            out = np.full(size * count, np.nan)
+            out[f.rank * count:(f.rank + 1) * count] = xs[f.rank]
+            f.run(hier.all_gather(hosts, f.rank), {RES: out}, bounds(size * count, 8, size))
+            return out
+
+        for out in run_ranks(size, body)[0]:
+            np.testing.assert_array_equal(out, np.concatenate(xs) if xs else out, err_msg=str(hosts))
+        leaders = {min(k for k in range(size) if hosts[k] == h) for h in set(hosts)}
+        only_leaders_cross(lambda r: hier.all_gather(hosts, r), hosts, leaders)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_barrier_schedule_pairs_up(size):
     _, ranks = run_ranks(size, lambda f: f.run(doubling.barrier(size, f.rank), {}, bounds(0, 1, 1)))
     assert all(f.steps == (size - 1).bit_length() and f.sent == 0 for f in ranks)
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", SIZES + [12, 16, 23])
 @pytest.mark.parametrize("root", [0, 1, 6])
-@pytest.mark.parametrize("algo", [tree.broadcast_tree, tree.broadcast_chain, tree.broadcast_linear])
-def test_broadcast_every_root(size, root, algo):
+@pytest.mark.parametrize("algo", [tree.broadcast_tree, tree.broadcast_chain, tree.broadcast_linear,
+                                  tree.broadcast_scatter_gather])
+@pytest.mark.parametrize("count", [9, 3, 0])
+def test_broadcast_every_root(size, root, algo, count):
     root %= size
-    xs = inputs(size, 9)
+    xs = inputs(size, count)
 
     def body(f):
         buf = xs[f.rank].copy()
-        f.run(algo(size, f.rank, root), {RES: buf}, bounds(9, 8, 1))
+        plan = algo(size, f.rank, root)
+        f.run(plan, {RES: buf}, bounds(count, 8, plan.parts))
         return buf
 
     for out in run_ranks(size, body)[0]:
         np.testing.assert_array_equal(out, xs[root])
+
+
+@pytest.mark.parametrize("size", [5, 16, 23, 100])
+def test_scatter_gather_broadcast_steps_and_bytes(size):
+    """At most 3 ceil(log2 n) rows a rank (a wrapped range is two messages), and no rank takes in
+    more than twice the payload."""
+    logn = (size - 1).bit_length()
+    for r in range(size):
+        plan = tree.broadcast_scatter_gather(size, r, 3 % size)
+        assert len(plan.rows) <= 3 * logn, (r, len(plan.rows))
+        received = sum(int(row[8]) - int(row[7]) for row in plan.rows if int(row[2]) >= 0)
+        assert received <= 2 * size, (r, received)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -596,6 +744,42 @@ def test_choose_host_aware_all_reduce_above_the_latency_bound_sizes(monkeypatch)
     many = _algorithms.HostLayout.of([k // 16 for k in range(1024)])
     assert _algorithms.choose("all_reduce", 1 << 20, 1024, many) == "rails"
     assert _algorithms.choose("all_reduce", 8 << 10, 1024, many) == "doubling"
+
+
+def test_choose_leaders_for_the_latency_bound_collectives_over_hosts(monkeypatch):
+    """broadcast and reduce where the flat choice is the tree, the barrier where hosts are consecutive,
+    the all-gather by host only when forced; one host (or one rank a host) keeps the flat schedules."""
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    for kind in ("BROADCAST", "REDUCE", "ALL_GATHER", "BARRIER"):
+        monkeypatch.delenv(f"COMMLIB_ALGO_{kind}", raising=False)
+    block = _algorithms.HostLayout.of([k // 4 for k in range(16)])
+    robin = _algorithms.HostLayout.of([k % 4 for k in range(16)])
+    assert block.contiguous and not robin.contiguous
+    choose = _algorithms.choose
+    assert choose("barrier", 0, 16, block) == "leaders"
+    assert choose("barrier", 0, 16, robin) == "doubling"
+    for layout in (block, robin):
+        assert choose("broadcast", 8, 16, layout) == choose("reduce", 8, 16, layout) == "leaders"
+        assert choose("broadcast", 64 << 20, 16, layout) == "chain"  # the chain already runs host by host
+        assert choose("broadcast", 1 << 20, 16, layout) == "scatter_gather"  # (the tree without hosts)
+        assert choose("broadcast", 1 << 20, 16, None) == "tree"
+        assert choose("broadcast", (1 << 20) - 8, 16, layout) == "leaders"
+        assert choose("reduce", 64 << 20, 16, layout) == "chain"
+    assert choose("all_gather", 16 * 8, 16, block) == choose("all_gather", 16 * 8, 16, robin) == "bruck"
+    assert choose("all_gather", 64 << 20, 16, block) == "ring"
+    assert choose("broadcast", 8, 4, _algorithms.HostLayout.of([0, 0, 1, 1])) == "linear"  # one hop for all
+    for kind, flat in (("barrier", "doubling"), ("broadcast", "tree"), ("reduce", "tree"), ("all_gather", "bruck")):
+        assert choose(kind, 128, 16, None) == flat
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_GATHER", "leaders")
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    with pytest.raises(ValueError, match="consecutive"):
+        choose("all_gather", 8, 16, robin)
+    assert choose("all_gather", 8, 16, block) == "leaders"
+    assert "leaders (4 hosts; the flat choice: tree" in _algorithms._why("broadcast", "leaders", 8, 16, block)
+    many = _algorithms.HostLayout.of([k // 16 for k in range(1024)])
+    assert choose("broadcast", 64 << 20, 1024, many) == "scatter_gather"  # 64 KiB a rank: not yet the chain
+    assert choose("broadcast", 64 << 20, 1024, None) == "chain"
+    assert choose("broadcast", 256 << 20, 1024, many) == "chain"
 
 
 def test_forced_host_aware_all_reduce(monkeypatch):
