@@ -1,4 +1,5 @@
-"""One rank of benchmarks/shaped_links.sh and hier_hosts.py: all_reduce and broadcast across namespace hosts
+"""One rank of benchmarks/shaped_links.sh and hier_hosts.py: all_reduce, broadcast (commlib: also reduce and
+barrier) across namespace hosts
 (64 MiB, or each of the sizes SHAPED_NBYTES lists, comma-separated).
 
     commrun --hosts h1:1,h2:1 --rsh "ip netns exec {host}" shaped_links_rank.py commlib all_reduce
@@ -62,6 +63,12 @@ def main():
             elif op == "broadcast":
                 bench(lambda x, out: cl.broadcast(x, root=0), cl.barrier, slowest, n, rank, op,
                       os.environ.get("COMMLIB_ALGO_BROADCAST", "auto"))
+            elif op == "reduce":
+                bench(lambda x, out: cl.reduce(x, root=0), cl.barrier, slowest, n, rank, op,
+                      os.environ.get("COMMLIB_ALGO_REDUCE", "auto"))
+            elif op == "barrier":  # (the size is only a label: timed barriers, each after a barrier)
+                bench(lambda x, out: cl.barrier(), cl.barrier, slowest, n, rank, op,
+                      os.environ.get("COMMLIB_ALGO_BARRIER", "auto"))
     elif impl == "mpi":
         from mpi4py import MPI
 
