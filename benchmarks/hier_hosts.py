@@ -2,7 +2,7 @@
 
     sudo python benchmarks/hier_hosts.py [--layouts 2,2 2,1 robin:2x3] [--rates 1gbit 10gbit] [--reps 3]
         [--sizes 262144,1048576,4194304,16777216] [--algos ring rabenseifner rails leaders]
-        [--kind all_reduce|broadcast|reduce|barrier]
+        [--kind all_reduce|broadcast|reduce|barrier|all_to_all]
 
 A layout "robin:HxN" places N ranks round-robin on H hosts (--hosts a:1,b:1 -n N: rank k on host
 k mod H).
@@ -66,7 +66,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sizes", default=",".join(str(s) for s in (256 << 10, 1 << 20, 4 << 20, 16 << 20)))
     ap.add_argument("--algos", nargs="+", default=["ring", "rabenseifner", "rails", "leaders"])
-    ap.add_argument("--kind", default="all_reduce", choices=["all_reduce", "broadcast", "reduce", "barrier"])
+    ap.add_argument("--kind", default="all_reduce", choices=["all_reduce", "broadcast", "reduce", "barrier", "all_to_all"])
     args = ap.parse_args()
     layouts = [("robin",) + tuple(int(k) for k in lay[len("robin:"):].split("x")) if lay.startswith("robin:")
                else tuple(int(k) for k in lay.split(",")) for lay in args.layouts]
@@ -80,7 +80,7 @@ def main():
                 for layout in layouts:
                     equal = layout[0] == "robin" or len(set(layout)) == 1
                     for algo in args.algos:
-                        if algo == "rails" and not equal:
+                        if algo == "rails" and not equal or algo == "rails" and layout[0] == "robin" and args.kind == "all_to_all":
                             continue
                         for row in run(fab, layout, algo, args.sizes, args.kind):
                             times[rate, layout, row["nbytes"], algo].append(row["time_s"])

@@ -67,6 +67,7 @@ HOSTED = {
     ("reduce", "leaders"): lambda hosts, r: hier.reduce(hosts, r, 0),
     ("barrier", "leaders"): hier.barrier,
     ("all_gather", "leaders"): hier.all_gather,
+    ("all_to_all", "rails"): hier.all_to_all_rails,
 }
 
 

@@ -1,5 +1,5 @@
-"""One rank of benchmarks/shaped_links.sh and hier_hosts.py: all_reduce, broadcast (commlib: also reduce and
-barrier) across namespace hosts
+"""One rank of benchmarks/shaped_links.sh and hier_hosts.py: all_reduce, broadcast (commlib: also reduce,
+all_to_all and barrier) across namespace hosts
 (64 MiB, or each of the sizes SHAPED_NBYTES lists, comma-separated).
 
     commrun --hosts h1:1,h2:1 --rsh "ip netns exec {host}" shaped_links_rank.py commlib all_reduce
@@ -66,6 +66,9 @@ def main():
             elif op == "reduce":
                 bench(lambda x, out: cl.reduce(x, root=0), cl.barrier, slowest, n, rank, op,
                       os.environ.get("COMMLIB_ALGO_REDUCE", "auto"))
+            elif op == "all_to_all":  # (the size: what each rank sends in all)
+                bench(lambda x, out: cl.all_to_all(x), cl.barrier, slowest, n, rank, op,
+                      os.environ.get("COMMLIB_ALGO_ALL_TO_ALL", "auto"))
             elif op == "barrier":  # (the size is only a label: timed barriers, each after a barrier)
                 bench(lambda x, out: cl.barrier(), cl.barrier, slowest, n, rank, op,
                       os.environ.get("COMMLIB_ALGO_BARRIER", "auto"))

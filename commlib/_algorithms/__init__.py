@@ -114,7 +114,7 @@ CHOICES = {
     "reduce": ("tree", "chain", "leaders"),
     "barrier": ("doubling", "leaders"),
     "gather": ("linear", "tree"),
-    "all_to_all": ("pairwise", "bruck"),
+    "all_to_all": ("pairwise", "bruck", "rails"),
     "scatter": ("linear", "tree"),
     "reduce_scatter": ("ring", "doubling", "halving", "pairwise"),
 }
@@ -148,6 +148,13 @@ ALL_REDUCE_LEADERS_BYTES = 1 << 20
 # across the network) would put 8-9x the bytes on each NIC; it runs only by COMMLIB_ALGO_BROADCAST.
 BROADCAST_SCATTER_BYTES = 1 << 20
 BROADCAST_SCATTER_BLOCK = 64 << 10
+# all_to_all beyond ALL_TO_ALL_MESH_RANKS on hosts of as many ranks each, each host's consecutive: by rails
+# (hier.all_to_all_rails: an exchange within each host, then one along each rail of local ranks), k - 1 +
+# L - 1 peers a rank. Alpha-beta model (schedule_model.py --kinds all_to_all, 16 ranks a host), its time /
+# pairwise's: 64-1,024 ranks, blocks of 16 B-4 KiB 0.07-0.25; 64 KiB blocks the same NIC-bound time (84.6 ms
+# at 1,024 ranks) with 78 peers instead of 1,023; Bruck at 256 ranks is 2.5-14x slower than rails. Not below:
+# across namespace hosts at 4-6 ranks (2 cores) it measured 0.7-4.4x pairwise's time, its packing copies and
+# two dependent exchanges costing more than the few steps it saves there.
 
 class HostLayout:
     """Where a group's ranks run: `hosts[k]` numbers group rank k's host (0, 1, ... in order of first
@@ -209,6 +216,9 @@ def _why(kind, algo, nbytes, size, layout=None):
         return (f"{kind} of {nbytes} B on {size} ranks: {algo} ({layout.nhosts} hosts, "
                 + ("as many ranks on each)" if layout.equal else
                    f"unequal numbers of ranks, ALL_REDUCE_LEADERS_BYTES={ALL_REDUCE_LEADERS_BYTES})"))
+    if algo == "rails" and kind == "all_to_all":
+        return (f"{kind} of {nbytes} B on {size} ranks: rails ({layout.nhosts} hosts of {size // layout.nhosts} "
+                f"consecutive ranks, ALL_TO_ALL_MESH_RANKS={ALL_TO_ALL_MESH_RANKS})")
     if algo in ("leaders", "scatter_gather") and layout is not None:
         extra = (f", BROADCAST_SCATTER_BYTES={BROADCAST_SCATTER_BYTES}, BROADCAST_SCATTER_BLOCK="
                  f"{BROADCAST_SCATTER_BLOCK}" if kind == "broadcast" else "")
@@ -249,11 +259,17 @@ def decide(kind, nbytes, size, layout=None):
         if forced == "rails" and layout is not None and not layout.equal:
             raise ValueError(f"COMMLIB_ALGO_ALL_REDUCE=rails needs as many ranks on every host; this group's "
                              f"{size} ranks are on {layout.nhosts} hosts in unequal numbers (use leaders)")
+        if forced == "rails" and kind == "all_to_all" and layout is not None and not (layout.equal and layout.contiguous):
+            raise ValueError(f"COMMLIB_ALGO_ALL_TO_ALL=rails needs as many ranks on every host, each host's "
+                             f"consecutive; this group's {size} ranks on {layout.nhosts} hosts are not (use bruck)")
         if forced == "leaders" and kind == "all_gather" and layout is not None and not layout.contiguous:
             raise ValueError(f"COMMLIB_ALGO_ALL_GATHER=leaders needs every host's ranks consecutive; this "
                              f"group's {size} ranks alternate between {layout.nhosts} hosts (use ring)")
         return forced
     flat = _flat(kind, nbytes, size, layout)
+    if (kind == "all_to_all" and layout is not None and layout.equal and layout.contiguous
+            and size > ALL_TO_ALL_MESH_RANKS):
+        return "rails"
     if (layout is not None and kind == "broadcast" and flat in ("tree", "chain")
             and BROADCAST_SCATTER_BYTES <= nbytes <= BROADCAST_SCATTER_BLOCK * size):
         return "scatter_gather"

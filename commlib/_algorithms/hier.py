@@ -29,7 +29,7 @@ host need not be contiguous), part of the plan's cache key.
 """
 import functools
 
-from .._plan import RES, X, Builder
+from .._plan import RES, SCRATCH, X, Builder
 from .logstep import disseminate, scatter_gather
 
 
@@ -284,4 +284,42 @@ def all_gather(hosts, r):
 
         disseminate(b, len(groups), groups.index(members), lambda j: groups[j][0], runs)
     _tree_broadcast(b, members, v, b.whole(RES))
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=64)
+def all_to_all_rails(hosts, r):
+    """All-to-all in two exchanges where every host has k ranks and each host's ranks are
+    consecutive: within the host, local rank u hands local rank v everything its X holds for
+    local rank v of every host (L blocks, packed through SCRATCH); then along the rails, local
+    rank u of every host swaps with local rank u of every other host the k blocks meant there.
+    k - 1 + L - 1 peers a rank and as many steps, instead of the pairwise exchange's n - 1 (a
+    network message per pair of ranks on different hosts becomes one per pair of rails), each
+    block moved twice plus two packing copies. Units: the n blocks of X, of RES and of SCRATCH
+    (RES holds the first exchange's blocks until the second packs them)."""
+    if not contiguous(hosts):
+        raise ValueError("the all_to_all by rails needs every host's ranks consecutive")
+    groups = list(_by_host(hosts).values())
+    k, nh = len(groups[0]), len(groups)
+    if any(len(g) != k for g in groups):
+        raise ValueError(f"the all_to_all by rails needs the same number of ranks on every host, "
+                         f"not {[len(g) for g in groups]}")
+    h = next(i for i, g in enumerate(groups) if r in g)
+    u, members = groups[h].index(r), groups[h]
+    b = Builder("rails", k * nh)
+    for v in range(k):  # SCRATCH[v * L + j] = X[block for local rank v of host j]
+        for j in range(nh):
+            b.copy((SCRATCH, v * nh + j, v * nh + j + 1), (X, groups[j][v], groups[j][v] + 1))
+    b.copy((RES, u * nh, (u + 1) * nh), (SCRATCH, u * nh, (u + 1) * nh))
+    for s in range(1, k):  # RES[v * L + j]: local rank v's block for local rank u of host j
+        to, frm = (u + s) % k, (u - s) % k
+        b.step(members[to], (SCRATCH, to * nh, (to + 1) * nh), members[frm], (RES, frm * nh, (frm + 1) * nh))
+    for j in range(nh):  # SCRATCH[j * k + v] = RES[v * L + j]: what goes to host j, by local source
+        for v in range(k):
+            b.copy((SCRATCH, j * k + v, j * k + v + 1), (RES, v * nh + j, v * nh + j + 1))
+    b.copy((RES, groups[h][0], groups[h][0] + k), (SCRATCH, h * k, (h + 1) * k))
+    for s in range(1, nh):  # host j's k blocks for this rank land at its ranks' places in RES
+        to, frm = (h + s) % nh, (h - s) % nh
+        b.step(groups[to][u], (SCRATCH, to * k, (to + 1) * k), groups[frm][u],
+               (RES, groups[frm][0], groups[frm][0] + k))
     return b.plan()

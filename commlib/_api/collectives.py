@@ -406,7 +406,11 @@ def _all_to_all(g, x, split_axis=0, concat_axis=0):
         recv[...] = send
     else:
         o = g.op("all_to_all", code, 0, a.size, 0, shape=split_axis * 64 + concat_axis, dims=a.shape)
-        if choose("all_to_all", send.nbytes, n) == "bruck":
+        numbers, layout = g.hosts()
+        algo = choose("all_to_all", send.nbytes, n, layout)
+        if algo == "rails":
+            plan, scratch = hier.all_to_all_rails(numbers, g._rank), g.scratch(send.nbytes)
+        elif algo == "bruck":
             plan, scratch = logstep.all_to_all(n, g._rank), g.scratch(send.nbytes)
         else:
             plan, scratch = pairwise.all_to_all(n, g._rank), 0

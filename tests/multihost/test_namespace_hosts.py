@@ -81,14 +81,16 @@ def test_ranks_placed_round_robin_gather_on_a_ring_ordered_by_host():
         assert len({hosts[str(k)] for k in (0, 2, 4)}) == 1 and hosts["0"] != hosts["1"], hosts
 
 
-@pytest.mark.parametrize("layout,subnet,force", [((2, 2, 2), "10.236.19", ""), ((1, 3, 2), "10.236.20", ""),
-                                                 ("robin", "10.236.21", ""), ((1, 3, 2), "10.236.22", "scatter_gather")])
+@pytest.mark.parametrize("layout,subnet,force", [((2, 2, 2), "10.236.19", {}), ((1, 3, 2), "10.236.20", {}),
+                                                 ("robin", "10.236.21", {}),
+                                                 ((1, 3, 2), "10.236.22", {"BROADCAST": "scatter_gather"}),
+                                                 ((3, 3), "10.236.25", {"ALL_TO_ALL": "rails"})])
 def test_broadcast_reduce_and_barrier_across_hosts_through_their_leaders(layout, subnet, force, tmp_path):
     """broadcast, reduce and barrier on ranks of several hosts run the host-aware schedules (each
     rank's debug lines say so), in the one-call path too, and every result matches NumPy;
     round-robin placement keeps the dissemination barrier (its long rounds stay on a host). Forced,
     the scatter + all-gather broadcast by host (chosen from 1 MiB at 16 ranks and more) at every
-    size and root."""
+    size and root, and the all_to_all by rails (chosen beyond 64 ranks)."""
     with Fabric(2 if layout == "robin" else len(layout), subnet) as fab:
         if layout == "robin":
             n, hosts = 5, f"{fab.hosts[0]}:1,{fab.hosts[1]}:1"
@@ -97,13 +99,14 @@ def test_broadcast_reduce_and_barrier_across_hosts_through_their_leaders(layout,
         argv = fab.commrun("--hosts", hosts, "-n", str(n), "--oversubscribe", "--ifname", "fab0",
                            os.path.join(CASES, "node_aware.py"))
         env = base_env(COMMLIB_TIMEOUT=90, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"),
-                       **({"COMMLIB_ALGO_BROADCAST": force} if force else {}))
+                       **{f"COMMLIB_ALGO_{kind}": algo for kind, algo in force.items()})
         rc, out, err, _ = run_job(argv, env, timeout=280)
         assert rc == 0 and _ok_ranks(out) == list(range(n)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
     for r in range(n):
         lines = (tmp_path / f"r{r}.log").read_text()
         if force:
-            assert ("broadcast", "8", force) in set(re.findall(rf"(broadcast) of (\d+) B on {n} ranks: (\w+)", lines))
+            kind, algo = next(iter(force.items()))
+            assert algo in set(re.findall(rf"{kind.lower()} of \d+ B on {n} ranks: (\w+)", lines)), (r, lines[-2000:])
             continue
         chosen = set(re.findall(rf"(broadcast|reduce|barrier) of (\d+) B on {n} ranks: (\w+)", lines))
         assert ("reduce", "160000", "leaders") in chosen, (r, chosen)  # (smaller: the one-call path's copy)

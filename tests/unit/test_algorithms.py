@@ -446,6 +446,37 @@ def test_all_to_all_and_ppermute(size):
         np.testing.assert_array_equal(shifted, np.full(3, float((r - 1) % size)))
 
 
+@pytest.mark.parametrize("per_host,nhosts", [(1, 1), (2, 1), (1, 3), (2, 2), (2, 3), (3, 2), (3, 3), (4, 4), (2, 5)])
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_all_to_all_by_rails(per_host, nhosts, count):
+    """Every block reaches its rank through one exchange within the host and one along the rail;
+    a rank talks to its host's other ranks and to its own local index on the other hosts only.
+    Hosts of unequal sizes or ranks out of host order are refused."""
+    size = per_host * nhosts
+    hosts = tuple(k // per_host for k in range(size))
+
+    def body(f):
+        r = f.rank
+        send = np.repeat(100.0 * r + np.arange(size), count)
+        recv = np.full(count * size, np.nan)
+        plan = hier.all_to_all_rails(hosts, r)
+        f.run(plan, {X: send.copy(), RES: recv, SCRATCH: np.empty(send.nbytes, np.uint8)},
+              bounds(count * size, 8, size))
+        np.testing.assert_array_equal(send, np.repeat(100.0 * r + np.arange(size), count))
+        return recv
+
+    for r, recv in enumerate(run_ranks(size, body)[0]):
+        np.testing.assert_array_equal(recv, np.repeat(100.0 * np.arange(size) + r, count))
+    for r in range(size):
+        peers = hier.all_to_all_rails(hosts, r).peers
+        assert all(hosts[p] == hosts[r] or p % per_host == r % per_host for p in peers), (r, peers)
+        assert len(peers) == per_host - 1 + nhosts - 1, (r, peers)
+    with pytest.raises(ValueError, match="same number of ranks"):
+        hier.all_to_all_rails((0, 0, 1), 0)
+    with pytest.raises(ValueError, match="consecutive"):
+        hier.all_to_all_rails((0, 1, 0, 1), 0)
+
+
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("count", [0, 1, 3])
 @pytest.mark.parametrize("algo", [ring.reduce_scatter, pairwise.reduce_scatter])
@@ -780,6 +811,27 @@ def test_choose_leaders_for_the_latency_bound_collectives_over_hosts(monkeypatch
     assert choose("broadcast", 64 << 20, 1024, many) == "scatter_gather"  # 64 KiB a rank: not yet the chain
     assert choose("broadcast", 64 << 20, 1024, None) == "chain"
     assert choose("broadcast", 256 << 20, 1024, many) == "chain"
+
+
+def test_choose_all_to_all_by_rails_beyond_the_mesh_size(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_ALL_TO_ALL", raising=False)
+    choose = _algorithms.choose
+    equal = _algorithms.HostLayout.of([k // 16 for k in range(128)])
+    unequal = _algorithms.HostLayout.of([min(k // 16, 6) for k in range(128)])
+    robin = _algorithms.HostLayout.of([k % 8 for k in range(128)])
+    for nbytes in (128, 128 << 10, 128 << 20):
+        assert choose("all_to_all", nbytes, 128, equal) == "rails"
+        assert choose("all_to_all", nbytes, 128, unequal) == choose("all_to_all", nbytes, 128, robin) \
+            == choose("all_to_all", nbytes, 128, None)
+    small = _algorithms.HostLayout.of([k // 8 for k in range(64)])
+    assert choose("all_to_all", 64, 64, small) == "pairwise"  # (up to 64 ranks: measured, not faster)
+    assert "rails (8 hosts of 16 consecutive ranks" in _algorithms._why("all_to_all", "rails", 128, 128, equal)
+    monkeypatch.setenv("COMMLIB_ALGO_ALL_TO_ALL", "rails")
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    assert choose("all_to_all", 64, 4, _algorithms.HostLayout.of([0, 0, 1, 1])) == "rails"
+    with pytest.raises(ValueError, match="as many ranks on every host"):
+        choose("all_to_all", 64, 128, robin)
 
 
 def test_forced_host_aware_all_reduce(monkeypatch):

@@ -1,4 +1,4 @@
-"""Broadcast, reduce and barrier on ranks of several hosts: the host-aware schedules (`leaders`)
+"""Broadcast, reduce, barrier and all_to_all on ranks of several hosts: the host-aware schedules (`leaders`)
 where choose() picks them, the one-call path's copies of them on repeated small calls, from every
 root; every result matches NumPy, and the barrier holds every rank until the last has entered.
 Prints `rank R: K checks ok (host H)`."""
@@ -33,6 +33,16 @@ for k in range(40):  # repeated small calls: the one-call path runs the same sch
     cl.barrier()
 ok += 1
 assert cl.broadcast_obj({"from": "root", "n": n} if r == 0 else None, root=0) == {"from": "root", "n": n}
+ok += 1
+for count in (1, 300, 9000):  # all_to_all: block j of every rank's x to rank j (by rails where forced)
+    x = np.stack([np.full((count, 2), 1000 * r + j, np.int64) for j in range(n)]).reshape(n * count, 2)
+    got = cl.all_to_all(x)
+    want = np.concatenate([np.full((count, 2), 1000 * k + r, np.int64) for k in range(n)])
+    assert np.array_equal(got, want), f"rank {r}: all_to_all of {count} rows"
+    y = np.arange(n * 6 * count, dtype=np.float32).reshape(6 * count, n) + 100 * r  # split along axis 1
+    got = cl.all_to_all(y, split_axis=1, concat_axis=0)
+    assert np.array_equal(got, np.concatenate([np.arange(n * 6 * count, dtype=np.float32).reshape(6 * count, n)[:, r:r + 1]
+                                               + 100 * k for k in range(n)])), f"rank {r}: all_to_all along axis 1"
 ok += 1
 for late in (n - 1, 0, n // 2):  # the barrier waits for its last rank, whichever host it is on
     cl.barrier()
