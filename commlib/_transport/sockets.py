@@ -54,6 +54,7 @@ UNREACHABLE_GRACE_S = 2.0
 _UNREACHABLE = (errno.ENETUNREACH, errno.EHOSTUNREACH)
 SERVER_HANDSHAKE_S = 3.0  # server side: a silent client is dropped after this (slow-loris bound)
 MAX_PENDING_HANDSHAKES = 64
+ROUTES_LISTED = 64  # COMMLIB_VERBOSE names every peer's route up to this many peers
 LISTEN_BACKLOG = 1024  # every peer may connect at once (the kernel caps it at net.core.somaxconn)
 
 _SERVER_HELLO = struct.Struct("<4s32s")          # magic, server nonce
@@ -395,8 +396,14 @@ class Endpoint:
                             f"interfaces here: {describe(interfaces())}")
 
     def routes_text(self):
-        """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE)."""
-        peers = "; ".join(f"{r} {self.describe_route(r)}" for r in range(len(self.table)) if r != self.rank)
+        """One line: this rank's address and how it reaches every peer (COMMLIB_VERBOSE). Beyond
+        ROUTES_LISTED peers, only those whose addresses this rank holds: listing every peer would
+        fetch the whole table to every rank (n² addresses in all) and print n² routes."""
+        n, table = len(self.table), self.table
+        listed = [r for r in range(n) if r != self.rank and (n - 1 <= ROUTES_LISTED or table.known(r))]
+        peers = "; ".join(f"{r} {self.describe_route(r)}" for r in listed)
+        if len(listed) < n - 1:
+            peers += f"; and {n - 1 - len(listed)} more (their addresses fetched on first use)"
         return (f"commlib rank {self.rank} on {socket.gethostname()}: listening on tcp {_fmt(self.tcp_address)} "
                 f"(from {self.address_source}); peers: {peers or 'none'}")
 

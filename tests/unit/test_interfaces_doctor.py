@@ -126,3 +126,29 @@ def test_table_with_a_loopback_rank_on_another_host_is_refused():
             ep.set_table(Book([me, dict(me, host_id="node2/other-boot/1", tcp=["127.0.0.1", 1])]).table(0))
     finally:
         ep.close()
+
+
+def test_verbose_routes_name_every_peer_only_up_to_a_limit():
+    """COMMLIB_VERBOSE's line: every peer's route in a small job; beyond ROUTES_LISTED peers only
+    the peers whose addresses the rank holds, so the line fetches nothing from the coordinator."""
+    from commlib._rendezvous.table import Book
+    from commlib._transport import Endpoint, sockets
+
+    ep = Endpoint(0, b"s" * 32, "127.0.0.1", 5.0)
+    try:
+        me = ep.info()
+        small = [me] + [dict(me, tcp=["127.0.0.1", 100 + r]) for r in range(1, 5)]
+        ep.set_table(Book(small).table(0))
+        text = ep.routes_text()
+        assert [int(p.split()[0]) for p in text.split("peers: ")[1].split("; ")] == [1, 2, 3, 4], text
+        big = [me] + [dict(me, tcp=["127.0.0.1", 100 + r]) for r in range(1, 3000)]
+        table = Book(big).table(0, timeout=1)
+        fetched = []
+        table._request, ask = (lambda first, last: fetched.append((first, last)) or ask(first, last)), table._request
+        ep.set_table(table)
+        text = ep.routes_text()
+        listed = [p for p in text.split("peers: ")[1].split("; ") if p[0].isdigit()]
+        assert not fetched and 0 < len(listed) <= 3 * sockets.ROUTES_LISTED, (fetched, len(listed))
+        assert text.endswith(f"; and {2999 - len(listed)} more (their addresses fetched on first use)"), text[-200:]
+    finally:
+        ep.close()
