@@ -3,7 +3,7 @@
 Inputs are integers held in floats (exact in any order of summation), so each rank computes
 the expected result itself; every rank must also hold the same bits (a CRC of each result is
 gathered). Covers sum/max/prod, in place, a strided input, an i-variant, MPI's Allreduce and a
-sub-group from split (its own host layout). Prints `rank R: K checks ok (host H)`.
+sub-group from split (its own host layout); then broadcast, reduce and barrier (by host too). Prints `rank R: K checks ok (host H)`.
 """
 import socket
 import zlib
@@ -44,6 +44,17 @@ for count in (50_000, 300_001, 2_000_000):  # 400 KB, 2.4 MB, 16 MB of float64
     check(cl.iall_reduce(xs[r]).wait(), want, f"iall_reduce {count}")
     small = [(x % 3 + 1).astype(np.float32) for x in xs]
     check(cl.all_reduce(small[r], op="prod"), np.prod(small, axis=0), f"prod float32 {count}")
+
+for root in (0, n - 1):  # broadcast (1 MiB: over hosts at 16 ranks, scatter + all-gather by host), reduce
+    big = x_of(root, 1 << 17)
+    check(cl.broadcast(big if r == root else np.zeros(1 << 17), root=root), big, f"broadcast from {root}")
+    part = x_of(r, 20_000)
+    red = cl.reduce(part, root=root)
+    assert (red is None) == (r != root), f"rank {r}: reduce to {root}"
+    if r == root:
+        assert np.array_equal(red, np.sum([x_of(k, 20_000) for k in range(n)], axis=0)), f"rank {r}: reduce"
+    ok += 1
+    cl.barrier()
 
 comm = MPI.COMM_WORLD
 xs = [x_of(k, 300_000) for k in range(n)]
