@@ -55,7 +55,7 @@ PLANS = {
     ("scatter", "tree"): lambda n, r: tree.scatter_tree(n, r, 0),
     ("all_to_all", "pairwise"): pairwise.all_to_all,
     ("all_to_all", "bruck"): logstep.all_to_all,
-    ("barrier", "dissemination"): doubling.barrier,
+    ("barrier", "doubling"): doubling.barrier,  # (the dissemination barrier, in doubling.py)
 }
 POW2_ONLY = {("reduce_scatter", "halving")}  # algorithms that exist only for power-of-two n
 # (kind, algorithm) -> plan of rank r given the host of every rank (a tuple)

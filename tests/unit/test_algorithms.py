@@ -222,6 +222,25 @@ def host_layouts_more(size):
                                                     tuple(k % 3 for k in range(size))]))
 
 
+def run_reduce(size, xs, plan_of):
+    """Each rank's RES after its reduce plan (None where the plan uses none); X left intact."""
+    def body(f):
+        plan = plan_of(f.rank)
+        src = xs[f.rank].copy()
+        acc = np.full_like(src, np.nan) if RES in plan.slots else None
+        f.run(plan, {X: src, RES: acc}, bounds(len(src), src.itemsize, 1))
+        np.testing.assert_array_equal(src, xs[f.rank])
+        return acc
+
+    return run_ranks(size, body)[0]
+
+
+def leaders_of(hosts, root=None):
+    """Each host's leader: its lowest rank, or root on root's host."""
+    lowest = {h: min(k for k in range(len(hosts)) if hosts[k] == h) for h in set(hosts)}
+    return set(lowest.values()) if root is None else {root} | {v for h, v in lowest.items() if h != hosts[root]}
+
+
 def only_leaders_cross(plan_of, hosts, leaders):
     """Every rank's peers on other hosts are leaders, and only leaders have any."""
     for r in range(len(hosts)):
@@ -235,26 +254,16 @@ def test_host_aware_broadcast_every_root_and_layout(size, root):
     root %= size
     xs = inputs(size, 9)
     for hosts in host_layouts_more(size):
-        def body(f):
-            buf = xs[f.rank].copy()
-            f.run(hier.broadcast(hosts, f.rank, root), {RES: buf}, bounds(9, 8, 1))
-            return buf
+        for make in (hier.broadcast, hier.broadcast_large):
+            def body(f):
+                buf = xs[f.rank].copy()
+                plan = make(hosts, f.rank, root)
+                f.run(plan, {RES: buf}, bounds(9, 8, plan.parts))
+                return buf
 
-        res, ranks = run_ranks(size, body)
-        for out in res:
-            np.testing.assert_array_equal(out, xs[root], err_msg=str(hosts))
-        leaders = {root} | {min(k for k in range(size) if hosts[k] == h) for h in set(hosts) - {hosts[root]}}
-        only_leaders_cross(lambda r: hier.broadcast(hosts, r, root), hosts, leaders)
-
-        def large(f):
-            buf = xs[f.rank].copy()
-            plan = hier.broadcast_large(hosts, f.rank, root)
-            f.run(plan, {RES: buf}, bounds(9, 8, plan.parts))
-            return buf
-
-        for out in run_ranks(size, large)[0]:
-            np.testing.assert_array_equal(out, xs[root], err_msg=str(hosts))
-        only_leaders_cross(lambda r: hier.broadcast_large(hosts, r, root), hosts, leaders)
+            for out in run_ranks(size, body)[0]:
+                np.testing.assert_array_equal(out, xs[root], err_msg=f"{make.__name__} {hosts}")
+            only_leaders_cross(lambda r: make(hosts, r, root), hosts, leaders_of(hosts, root))
         received = collections.Counter(  # each host receives the payload across the network once
             hosts[r] for r in range(size) for row in hier.broadcast(hosts, r, root).rows
             if int(row[2]) >= 0 and hosts[int(row[2])] != hosts[r])
@@ -267,18 +276,9 @@ def test_host_aware_reduce_every_root_and_layout(size, root):
     root %= size
     xs = inputs(size, 6)
     for hosts in host_layouts_more(size):
-        def body(f):
-            plan = hier.reduce(hosts, f.rank, root)
-            src = xs[f.rank].copy()
-            acc = np.full_like(src, np.nan) if RES in plan.slots else None
-            f.run(plan, {X: src, RES: acc}, bounds(6, 8, 1))
-            np.testing.assert_array_equal(src, xs[f.rank])
-            return acc
-
-        res, _ = run_ranks(size, body)
+        res = run_reduce(size, xs, lambda r: hier.reduce(hosts, r, root))
         np.testing.assert_array_equal(res[root], sum(xs), err_msg=str(hosts))
-        leaders = {root} | {min(k for k in range(size) if hosts[k] == h) for h in set(hosts) - {hosts[root]}}
-        only_leaders_cross(lambda r: hier.reduce(hosts, r, root), hosts, leaders)
+        only_leaders_cross(lambda r: hier.reduce(hosts, r, root), hosts, leaders_of(hosts, root))
 
 
 def heard(size, plan_of):
@@ -311,7 +311,7 @@ def test_host_aware_barrier_hears_from_every_rank(size):
     for hosts in host_layouts_more(size):
         known = heard(size, lambda r: hier.barrier(hosts, r))
         assert all(k == set(range(size)) for k in known), hosts
-        leaders = {min(k for k in range(size) if hosts[k] == h) for h in set(hosts)}
+        leaders = leaders_of(hosts)
         only_leaders_cross(lambda r: hier.barrier(hosts, r), hosts, leaders)
         for r in leaders:
             across = [row for row in hier.barrier(hosts, r).rows if int(row[1]) >= 0 and hosts[int(row[1])] != hosts[r]]
@@ -344,8 +344,7 @@ def test_host_aware_all_gather_on_block_layouts(size, count):
 
         for out in run_ranks(size, body)[0]:
             np.testing.assert_array_equal(out, np.concatenate(xs) if xs else out, err_msg=str(hosts))
-        leaders = {min(k for k in range(size) if hosts[k] == h) for h in set(hosts)}
-        only_leaders_cross(lambda r: hier.all_gather(hosts, r), hosts, leaders)
+        only_leaders_cross(lambda r: hier.all_gather(hosts, r), hosts, leaders_of(hosts))
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -392,16 +391,7 @@ def test_reduce_with_accumulators_only_where_the_plan_uses_them(size, root, algo
     """A rank whose plan does not use RES gets no accumulator: its rows must never touch one."""
     root %= size
     xs = inputs(size, 6)
-
-    def body(f):
-        plan = algo(size, f.rank, root)
-        src = xs[f.rank].copy()
-        acc = np.full_like(src, np.nan) if RES in plan.slots else None
-        f.run(plan, {X: src, RES: acc}, bounds(6, 8, 1))
-        np.testing.assert_array_equal(src, xs[f.rank])
-        return acc
-
-    res, _ = run_ranks(size, body)
+    res = run_reduce(size, xs, lambda r: algo(size, r, root))
     np.testing.assert_array_equal(res[root], sum(xs))
     leaves = [r for r in range(size) if res[r] is None]
     if size > 2 and algo is tree.reduce_tree:
