@@ -17,6 +17,8 @@ import pytest
 
 from commrun import agent as wire
 
+from _tagged import by_rank
+
 pytestmark = pytest.mark.timeout(90)
 
 STUB = """#!/bin/sh
@@ -40,15 +42,6 @@ def hostshell(tmp_path):
         return [(h, int(pid), int(parent)) for h, pid, parent in (line.split() for line in log.read_text().splitlines())]
 
     return [f"--rsh={stub} {{host}}", "--coordinator-host=127.0.0.1"], shells
-
-
-def by_rank(stdout):
-    out = {}
-    for line in stdout.splitlines():
-        m = re.fullmatch(r"\[(\d+)\] (.*)", line)
-        assert m, f"untagged line {line!r}"
-        out.setdefault(int(m[1]), []).append(m[2])
-    return out
 
 
 def left_behind(marker):

@@ -16,16 +16,9 @@ import time
 import numpy as np
 import pytest
 
+from _tagged import by_rank
+
 pytestmark = pytest.mark.timeout(60)
-
-
-def by_rank(stdout):
-    out = {}
-    for line in stdout.splitlines():
-        m = re.fullmatch(r"\[(\d+)\] (.*)", line)
-        assert m, f"untagged line {line!r}"
-        out.setdefault(int(m[1]), []).append(m[2])
-    return out
 
 
 def forked(commrun):
