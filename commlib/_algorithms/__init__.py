@@ -13,6 +13,7 @@ COMMLIB_ALGO_<KIND>=<name> (e.g. COMMLIB_ALGO_ALL_REDUCE=ring).
 import os
 
 from .. import _debug
+from . import hier
 
 # At or below these payload sizes the latency-bound algorithm wins
 # (benchmarks/crossover.py; 2 cores, so n=4 is oversubscribed, which favours
@@ -170,8 +171,7 @@ class HostLayout:
             counts[h] = counts.get(h, 0) + 1
         self.nhosts = len(counts)
         self.equal = len(set(counts.values())) == 1
-        # every host's ranks consecutive (host numbers follow first appearance: then they never decrease)
-        self.contiguous = all(a <= b for a, b in zip(self.hosts, self.hosts[1:]))
+        self.contiguous = hier.contiguous(self.hosts)  # every host's ranks consecutive
 
     @classmethod
     def of(cls, host_ids):

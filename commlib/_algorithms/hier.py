@@ -34,7 +34,8 @@ from .logstep import disseminate, scatter_gather
 
 
 def _tree_reduce(b, members, v, whole_x, whole_res):
-    """Binomial reduce of X over `members` (this rank is members[v]) into members[0]'s RES."""
+    """Binomial reduce of X over `members` (this rank is members[v]) into members[0]'s RES
+    (whole_x == whole_res: of every member's RES, in place)."""
     have = whole_x
     mask = 1
     while mask < len(members):
@@ -43,7 +44,8 @@ def _tree_reduce(b, members, v, whole_x, whole_res):
             return
         child = v + mask
         if child < len(members):
-            b.step(src=members[child], recv=whole_res, reduce=True, init=whole_x if have == whole_x else None)
+            b.step(src=members[child], recv=whole_res, reduce=True,
+                   init=whole_x if have == whole_x != whole_res else None)
             have = whole_res
         mask <<= 1
     if have != whole_res:  # a leader with no children (one rank on its host)
@@ -198,16 +200,8 @@ def reduce(hosts, r, root):
     b = Builder("leaders", 1)
     whole_x, whole_res = b.whole(X), b.whole(RES)
     _tree_reduce(b, members, members.index(r), whole_x, whole_res)
-    if members[0] == r and len(leaders) > 1:  # the leaders' tree, each starting from its host's RES
-        v = leaders.index(r)
-        mask = 1
-        while mask < len(leaders):
-            if v & mask:
-                b.step(leaders[v - mask], whole_res)
-                break
-            if v + mask < len(leaders):
-                b.step(src=leaders[v + mask], recv=whole_res, reduce=True)
-            mask <<= 1
+    if members[0] == r:  # the leaders' tree, each starting from its host's RES
+        _tree_reduce(b, leaders, leaders.index(r), whole_res, whole_res)
     return b.plan()
 
 
