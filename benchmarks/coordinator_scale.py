@@ -1,13 +1,15 @@
 """The coordinator against 1,000 to 10,000 fake ranks: each phase's cost per n, and how it grows.
 
-    python benchmarks/coordinator_scale.py [--ranks 1000,2000,4000,8000,10000] [--repeats 1]
+    python benchmarks/coordinator_scale.py [--ranks 1000,2000,4000,8000,10000] [--repeats 1] [--agents]
 
 Each job is tests/scale/fakeranks.py's (the real coordinator in its own process; the fake ranks,
 coroutines speaking its real protocol, in this one): start-up, one rank lost without a goodbye,
 every rank stalled at once (one census), finalize. Per phase and n it prints the coordinator's
 CPU seconds, the messages and bytes the ranks received, its threads, and the wall time; then, per
 phase, the growth exponent k of each figure (the least-squares slope of log figure on log n: 1 is
-linear, 2 quadratic), from the median of the repeats.
+linear, 2 quadratic), from the median of the repeats. With --agents each host's 64 ranks sit behind
+one fake agent's link, as commrun's agents carry them: the figures are then what crosses the
+links (a frame counts as a message).
 
 As root, the jobs run in a network namespace of their own (unshare -n, its loopback only) whose
 listen backlog (net.core.somaxconn) is raised to the job's size: beyond the backlog, connects that
@@ -55,6 +57,7 @@ def main():
     ap.add_argument("--ranks", default="1000,2000,4000,8000,10000")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--agents", action="store_true", help="64 ranks a host behind one agent's link")
     args = ap.parse_args()
     sizes = [int(s) for s in args.ranks.split(",")]
     rc = _in_own_namespace(sys.argv[1:], max(sizes))
@@ -66,10 +69,11 @@ def main():
         backlog = int(f.read())
     where = (f"own network namespace, somaxconn {backlog}" if os.environ.get("COMMLIB_SCALE_NETNS")
              else f"the host's network, somaxconn {backlog}")
-    print(f"# {where}; {os.cpu_count()} cores", flush=True)
+    print(f"# {where}; {os.cpu_count()} cores; " + ("ranks behind an agent a host of 64" if args.agents
+                                                       else "a connection a rank"), flush=True)
     results = {}
     for n in sizes:
-        runs = [fakeranks.run(n, timeout=args.timeout) for _ in range(args.repeats)]
+        runs = [fakeranks.run(n, timeout=args.timeout, agents=args.agents) for _ in range(args.repeats)]
         results[n] = {p: {f: sorted(r[p][f] for r in runs)[len(runs) // 2] for f in FIGURES + ("threads",)}
                       for p in PHASES}
         row = "; ".join(f"{p} {results[n][p]['seconds']:.2f} s, {results[n][p]['cpu_s']:.2f} CPU-s, "

@@ -15,6 +15,8 @@ remote shell running `python -m commrun.agent`, which
   stdin from commrun as frames on its stdin;
 - on stdin's end (commrun gone, or the connection lost) stops its ranks: SIGTERM, then SIGKILL
   after the grace period; so does SIGTERM, SIGHUP or SIGINT sent to the agent itself;
+- holds its host's ranks' one connection to the coordinator (proxy.py), when the spec asks and the
+  job is not encrypted: the ranks connect to it on loopback (COMMLIB_COORDINATOR_VIA);
 - starts the agents of the hosts its spec lists as its children (a launch tree: commrun starts a
   few agents, each of which starts a few more), passes their frames up unchanged and orders for
   their ranks down, and reports each rank of a child's subtree that the child never reported on
@@ -123,6 +125,7 @@ class Agent:
         self.grace = float(spec.get("grace", 3.0))
         self.children = []  # _Child: the agents this one started
         self.kill_rounds = 0
+        self.proxy = None  # proxy.Proxy: this host's ranks' coordinator connection
 
     def send(self, kind, rank, payload=b""):
         if self.out_fd is None:  # commrun no longer reads: the ranks are being stopped
@@ -133,10 +136,33 @@ class Agent:
             self.out_fd = None
             self.stop_all()
 
+    def log(self, line):
+        _write_all(2, f"commrun agent on {self.spec.get('host', '?')}: {line}\n".encode())
+
+    def start_proxy(self):
+        """The coordinator link this host's ranks share (proxy.py), when the spec asks for it and the
+        job is not encrypted (sealed connections go straight to the coordinator); the ranks'
+        variables naming it, or {} (they connect directly) when there is none."""
+        job = {**self.spec["env"], **(self.spec["ranks"][0]["env"] if self.spec["ranks"] else {})}
+        if not self.spec.get("proxy") or not self.spec["ranks"] or os.environ.get("COMMLIB_ENCRYPT", "").strip() \
+                or job.get("COMMLIB_ENCRYPT", "").strip():
+            return {}
+        from commlib._rendezvous.discovery import parse_address
+
+        from . import proxy
+        try:
+            secret = bytes.fromhex(job["COMMLIB_SECRET"])
+            link = proxy.connect_link(parse_address(job["COMMLIB_COORDINATOR"]), secret, self.spec.get("host", "?"))
+        except (KeyError, ValueError, OSError) as e:
+            self.log(f"{e}: this host's ranks connect to the coordinator each")
+            return {}
+        self.proxy = proxy.Proxy(self.sel, link, secret, [e["rank"] for e in self.spec["ranks"]], self.log)
+        return {"COMMLIB_COORDINATOR_VIA": "%s:%d for %s" % (*self.proxy.address, job["COMMLIB_COORDINATOR"])}
+
     def start(self):
         from . import spawn  # the same start (own group, parent-death signal) as commrun's local ranks
 
-        common = {**os.environ, **self.spec["env"]}
+        common = {**os.environ, **self.spec["env"], **self.start_proxy()}
         for entry in self.spec["ranks"]:
             r = entry["rank"]
             rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True,
@@ -333,8 +359,10 @@ class Agent:
             self.on_command(kind, r, payload)
         while self.procs or self.pipes or any(not c.done for c in self.children):
             timeout = 0.5 if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
-            for key, _ in self.sel.select(timeout):
-                if isinstance(key.data, tuple) and key.data[0] in ("child-out", "child-err"):
+            for key, events in self.sel.select(timeout):
+                if isinstance(key.data, tuple) and key.data[0] == "proxy":
+                    key.data[1](events)
+                elif isinstance(key.data, tuple) and key.data[0] in ("child-out", "child-err"):
                     self.read_child(*key.data, key.fd)
                 elif key.data == "wake":
                     with contextlib.suppress(BlockingIOError):
@@ -355,6 +383,8 @@ class Agent:
                 else:
                     self.read_pipe(key.fd)
             self.reap()
+            if self.proxy is not None:
+                self.proxy.tick()
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
                 self.signal(ALL, signal.SIGKILL)
                 self.kill_rounds += 1
@@ -363,6 +393,14 @@ class Agent:
                         with contextlib.suppress(ProcessLookupError, PermissionError):
                             os.killpg(c.proc.pid, signal.SIGKILL)
                 self.kill_at = time.monotonic() + 1.0
+        if self.proxy is not None:  # what the ranks sent before they ended goes up before the link closes
+            for _ in range(16):
+                ready = [(k, ev) for k, ev in self.sel.select(0) if isinstance(k.data, tuple) and k.data[0] == "proxy"]
+                for key, events in ready:
+                    key.data[1](events)
+                if not ready:
+                    break
+            self.proxy.finish()
 
 
 def ended_words(code):

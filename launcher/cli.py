@@ -266,7 +266,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             extra["COMMLIB_STATS"] = ""  # the table is commrun's to print, once
     try:
         rc = supervise.run(ranks, setup, coordinator_host=coordinator_host, tag_output=tag_output,
-                           timeout=timeout, grace=grace)
+                           timeout=timeout, grace=grace, verbose=verbose)
     finally:
         if trace_dir is not None:
             if remote_hosts:

@@ -97,7 +97,7 @@ class HostAgent:
             members = by_host[h]
             envs = [env for _, env in members]
             common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
-            spec = {"argv": list(argv), "env": common, "grace": grace, "stdin_rank": None,
+            spec = {"argv": list(argv), "env": common, "grace": grace, "stdin_rank": None, "host": h, "proxy": True,
                     "ranks": [{"rank": rank.rank, "local_rank": rank.local_rank, "local_size": rank.local_size,
                                "env": {k: v for k, v in env.items() if k not in common}} for rank, env in members],
                     "children": [{"host": c, "argv": agent_argv(c), "spec": spec_of(c, sub)} for c, sub in below]}

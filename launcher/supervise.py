@@ -314,8 +314,9 @@ class _Job:
         return max(0.0, min([time.monotonic() + 0.5] + deadlines) - time.monotonic())
 
 
-def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=None, grace=3.0):
-    """Start and supervise `ranks` (spawn.Rank); return commrun's exit code.
+def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=None, grace=3.0, verbose=False):
+    """Start and supervise `ranks` (spawn.Rank); return commrun's exit code (verbose: say how the
+    ranks reached the coordinator).
 
     setup(ranks, coordinator_address, secret) fills in each rank's argv and env.
     Must run in the main thread (it handles SIGINT, SIGTERM, SIGHUP and SIGCHLD).
@@ -418,3 +419,7 @@ def run(ranks, setup, *, coordinator_host="127.0.0.1", tag_output=True, timeout=
         os.close(wake_r)
         os.close(wake_w)
         coordinator.close()
+        if verbose:
+            c = coordinator.connections()
+            say(f"coordinator: {c['direct']} rank(s) connected directly, {c['via']} through {c['links']} host agent "
+                f"link(s)")

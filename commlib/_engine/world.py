@@ -59,7 +59,7 @@ def join(env, timeout, coordinator=None, eager=True):
                                           linger=timeout)
     ep = Endpoint(env.rank, env.secret, env.coordinator[0], timeout, spans_hosts=env.local_size < env.size)
     try:
-        client = _rendezvous.Client.connect(env.coordinator, env.secret, env.rank, timeout, pumps=ep.pumps)
+        client = _rendezvous.Client.connect(env.via or env.coordinator, env.secret, env.rank, timeout, pumps=ep.pumps)
         ep.set_table(client.register(ep.info(), timeout))
     except BaseException:
         ep.close()

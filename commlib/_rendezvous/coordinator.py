@@ -33,8 +33,9 @@ import time
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
 from .._errors import AuthError, CommError
-from .framing import (CLIENT_LABEL, MAGIC, MAX_MESSAGE, SEALED, SERVER_LABEL, census_wait_s, decode, encode,
-                      fmt_address, pack_peers, pack_ranks, sealing_pumps)
+from .framing import (AGENT_LABEL, CLIENT_LABEL, LINK_DATA, LINK_DROP, LINK_GONE, LINK_HOST, LINK_JOIN, MAGIC,
+                      MAX_MESSAGE, SEALED, SERVER_LABEL, LinkFrames, census_wait_s, decode, encode, fmt_address,
+                      link_frame, link_to, pack_peers, pack_ranks, sealing_pumps)
 from .table import MAX_INFO_BYTES, Book
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -50,17 +51,10 @@ READ_BYTES = 1 << 18  # what the event loop takes from one connection at a time
 _log = logging.getLogger("commlib")
 
 
-class _Rank:
-    """The coordinator's end of one authenticated rank connection."""
+class _Inbox:
+    """A rank's messages, from the bytes it sent (the event loop's)."""
 
-    def __init__(self, rank, sock, peer):
-        self.rank, self.sock, self.peer = rank, sock, peer
-        self.lock = threading.Lock()
-        self.inbox = bytearray()  # bytes read and not yet a whole message (the event loop's)
-
-    def push(self, data):
-        with self.lock:
-            self.sock.sendall(data)
+    inbox = b""
 
     def messages(self, data):
         """The whole messages `data` completes (ValueError for a malformed or oversized one)."""
@@ -76,6 +70,51 @@ class _Rank:
             at += 4 + length
         del self.inbox[:at]
         return out
+
+
+class _Rank(_Inbox):
+    """The coordinator's end of one authenticated rank connection."""
+
+    def __init__(self, rank, sock, peer):
+        self.rank, self.sock, self.peer = rank, sock, peer
+        self.lock = threading.Lock()
+        self.inbox = bytearray()  # bytes read and not yet a whole message
+
+    def push(self, data):
+        with self.lock:
+            self.sock.sendall(data)
+
+
+class _Link:
+    """The coordinator's end of a host agent's connection (framing's "host link"): one socket for
+    the ranks of that host, each a _Via."""
+
+    def __init__(self, sock, peer):
+        self.sock, self.peer = sock, peer
+        self.host = fmt_address(peer)  # its host's name, once the agent says it
+        self.lock = threading.Lock()
+        self.frames = LinkFrames()
+        self.ranks = {}  # rank -> _Via: joined, not yet gone
+
+    def push(self, data):
+        with self.lock:
+            self.sock.sendall(data)
+
+
+class _Via(_Inbox):
+    """A rank behind its host's agent: what it sends arrives in LINK_DATA frames, and what the
+    coordinator sends it goes down the link (_deliver sends a notice once a link, for all its ranks)."""
+
+    def __init__(self, rank, link):
+        self.rank, self.link, self.peer = rank, link, link.peer
+        self.inbox = bytearray()
+
+    @property
+    def sock(self):
+        return self.link.sock
+
+    def push(self, data):
+        self.link.push(link_to([self.rank], data))
 
 
 class Coordinator:
@@ -107,7 +146,9 @@ class Coordinator:
                       f"connecting at once beyond it wait for TCP to retry; raise it on this host "
                       f"(sysctl -w net.core.somaxconn={1 << (size - 1).bit_length()})")
         self._lock = threading.Lock()
-        self._ranks = {}  # rank -> _Rank, authenticated and connected
+        self._ranks = {}  # rank -> _Rank (its own connection) or _Via (through its host's agent)
+        self._links = set()  # _Link: the host agents' connections
+        self._counts = {"links": 0, "via": 0, "direct": 0}  # connections taken on: agents', ranks' through them, ranks'
         self._table = [None] * size
         self._registered = 0  # ranks whose info is in the table
         self._book = None  # the complete table (table.Book), once every rank registered
@@ -166,6 +207,12 @@ class Coordinator:
         with self._lock:
             self._first_heard.setdefault(rank, time.monotonic())
 
+    def connections(self):
+        """How ranks reached this coordinator, so far: {"links": host agents' connections, "via": ranks
+        that came through them, "direct": ranks with a connection of their own}."""
+        with self._lock:
+            return dict(self._counts)
+
     def connected(self):
         """Ranks whose connection is open (they have not said goodbye or died)."""
         with self._lock:
@@ -189,10 +236,10 @@ class Coordinator:
             if self._closed:
                 return
             self._closed = True
-            conns = list(self._ranks.values())
+            socks = {c.sock for c in self._ranks.values()} | {link.sock for link in self._links}
         self._notices.put(None)
         self._wake()
-        for s in [self._listener] + [c.sock for c in conns]:
+        for s in [self._listener] + list(socks):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
@@ -254,6 +301,12 @@ class Coordinator:
             if isinstance(msg, tuple) and msg[0] == "assembled":  # each rank its own message (table.Book)
                 self._assemble(msg[1])
                 continue
+            if isinstance(msg, tuple) and msg[0] == "join":  # a rank behind an agent passed its handshake
+                self._admit_via(msg[1])
+                continue
+            if isinstance(msg, tuple) and msg[0] == "link":  # a frame for an agent (after what its ranks got)
+                self._push_link(msg[1], msg[2])
+                continue
             if isinstance(msg, tuple):  # ("deliver", message, exclude, only): queued by _broadcast
                 self._deliver(*msg[1:])
                 continue
@@ -305,6 +358,16 @@ class Coordinator:
         except socket.timeout:
             raise CommError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
         rank_bytes, client_nonce, digest = reply[:4], reply[4 : 4 + NONCE_BYTES], reply[4 + NONCE_BYTES :]
+        if not self._sealed and verify(digest, self._secret, AGENT_LABEL, server_nonce, client_nonce, rank_bytes):
+            sock.sendall(mac(self._secret, SERVER_LABEL, client_nonce, server_nonce))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT), 0))
+            link = _Link(sock, peer)
+            with self._lock:
+                self._links.add(link)
+                self._counts["links"] += 1
+            return link
         if not verify(digest, self._secret, CLIENT_LABEL + self._sealed, server_nonce, client_nonce, rank_bytes):
             if verify(digest, self._secret, CLIENT_LABEL + (SEALED[:0] if self._sealed else SEALED), server_nonce,
                       client_nonce, rank_bytes):
@@ -322,26 +385,59 @@ class Coordinator:
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT), 0))
         conn = _Rank(rank, sock, peer)
-        conn.lock.acquire()  # broadcasts to this rank wait until the welcome is out
+        with conn.lock:  # broadcasts to this rank wait until the welcome is out
+            if not self._admit(conn, sock.sendall):
+                sock.close()
+                return None
+        return conn
+
+    def _admit(self, conn, send):
+        """Take `conn` on as its rank's connection and send(bytes) it the welcome (with the deaths so
+        far), or send it the refusal and return False."""
+        rank = conn.rank
         with self._lock:
-            if rank >= self.size:
+            if not 0 <= rank < self.size:
                 refusal = f"rank {rank} is out of range for a job of size {self.size}"
             elif rank in self._ranks or self._table[rank] is not None:
                 refusal = f"rank {rank} is already connected"
             else:
                 refusal = None
                 self._ranks[rank] = conn
+                self._counts["via" if isinstance(conn, _Via) else "direct"] += 1
                 replay = [m for r, m in self._dead.items() if r != rank]
+        if refusal is not None:
+            self._log(f"refused {fmt_address(conn.peer)}: {refusal}")
+            send(encode({"kind": "error", "message": f"coordinator refused: {refusal}"}))
+            return False
+        send(b"".join(encode(m) for m in [{"kind": "welcome", "size": self.size}] + replay))
+        return True
+
+    def _admit_via(self, via):
+        """(the sending thread's, so nothing reaches the rank before its welcome) A rank behind an
+        agent: admitted, or refused and its connection dropped."""
         try:
-            if refusal is not None:
-                self._log(f"refused {fmt_address(peer)}: {refusal}")
-                sock.sendall(encode({"kind": "error", "message": f"coordinator refused: {refusal}"}))
-                sock.close()
-                return None
-            sock.sendall(b"".join(encode(m) for m in [{"kind": "welcome", "size": self.size}] + replay))
-        finally:
-            conn.lock.release()
-        return conn
+            admitted = self._admit(via, via.push)
+        except OSError as e:
+            self._link_failed(via.link, e)
+            return
+        if not admitted:
+            via.link.ranks.pop(via.rank, None)
+            self._push_link(via.link, link_frame(LINK_DROP, via.rank))
+
+    def _push_link(self, link, data):
+        try:
+            link.push(data)
+        except OSError as e:
+            self._link_failed(link, e)
+
+    def _link_failed(self, link, e):
+        """A send to an agent failed: a link it closed is found closed by the event loop, which loses
+        its ranks; one that stopped reading (SEND_TIMEOUT) is shut so the event loop does the same."""
+        if isinstance(e, (BrokenPipeError, ConnectionResetError)):
+            return
+        self._log(f"could not reach the agent on {link.host}: {e}")
+        with contextlib.suppress(OSError):
+            link.sock.shutdown(socket.SHUT_RDWR)
 
     def _wake(self):
         with self._lock:  # (close() closes the pipe under the lock: never a write to a reused fd)
@@ -369,19 +465,26 @@ class Coordinator:
         finally:
             self._sel.close()
 
+    def _take(self, conn, data):
+        """Handle the whole messages `data` completes from `conn`; True once one is its goodbye."""
+        for msg in conn.messages(data):
+            if msg["kind"] == "bye":
+                return True
+            self._handle(conn, msg)
+        return False
+
     def _read(self, conn):
         """What `conn` sent: its messages handled, or its end (a goodbye, EOF, a reset) taken care of."""
+        if isinstance(conn, _Link):
+            self._read_link(conn)
+            return
         why, said_bye = None, False
         try:
             data = conn.sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
             if not data:
                 why = "closed its coordinator connection"  # EOF: the plain way a rank goes away
             else:
-                for msg in conn.messages(data):
-                    if msg["kind"] == "bye":
-                        said_bye = True
-                        break
-                    self._handle(conn, msg)
+                said_bye = self._take(conn, data)
         except (BlockingIOError, InterruptedError):
             return
         except ConnectionError as e:
@@ -397,15 +500,80 @@ class Coordinator:
             return
         with contextlib.suppress(KeyError, ValueError):  # (closed by close() already)
             self._sel.unregister(conn.sock)
+        conn.sock.close()
+        self._gone(conn, None if said_bye else why)
+
+    def _read_link(self, link):
+        """What a host agent's link carried: its ranks' joins, messages and ends; or the link's own end,
+        which loses every rank still behind it."""
+        why = None
+        try:
+            data = link.sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
+            if not data:
+                why = "closed its coordinator connection"
+            else:
+                for kind, r, payload in link.frames.feed(data):
+                    self._link_frame(link, kind, r, payload)
+        except (BlockingIOError, InterruptedError):
+            return
+        except ConnectionError as e:
+            why = f"reset its connection ({e})"
+        except Exception as e:  # noqa: BLE001 -- a malformed frame ends the link, not the loop
+            why = f"was dropped: {type(e).__name__}: {e}"
+            if not self._closed:
+                self._log(f"the agent on {link.host} ({fmt_address(link.peer)}) {why}")
+        if why is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(link.sock)
+        link.sock.close()
         with self._lock:
-            self._ranks.pop(conn.rank, None)
+            self._links.discard(link)
+        for r in sorted(link.ranks):
+            if (via := link.ranks.pop(r, None)) is not None:
+                self._gone(via, f"was lost with its host's agent on {link.host}, which {why},")
+
+    def _link_frame(self, link, kind, r, payload):
+        if kind == LINK_DATA:
+            via = link.ranks.get(r)
+            if via is None:  # refused, or gone: nobody reads it
+                return
+            why = None
+            try:
+                if not self._take(via, payload):
+                    return
+            except Exception as e:  # noqa: BLE001 -- as on a rank's own connection: its sender is dropped
+                why = f"dropped: {e}" if isinstance(e, ValueError) else \
+                    f"dropped: its message could not be handled ({type(e).__name__}: {e})"
+                self._log(f"rank {r} (through the agent on {link.host}) {why}")
+            link.ranks.pop(r, None)
+            self._notices.put(("link", link, link_frame(LINK_DROP, r)))  # its goodbye's answer: the hang-up
+            self._gone(via, why)
+        elif kind == LINK_JOIN:
+            if r in link.ranks:
+                raise ValueError(f"rank {r} joined twice")
+            link.ranks[r] = via = _Via(r, link)
+            self._notices.put(("join", via))
+        elif kind == LINK_GONE:
+            via = link.ranks.pop(r, None)
+            if via is not None:
+                self._gone(via, payload.decode(errors="replace")[:200] or "closed its coordinator connection")
+        elif kind == LINK_HOST:
+            link.host = payload.decode(errors="replace")[:200]
+        else:
+            raise ValueError(f"unknown link frame kind {kind}")
+
+    def _gone(self, conn, why):
+        """`conn`'s rank left: said goodbye (why None), or its connection ended as `why` says."""
+        with self._lock:
+            if self._ranks.get(conn.rank) is conn:
+                del self._ranks[conn.rank]
             closed = self._closed
         self._heard(conn.rank)  # its goodbye, or its connection dropping
-        conn.sock.close()
         if closed:
             return
         self._account(conn.rank)
-        if said_bye:
+        if why is None:
             self._notices.put({"kind": "left", "rank": conn.rank})  # coalesced with other goodbyes
         else:
             lost = {"kind": "lost", "rank": conn.rank, "message": f"rank {conn.rank} {why} without saying goodbye"}
@@ -568,7 +736,15 @@ class Coordinator:
                 targets = [c for r, c in self._ranks.items() if r != exclude]
             else:
                 targets = [c for r in only if r != exclude and (c := self._ranks.get(r)) is not None]
+        links = {}  # the ranks behind agents: one frame a host for all of them
         for conn in targets:
+            if isinstance(conn, _Via):
+                links.setdefault(conn.link, []).append(conn.rank)
+        for link, ranks in links.items():
+            self._push_link(link, link_to(sorted(ranks), data))
+        for conn in targets:
+            if isinstance(conn, _Via):
+                continue
             try:
                 conn.push(data)
             except (BrokenPipeError, ConnectionResetError):

@@ -35,6 +35,7 @@ class JobEnv:
     secret: bytes
     host_coordinator: bool  # True: this process must run the Coordinator itself
     source: str  # "commrun" | "slurm" | "torchrun"
+    via: tuple = None  # (host, port) of this host's commrun agent, which carries the coordinator connection
 
 
 _warned_weak_secret = False
@@ -293,8 +294,26 @@ def _from_commrun(environ):
         secret=_var(environ, "COMMLIB_SECRET", bytes.fromhex),
         host_coordinator=False,
         source="commrun",
+        via=_via(environ),
     )
     return _checked(env, ("COMMLIB_RANK", "COMMLIB_SIZE", "COMMLIB_LOCAL_RANK", "COMMLIB_LOCAL_SIZE"))
+
+
+def _via(environ):
+    """(host, port) of the agent that carries this rank's coordinator connection (commrun's agents
+    set COMMLIB_COORDINATOR_VIA="127.0.0.1:PORT for COORDINATOR"), or None; a value left over from
+    another job (inherited by a spawned child, or a commrun started by a rank) names another
+    coordinator and is not used."""
+    value = environ.get("COMMLIB_COORDINATOR_VIA", "").strip()
+    if not value:
+        return None
+    via, sep, coordinator = value.partition(" for ")
+    try:
+        if not sep or parse_address(coordinator) != parse_address(environ.get("COMMLIB_COORDINATOR", "")):
+            return None
+        return parse_address(via)
+    except ValueError:
+        raise CommError(f"malformed COMMLIB_COORDINATOR_VIA={value!r}") from None
 
 
 # Slurm's step ids above this are the batch, extern and interactive pseudo-steps.

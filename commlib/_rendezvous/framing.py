@@ -53,6 +53,7 @@ MAX_MESSAGE = 1 << 20
 CLIENT_LABEL = b"commlib/coord/client"
 SERVER_LABEL = b"commlib/coord/server"
 SEALED = b"/sealed"  # appended to both labels when the connection is encrypted (COMMLIB_ENCRYPT)
+AGENT_LABEL = b"commlib/coord/agent"  # a host's agent proving the secret for its link (client label's place)
 
 
 def sealing_pumps(me):
@@ -167,6 +168,77 @@ def unpack_peers(ranks, runs, limit):
     if len(out) != len(ranks):
         raise ValueError(f"{len(out)} peers for {len(ranks)} ranks")
     return out
+
+
+# ---------------------------------------------------- a host's link: one connection for its ranks
+# commrun's agent on a host (launcher/agent.py) authenticates that host's ranks itself (the
+# handshake above, on loopback) and carries all their coordinator traffic on one connection: the
+# coordinator holds one connection a host, not one a rank, and a notice for every rank crosses
+# each host's link once. The link speaks frames (kind: 1 byte, rank: int32, length: uint32,
+# big-endian; then `length` bytes), after a handshake like a rank's with AGENT_LABEL for
+# CLIENT_LABEL (and rank 0). The ranks' own messages travel inside, unchanged.
+#   agent -> coordinator: LINK_HOST (payload: the host's name), LINK_JOIN (the rank passed the
+#     handshake), LINK_DATA (bytes the rank sent), LINK_GONE (its connection ended; payload: how)
+#   coordinator -> agent: LINK_TO (payload: bytes for the rank; rank -1: for several, as a uint32
+#     count of runs and that many int32 pairs, first and last rank, before the bytes), LINK_DROP
+#     (close the rank's connection once its bytes are out)
+LINK_HEADER = struct.Struct("!BiI")
+LINK_HOST, LINK_JOIN, LINK_DATA, LINK_GONE, LINK_TO, LINK_DROP = 1, 2, 3, 4, 5, 6
+LINK_MANY = -1
+_COUNT = struct.Struct("!I")
+
+
+def link_frame(kind, rank, payload=b""):
+    return LINK_HEADER.pack(kind, rank, len(payload)) + payload
+
+
+def link_to(ranks, data):
+    """The LINK_TO frame carrying `data` (encoded messages) to each of the sorted `ranks` on one host
+    (a host's consecutive ranks: one run of 8 bytes)."""
+    if len(ranks) == 1:
+        return link_frame(LINK_TO, ranks[0], data)
+    runs, first = [], 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
+            runs += (ranks[first], ranks[i - 1])
+            first = i
+    return link_frame(LINK_TO, LINK_MANY, _COUNT.pack(len(runs) // 2) + struct.pack(f"!{len(runs)}i", *runs) + data)
+
+
+def link_targets(rank, payload):
+    """(ranks, data) of a LINK_TO frame's rank and payload; ValueError for a malformed one."""
+    if rank != LINK_MANY:
+        return [rank], payload
+    if len(payload) < _COUNT.size:
+        raise ValueError("LINK_TO frame without its rank count")
+    (n,) = _COUNT.unpack_from(payload)
+    if len(payload) < _COUNT.size + 8 * n:
+        raise ValueError(f"LINK_TO frame shorter than its {n} runs of ranks")
+    runs = struct.unpack_from(f"!{2 * n}i", payload, _COUNT.size)
+    ranks = [r for first, last in zip(runs[::2], runs[1::2]) for r in range(first, last + 1)]
+    return ranks, payload[_COUNT.size + 8 * n:]
+
+
+class LinkFrames:
+    """Incremental reader of a host link's frames: feed(bytes) -> [(kind, rank, payload)]."""
+
+    def __init__(self, limit=MAX_MESSAGE + (1 << 16)):
+        self.buf, self.limit = bytearray(), limit
+
+    def feed(self, data):
+        self.buf += data
+        out, at = [], 0
+        while len(self.buf) - at >= LINK_HEADER.size:
+            kind, rank, length = LINK_HEADER.unpack_from(self.buf, at)
+            if length > self.limit:
+                raise ValueError(f"link frame of {length} bytes (kind {kind}) exceeds {self.limit}")
+            if len(self.buf) - at - LINK_HEADER.size < length:
+                break
+            start = at + LINK_HEADER.size
+            out.append((kind, rank, bytes(self.buf[start:start + length])))
+            at = start + length
+        del self.buf[:at]
+        return out
 
 
 def encode(msg):

@@ -80,8 +80,9 @@ def unpack_hosts(runs, size):
 def neighbours(rank, size, host_of, local, position, leaders):
     """The ranks `rank` most likely talks to: its ring and binomial neighbours (r ± 2^k, r xor 2^k)
     among all ranks and among its host's ranks (`local`: host -> its ranks in order; `position`: a
-    rank's index there), and, for a host's first rank, the first ranks (`leaders`) of hosts h ± 2^k
-    and h xor 2^k (the host leaders' stage)."""
+    rank's index there), among its rail (the ranks at its index on hosts h ± 2^k and h xor 2^k: the
+    rings and exchanges of the schedules by rails), and, for a host's first rank, the first ranks
+    (`leaders`) of the same hosts (the host leaders' stage)."""
     out = set()
 
     def around(i, m, pick):
@@ -100,7 +101,10 @@ def neighbours(rank, size, host_of, local, position, leaders):
         out.add(mates[0])
         if i == 0:
             around(h, len(leaders), leaders.__getitem__)
+        else:
+            around(h, len(local), lambda j: local[j][i] if i < len(local[j]) else None)
     out.discard(rank)
+    out.discard(None)
     return sorted(out)
 
 

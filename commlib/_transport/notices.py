@@ -103,6 +103,10 @@ class Notices:
             timer.start()
         elif kind == "clock":
             self._clock.put(msg)
+        elif kind == "link_silent":  # from this host's agent: its link to the coordinator (commrun/proxy.py)
+            since = msg.get("since")
+            ep.coordinator_silent = (float(since), str(msg.get("coordinator"))) if isinstance(since, (int, float)) \
+                else None
         elif kind == "finishing":  # ranks in finalize() (coalesced), how their programs ended where they did
             ranks = self._ranks(msg, peer)
             ends = {}  # rank -> (at_exit, exit code), for those whose program ended

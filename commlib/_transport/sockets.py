@@ -147,6 +147,7 @@ class Endpoint:
             raise CommError(f"rank {rank}: {exc}") from exc
         self.table = None  # world rank -> registration dict
         self.coordinator_sock = None  # our connection to the coordinator (a stall report checks its link)
+        self.coordinator_silent = None  # (since, coordinator's address): our agent's link stopped acknowledging
         self.failure = None  # first CommError; sticky
         self.failure_remote = False  # the failure came from another rank's notice
         self.notices = Notices(self)  # what the coordinator tells us about the other ranks
@@ -420,7 +421,11 @@ class Endpoint:
         return None
 
     def coordinator_note(self):
-        """Words for a coordinator connection that stopped acknowledging what we sent, else None."""
+        """Words for a coordinator connection that stopped acknowledging what we sent (or, where this
+        host's agent carries it, the agent's link: the agent says so), else None."""
+        if (via := self.coordinator_silent) is not None:
+            return (f"the coordinator at {via[1]} has not acknowledged this host's agent for "
+                    f"{time.monotonic() - via[0]:.0f} s (is the link to its host down?)")
         sock = self.coordinator_sock
         if sock is not None and self.pumps is not None:
             sock = self.pumps.wire.get(sock, sock)

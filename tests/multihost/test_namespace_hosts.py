@@ -138,19 +138,21 @@ def _counting_shell(tmp_path):
 
 def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
     """8 namespace hosts x 2 ranks: one remote shell (one agent) a host starts the job, as a launch
-    tree (commrun starts 3 agents, each of those the next hosts), the host-aware all_reduce,
+    tree (commrun starts 3 agents, each of those the next hosts), and carries its ranks' coordinator
+    traffic on one connection (8 for 16 ranks); the host-aware all_reduce,
     broadcast (scatter + all-gather by host at 1 MiB) and reduce are right on all 16 ranks; then, in a second job, the agent of a host at the tree's second level is killed
     mid-job: its ranks are reported lost, every other rank fails, and nothing is left behind."""
     with Fabric(8, "10.236.16") as fab:
         rsh, shells = _counting_shell(tmp_path)
         hosts = ",".join(f"{h}:2" for h in fab.hosts)
-        argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "--rsh", rsh,
+        argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "-v", "--rsh", rsh,
                 "--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py")]
         env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"),
                        COMMLIB_AGENT_FANOUT=3)  # a launch tree: commrun starts 3 agents, they the other 5
         rc, out, err, _ = run_job(argv, env, timeout=280)
         assert rc == 0 and _ok_ranks(out) == list(range(16)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
         assert sorted(h for h, _, _ in shells()) == sorted(fab.hosts)  # 8 remote shells for 16 ranks
+        assert "coordinator: 0 rank(s) connected directly, 16 through 8 host agent link(s)" in err, err[-3000:]
         agents = {pid for _, pid, _ in shells()}
         assert sorted(h for h, _, parent in shells() if parent not in agents) == [fab.hosts[i] for i in (0, 3, 6)]
         for r in range(16):

@@ -81,7 +81,7 @@ CASE = textwrap.dedent("""
     got = cl.sendrecv(np.full(5, r), dst=(r + 2) % n, src=(r - 2) % n)   # always crosses hosts
     assert (got == (r - 2) % n).all(); ok += 1
     cl.barrier()
-    coord = int(os.environ["COMMLIB_COORDINATOR"].rsplit(":", 1)[1])
+    coord = int(os.environ["COMMLIB_COORDINATOR_VIA"].split(" for ")[0].rsplit(":", 1)[1])  # this host's agent
     tcp = [c for c in psutil.Process().net_connections(kind="tcp")
            if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port != coord]
     peers = sorted({c.raddr.ip for c in tcp})

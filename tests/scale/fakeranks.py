@@ -81,7 +81,8 @@ def _digest(rank):
             "exit_code": None}
 
 
-async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stalled, drop, digests):
+async def _connect(port, secret, who, label, rank_bytes):
+    """An authenticated (reader, writer) to the coordinator."""
     for attempt in range(200):  # a burst of connects overflows the backlog: retry, as Client does
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -89,20 +90,105 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stall
         except OSError:
             await asyncio.sleep(0.01 * (1 + attempt % 10))
     else:
-        raise RuntimeError(f"fake rank {rank} could not connect")
+        raise RuntimeError(f"{who} could not connect")
     hello = await reader.readexactly(len(framing.MAGIC) + _auth.NONCE_BYTES)
     server_nonce, client_nonce = hello[len(framing.MAGIC):], secrets.token_bytes(_auth.NONCE_BYTES)
-    rank_bytes = rank.to_bytes(4, "big")
-    writer.write(rank_bytes + client_nonce + _auth.mac(secret, framing.CLIENT_LABEL, server_nonce, client_nonce,
-                                                      rank_bytes))
+    writer.write(rank_bytes + client_nonce + _auth.mac(secret, label, server_nonce, client_nonce, rank_bytes))
     proof = await reader.readexactly(_auth.DIGEST_BYTES)
-    assert _auth.verify(proof, secret, framing.SERVER_LABEL, client_nonce, server_nonce), rank
-    assert (await _read(reader, tally))["kind"] == "welcome"
-    writer.write(framing.encode({"kind": "register", "info": _info(rank)}))
+    assert _auth.verify(proof, secret, framing.SERVER_LABEL, client_nonce, server_nonce), who
+    return reader, writer
+
+
+class _Own:
+    """A fake rank's own coordinator connection."""
+
+    def __init__(self, reader, writer, tally):
+        self.reader, self.writer, self.tally = reader, writer, tally
+
+    async def read(self):
+        return await _read(self.reader, self.tally)
+
+    def write(self, data):
+        self.writer.write(data)
+
+    def abort(self):
+        self.writer.transport.abort()
+
+    def write_eof(self):
+        self.writer.write_eof()
+
+    def close(self):
+        self.writer.close()
+
+
+class _Hosted:
+    """A fake rank behind its host's fake agent: messages arrive in its inbox (None: the hang-up),
+    and what it sends goes up the agent's link."""
+
+    def __init__(self, rank):
+        self.rank, self.inbox, self.writer = rank, asyncio.Queue(), None
+
+    async def read(self):
+        msg = await self.inbox.get()
+        if msg is None:
+            raise asyncio.IncompleteReadError(b"", 4)
+        return msg
+
+    def write(self, data):
+        self.writer.write(framing.link_frame(framing.LINK_DATA, self.rank, data))
+
+    def abort(self):
+        self.writer.write(framing.link_frame(framing.LINK_GONE, self.rank, b"reset its connection"))
+        self.inbox.put_nowait(None)
+
+    def write_eof(self):
+        return None  # its goodbye is answered with LINK_DROP
+
+    def close(self):
+        return None
+
+
+async def _agent(host, hosted, port, secret, tally):
+    """A host's fake agent: one link for the fake ranks `hosted` ({rank: _Hosted}); counts what the
+    coordinator sends it (frames as messages)."""
+    reader, writer = await _connect(port, secret, f"fake agent {host}", framing.AGENT_LABEL, bytes(4))
+    writer.write(framing.link_frame(framing.LINK_HOST, 0, host.encode()))
+    for r, chan in hosted.items():
+        chan.writer = writer
+        writer.write(framing.link_frame(framing.LINK_JOIN, r))
+    frames = framing.LinkFrames()
+    while data := await reader.read(1 << 18):
+        tally.bytes += len(data)
+        for kind, r, payload in frames.feed(data):
+            tally.messages += 1
+            if kind == framing.LINK_DROP:
+                hosted[r].inbox.put_nowait(None)
+                continue
+            assert kind == framing.LINK_TO, (host, kind)
+            targets, body = framing.link_targets(r, payload)
+            msgs, at = [], 0
+            while at < len(body):
+                (n,) = _LEN.unpack_from(body, at)
+                msgs.append(json.loads(body[at + 4:at + 4 + n]))
+                at += 4 + n
+            for t in targets:
+                for m in msgs:
+                    hosted[t].inbox.put_nowait(m)
+    for chan in hosted.values():
+        chan.inbox.put_nowait(None)
+    writer.close()
+
+
+async def _rank(rank, chan, port, secret, tally, table_done, go_bye, lost_heard, stalled, drop, digests):
+    if chan is None:
+        chan = _Own(*await _connect(port, secret, f"fake rank {rank}", framing.CLIENT_LABEL, rank.to_bytes(4, "big")),
+                    tally)
+    assert (await chan.read())["kind"] == "welcome"
+    chan.write(framing.encode({"kind": "register", "info": _info(rank)}))
     # every rank is told the hosts and its likely peers' addresses; a sample asks for a block of
     # others (a split's or an all_to_all's peers), the last rank for every address
     n = len(table_done.want)
-    msg = await _read(reader, tally)
+    msg = await chan.read()
     assert msg["kind"] == "assembled", (rank, msg["kind"])
     rows = {}
 
@@ -120,26 +206,26 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stall
     want = range(0, n) if rank == n - 1 else range(rank * 7919 % n // 64 * 64, min(n, rank * 7919 % n // 64 * 64 + 64)) \
         if rank % 97 == 0 else range(0)
     if want:
-        writer.write(framing.encode({"kind": "rows", "first": want[0], "last": want[-1]}))
+        chan.write(framing.encode({"kind": "rows", "first": want[0], "last": want[-1]}))
         while not all(r in rows for r in want):
-            take(await _read(reader, tally))
+            take(await chan.read())
         assert all(rows[r] == _info(r) for r in want), rank
     table_done.arrive()
     if rank == drop:
         await go_bye.wait()  # phase 2: this one vanishes without a goodbye
-        writer.transport.abort()
+        chan.abort()
         return
     verdict, relayed, census = asyncio.Event(), set(), asyncio.Event()
 
     async def listen():  # every later message, until the coordinator hangs up
         try:
             while True:
-                msg = await _read(reader, tally)
+                msg = await chan.read()
                 kind = msg["kind"]
                 if kind == "lost" and msg["rank"] == drop:
                     lost_heard.arrive()
                 elif kind == "status_query" and "census" in msg:  # in a ring all-reduce, waiting on its left
-                    writer.write(framing.encode({"kind": "status", "census": msg["census"], "rank": rank,
+                    chan.write(framing.encode({"kind": "status", "census": msg["census"], "rank": rank,
                                                  "state": "in all_reduce #17 (float32, 1048576, op=sum)",
                                                  "peer": (rank - 1) % n}))
                 elif kind == "stall":
@@ -161,19 +247,19 @@ async def _rank(rank, port, secret, tally, table_done, go_bye, lost_heard, stall
 
     listener = asyncio.ensure_future(listen())
     await go_bye.stall.wait()  # phase 3: every rank asks for a stall report at once
-    writer.write(framing.encode({"kind": "stall", "rank": rank}))
+    chan.write(framing.encode({"kind": "stall", "rank": rank}))
     await census.wait()
     stalled.arrive()
     await go_bye.finalize.wait()  # phase 4: the digest, its verdict, goodbye, the coordinator hangs up
     if digests == "relay":
-        writer.write(framing.encode(dict(_digest(rank), kind="report", topic="digest", to="all", rank=rank)))
+        chan.write(framing.encode(dict(_digest(rank), kind="report", topic="digest", to="all", rank=rank)))
     else:
-        writer.write(framing.encode(dict(_digest(rank), kind="digest", rank=rank)))
+        chan.write(framing.encode(dict(_digest(rank), kind="digest", rank=rank)))
     await verdict.wait()
-    writer.write(framing.encode({"kind": "bye"}))
-    writer.write_eof()
+    chan.write(framing.encode({"kind": "bye"}))
+    chan.write_eof()
     await listener
-    writer.close()
+    chan.close()
 
 
 class _Count:
@@ -186,15 +272,18 @@ class _Count:
             self.done.set()
 
 
-async def _job(n, port, secret, pid, timeout, digests):
+async def _job(n, port, secret, pid, timeout, digests, agents):
     tally, phases = _Tally(), {}
     table_done, lost_heard, stalled = _Count(n), _Count(n - 1), _Count(n - 1)
     go_bye = asyncio.Event()
     go_bye.stall, go_bye.finalize = asyncio.Event(), asyncio.Event()
     cpu0, _ = _cpu_and_threads(pid)
     t0 = time.monotonic()
-    tasks = [asyncio.ensure_future(_rank(r, port, secret, tally, table_done, go_bye, lost_heard, stalled, n - 1, digests))
-             for r in range(n)]
+    chans = [_Hosted(r) for r in range(n)] if agents else [None] * n
+    tasks = [asyncio.ensure_future(_rank(r, chans[r], port, secret, tally, table_done, go_bye, lost_heard, stalled,
+                                         n - 1, digests)) for r in range(n)]
+    links = [asyncio.ensure_future(_agent(f"nid{h:06d}", {r: chans[r] for r in range(h * 64, min(n, h * 64 + 64))}, port,
+                                          secret, tally)) for h in range((n + 63) // 64)] if agents else []
 
     async def phase(name, event, start_t, start_cpu):
         await asyncio.wait_for(event.wait(), timeout)
@@ -212,14 +301,18 @@ async def _job(n, port, secret, pid, timeout, digests):
     go_bye.finalize.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout)
     cpu_end, threads = _cpu_and_threads(pid)
+    for link in links:  # the agents are done once their ranks are (their links close)
+        link.cancel()
     phases["finalize"] = {"seconds": time.monotonic() - t, "bytes": tally.bytes, "messages": tally.messages,
                           "cpu_s": cpu_end - cpu, "threads": threads}
     return phases
 
 
-def run(n, timeout=300, digests="coordinator"):
+def run(n, timeout=300, digests="coordinator", agents=False):
     """{phase: {seconds, bytes, messages, cpu_s, threads}} for a job of n fake ranks; `digests`:
-    "coordinator" (finalize() as it is) or "relay" (every digest to every rank, as it was)."""
+    "coordinator" (finalize() as it is) or "relay" (every digest to every rank, as it was);
+    `agents`: the ranks of each host of 64 behind one fake agent's link (what the coordinator sends
+    counted on the links, a frame as a message), else each rank on its own connection."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -230,7 +323,7 @@ def run(n, timeout=300, digests="coordinator"):
                             stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
-        return asyncio.run(_job(n, port, secret, proc.pid, timeout, digests))
+        return asyncio.run(_job(n, port, secret, proc.pid, timeout, digests, agents))
     finally:
         proc.stdin.close()
         try:
@@ -243,5 +336,6 @@ def run(n, timeout=300, digests="coordinator"):
 if __name__ == "__main__":
     args = sys.argv[1:]
     mode = "relay" if "--relay" in args else "coordinator"
-    for size in [int(a) for a in args if a != "--relay"] or [1000]:
-        print(size, mode, json.dumps(run(size, digests=mode)), flush=True)
+    agents = "--agents" in args
+    for size in [int(a) for a in args if not a.startswith("--")] or [1000]:
+        print(size, mode, "agents" if agents else "own", json.dumps(run(size, digests=mode, agents=agents)), flush=True)

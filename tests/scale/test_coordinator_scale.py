@@ -40,3 +40,22 @@ def test_fake_ranks_assemble_hear_a_loss_and_leave(n):
     # rank receives besides its verdict is who is finishing and who left, coalesced (a few bytes a
     # rank). Every digest to every rank was 3.8 GB at 1,000 ranks.
     assert finalize["bytes"] < n * n * 30 + n * 1000, finalize
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("n", SIZES)
+def test_fake_hosts_behind_agents_cost_the_coordinator_a_frame_a_host(n):
+    """The same job with each host's 64 ranks behind one agent's link (commrun's agents do this): a
+    notice for every rank is one frame a host, not one message a rank."""
+    phases = fakeranks.run(n, timeout=600, agents=True)
+    print(f"\nn={n} behind agents: " + "; ".join(
+        f"{k} {v['seconds']:.2f} s, {v['bytes'] / 1e6:.2f} MB in {v['messages']} frames, coordinator "
+        f"{v['cpu_s']:.2f} CPU-s, {v['threads']} threads" for k, v in phases.items()))
+    hosts = (n + 63) // 64
+    start, lost, stall, finalize = phases["start"], phases["lost"], phases["stall"], phases["finalize"]
+    assert start["messages"] <= 2 * n + 20, start  # each rank its own table (its likely peers differ)
+    assert lost["messages"] == hosts and lost["bytes"] < 200 * hosts, lost  # n - 1 messages on own connections
+    assert stall["messages"] <= 2 * hosts + 4, stall  # the census's query and its reply: once a host each
+    # finalize: the hang-up after each goodbye (9 B a rank), the verdict and the coalesced notices once a host
+    assert finalize["bytes"] < 100 * n, finalize
+    assert all(phase["threads"] <= 8 for phase in phases.values()), phases

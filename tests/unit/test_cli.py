@@ -36,7 +36,8 @@ def test_script_and_its_own_options_pass_through(invoke):
     assert result.exit_code == 7  # supervise.run's code becomes commrun's
     assert len(ranks) == 3
     assert ranks[1].argv == [sys.executable, "script.py", "-n", "5", "--lr", "0.1", "--", "x"]
-    assert options == {"coordinator_host": "127.0.0.1", "tag_output": True, "timeout": None, "grace": 3.0}
+    assert options == {"coordinator_host": "127.0.0.1", "tag_output": True, "timeout": None, "grace": 3.0,
+                       "verbose": False}
 
 
 def test_module_and_direct(invoke):
@@ -72,8 +73,9 @@ def test_omp_threads_when_oversubscribed(invoke, monkeypatch):
 
 
 def test_options_reach_supervise(invoke):
-    _, (_, options) = invoke("-n", "1", "--no-tag-output", "--timeout", "2.5", "--grace", "0.5", "script.py")
-    assert options == {"coordinator_host": "127.0.0.1", "tag_output": False, "timeout": 2.5, "grace": 0.5}
+    _, (_, options) = invoke("-n", "1", "--no-tag-output", "--timeout", "2.5", "--grace", "0.5", "-v", "script.py")
+    assert options == {"coordinator_host": "127.0.0.1", "tag_output": False, "timeout": 2.5, "grace": 0.5,
+                       "verbose": True}
 
 
 def test_hosts_place_ranks_and_start_remote_ones_over_rsh(invoke):

@@ -873,6 +873,12 @@ def test_each_rank_is_told_its_likely_peers_and_fetches_the_rest():
     leader = json.loads(book.assembled(64 * 20)[4:])  # host 20's first rank: the leaders of hosts 19, 21, 21^...
     assert {64 * 19, 64 * 21, 64 * (20 ^ 4), 64 * 28} <= {row[0] for row in leader["rows"]}
     assert 4321 not in neighbours(4321, 10_000, book.host_of, book.local, book.position, book.leaders)
+    # 12 ranks a host: the rail's neighbours (its index on hosts h ± 1, h ± 2, ... h xor 2^k) are
+    # told too, where they are not the world's ring and binomial neighbours already
+    rails = Book([dict(info, host_id=f"h{r // 12}") for r, info in enumerate(_infos(1200))])
+    told = {row[0] for row in json.loads(rails.assembled(12 * 50 + 5)[4:])["rows"]}
+    assert {12 * h + 5 for h in (49, 51, 48, 52, 46, 54, 50 ^ 8, 50 ^ 16, 50 ^ 32)} <= told, sorted(told)
+    assert len(told) < 80
     table = book.table(4321)
     assert len(table) == 10_000 and table.known(4320) and not table.known(7000)
     assert table.host_key(7000) == 7000 // 64 and table.host_key(4321) == table.host_key(4288)
