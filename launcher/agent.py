@@ -32,13 +32,12 @@ import os
 import resource
 import selectors
 import signal
-import struct
 import subprocess
 import time
 
 from commlib._debug import STACK_SIGNAL
+from commlib._rendezvous.framing import LinkFrames, link_frame as frame  # a host link's frames, the same wire
 
-HEADER = struct.Struct("!BiI")
 MAX_FRAME = 1 << 26  # a SPEC frame carries environments: generous, but bounded
 
 # agent -> commrun
@@ -48,32 +47,11 @@ SPEC, SIGNAL, STACKS, STDIN, STDIN_EOF = 16, 17, 18, 19, 20
 ALL = -1  # the rank field of a frame meant for every rank of the host
 
 
-
-def frame(kind, rank, payload=b""):
-    return HEADER.pack(kind, rank, len(payload)) + payload
-
-
-class Frames:
-    """Incremental reader of frames from a byte stream."""
+class Frames(LinkFrames):
+    """Incremental reader of frames from a byte stream: feed(bytes) -> [(kind, rank, payload)]."""
 
     def __init__(self):
-        self.buf = bytearray()
-
-    def feed(self, data):
-        """The complete frames in `data` (with what came before), as (kind, rank, payload)."""
-        self.buf += data
-        out, at = [], 0
-        while len(self.buf) - at >= HEADER.size:
-            kind, rank, length = HEADER.unpack_from(self.buf, at)
-            if length > MAX_FRAME:
-                raise ValueError(f"frame of {length} bytes (kind {kind}): not a commrun agent stream")
-            if len(self.buf) - at - HEADER.size < length:
-                break
-            start = at + HEADER.size
-            out.append((kind, rank, bytes(self.buf[start:start + length])))
-            at = start + length
-        del self.buf[:at]
-        return out
+        super().__init__(MAX_FRAME, "a commrun agent stream")
 
 
 def _write_all(fd, data):
@@ -150,13 +128,16 @@ class Agent:
         from commlib._rendezvous.discovery import parse_address
 
         from . import proxy
+        link = None
         try:
             secret = bytes.fromhex(job["COMMLIB_SECRET"])
             link = proxy.connect_link(parse_address(job["COMMLIB_COORDINATOR"]), secret, self.spec.get("host", "?"))
-        except (KeyError, ValueError, OSError) as e:
+            self.proxy = proxy.Proxy(self.sel, link, secret, [e["rank"] for e in self.spec["ranks"]], self.log)
+        except (KeyError, ValueError, OSError) as e:  # (no loopback to listen on, say)
             self.log(f"{e}: this host's ranks connect to the coordinator each")
+            if link is not None:
+                link.close()
             return {}
-        self.proxy = proxy.Proxy(self.sel, link, secret, [e["rank"] for e in self.spec["ranks"]], self.log)
         return {"COMMLIB_COORDINATOR_VIA": "%s:%d for %s" % (*self.proxy.address, job["COMMLIB_COORDINATOR"])}
 
     def start(self):

@@ -220,18 +220,20 @@ def link_targets(rank, payload):
 
 
 class LinkFrames:
-    """Incremental reader of a host link's frames: feed(bytes) -> [(kind, rank, payload)]."""
+    """Incremental reader of a host link's frames: feed(bytes) -> [(kind, rank, payload)]. (commrun's
+    agents speak the same frames to commrun, with a larger `limit`.)"""
 
-    def __init__(self, limit=MAX_MESSAGE + (1 << 16)):
-        self.buf, self.limit = bytearray(), limit
+    def __init__(self, limit=MAX_MESSAGE + (1 << 16), what="a host link"):
+        self.buf, self.limit, self.what = bytearray(), limit, what
 
     def feed(self, data):
+        """The complete frames in `data` (with what came before); ValueError for an oversized one."""
         self.buf += data
         out, at = [], 0
         while len(self.buf) - at >= LINK_HEADER.size:
             kind, rank, length = LINK_HEADER.unpack_from(self.buf, at)
             if length > self.limit:
-                raise ValueError(f"link frame of {length} bytes (kind {kind}) exceeds {self.limit}")
+                raise ValueError(f"frame of {length} bytes (kind {kind}) exceeds {self.limit}: not {self.what}")
             if len(self.buf) - at - LINK_HEADER.size < length:
                 break
             start = at + LINK_HEADER.size

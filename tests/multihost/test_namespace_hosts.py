@@ -58,7 +58,7 @@ def test_all_reduce_across_hosts_runs_the_host_aware_schedule(layout, algo, subn
     n = sum(layout)
     with Fabric(len(layout), subnet) as fab:
         hosts = ",".join(f"{fab.hosts[i]}:{k}" for i, k in enumerate(layout))
-        argv = fab.commrun("--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py"))
+        argv = fab.commrun("--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_collectives.py"))
         env = base_env(COMMLIB_TIMEOUT=90, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"))
         rc, out, err, _ = run_job(argv, env, timeout=280)
         assert rc == 0 and _ok_ranks(out) == list(range(n)), f"exit {rc}\n{out[-3000:]}\n{err[-3000:]}"
@@ -146,7 +146,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
         rsh, shells = _counting_shell(tmp_path)
         hosts = ",".join(f"{h}:2" for h in fab.hosts)
         argv = ["ip", "netns", "exec", fab.hosts[0], sys.executable, "-m", "commrun", "-v", "--rsh", rsh,
-                "--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_all_reduce.py")]
+                "--hosts", hosts, "--ifname", "fab0", os.path.join(CASES, "hosted_collectives.py")]
         env = base_env(COMMLIB_TIMEOUT=120, COMMLIB_DEBUG="INFO", COMMLIB_DEBUG_FILE=str(tmp_path / "r%r.log"),
                        COMMLIB_AGENT_FANOUT=3)  # a launch tree: commrun starts 3 agents, they the other 5
         rc, out, err, _ = run_job(argv, env, timeout=280)
@@ -163,7 +163,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
 
         (tmp_path / "shells.log").unlink()
         marker = f"agents-{fab.tag}"
-        argv[argv.index(os.path.join(CASES, "hosted_all_reduce.py"))] = os.path.join(CASES, "collective_loop.py")
+        argv[argv.index(os.path.join(CASES, "hosted_collectives.py"))] = os.path.join(CASES, "collective_loop.py")
         job = Job(argv + [marker], base_env(COMMLIB_TIMEOUT=30, COMMLIB_AGENT_FANOUT=3))
         try:
             running = job.wait_for(lambda lines: len({ln for ln in lines if "looping" in ln}) == 16, 200)

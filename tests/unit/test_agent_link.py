@@ -14,6 +14,8 @@ from commlib._errors import AuthError, CommError
 from commlib._rendezvous import coordinator as rv_coordinator, framing
 from commrun import proxy
 
+from test_rendezvous import next_msg, wait_for
+
 SECRET = bytes(range(32))
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,21 +96,6 @@ def joined(*batches):
     return out
 
 
-def next_msg(inbox, kind, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = inbox.get(timeout=max(0.01, deadline - time.monotonic()))
-        if msg["kind"] == kind:
-            return msg
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-
-
 def test_link_frames_split_anywhere_and_carry_rank_sets():
     frames = [framing.link_frame(framing.LINK_JOIN, 3), framing.link_frame(framing.LINK_DATA, 3, b"x" * 1000),
               framing.link_to([1, 2, 3, 7], b"hello"), framing.link_to([5], b"one")]
@@ -122,7 +109,7 @@ def test_link_frames_split_anywhere_and_carry_rank_sets():
         assert framing.link_targets(got[3][1], got[3][2]) == ([5], b"one")
     with pytest.raises(ValueError, match="shorter than its 9 runs"):
         framing.link_targets(framing.LINK_MANY, b"\0\0\0\x09" + b"\0" * 8)
-    with pytest.raises(ValueError, match="exceeds"):
+    with pytest.raises(ValueError, match="exceeds 10: not a host link"):
         framing.LinkFrames(limit=10).feed(framing.link_frame(framing.LINK_DATA, 0, b"y" * 11))
 
 

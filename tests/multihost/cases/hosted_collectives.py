@@ -1,9 +1,10 @@
-"""all_reduce across hosts, the sizes where a host-aware schedule runs, checked against NumPy.
+"""Collectives across hosts at the sizes where a host-aware schedule runs, checked against NumPy.
 
 Inputs are integers held in floats (exact in any order of summation), so each rank computes
 the expected result itself; every rank must also hold the same bits (a CRC of each result is
-gathered). Covers sum/max/prod, in place, a strided input, an i-variant, MPI's Allreduce and a
-sub-group from split (its own host layout); then broadcast, reduce and barrier (by host too). Prints `rank R: K checks ok (host H)`.
+gathered). all_reduce: sum/max/prod, in place, a strided input, an i-variant, MPI's Allreduce and
+a sub-group from split (its own host layout); then broadcast, reduce and barrier (by host too).
+Prints `rank R: K checks ok (host H)`.
 """
 import socket
 import zlib
