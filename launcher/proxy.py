@@ -76,6 +76,7 @@ class _Conn:
         self.nonce = secrets.token_bytes(NONCE_BYTES)
         self.since = time.monotonic()
         self.closing = False  # close once `out` is written
+        self.writing = False  # registered for EVENT_WRITE: `out` waits for room
         self.welcomed = False  # the coordinator has sent it something: its welcome came
 
 
@@ -101,35 +102,32 @@ class Proxy:
 
     # -- writing
 
-    def _events(self, conn):
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-
     def send(self, conn, data):
         if conn.sock.fileno() < 0:
             return
-        idle = not conn.out
         conn.out += data
         if len(conn.out) > OUTBOX_LIMIT and conn is not self.link:
             self.log(f"rank {conn.rank} stopped reading its coordinator messages: cut off")
-            self.drop(conn, "stopped reading its coordinator connection")
+            conn.out.clear()
+            self.lost(conn, "stopped reading its coordinator connection")
             return
         self.flush(conn)
-        if idle and conn.out:
-            self.sel.modify(conn.sock, self._events(conn), self.sel.get_key(conn.sock).data)
 
     def flush(self, conn):
+        """Write what the socket takes; wait for it to take more only while something is left."""
         try:
             while conn.out:
-                n = conn.sock.send(conn.out)
-                del conn.out[:n]
+                del conn.out[:conn.sock.send(conn.out)]
         except (BlockingIOError, InterruptedError):
-            return
+            pass
         except OSError:  # gone: its read side finds out
             conn.out.clear()
-        if conn.closing:
+        if conn.closing and not conn.out:
             self.close(conn)
-        elif conn.sock.fileno() >= 0:
-            self.sel.modify(conn.sock, self._events(conn), self.sel.get_key(conn.sock).data)
+        elif bool(conn.out) != conn.writing and conn.sock.fileno() >= 0:
+            conn.writing = bool(conn.out)
+            self.sel.modify(conn.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0),
+                            self.sel.get_key(conn.sock).data)
 
     def to_link(self, kind, rank, payload=b""):
         self.send(self.link, link_frame(kind, rank, payload))
@@ -187,8 +185,7 @@ class Proxy:
             why = None
         if why is not None:
             self.log(f"refused a local connection: {why}")
-            self.pending.pop(conn.sock.fileno(), None)
-            self.close(conn)
+            self.lost(conn, why)
             return
         del self.pending[conn.sock.fileno()]
         conn.rank, conn.inbuf = rank, None
@@ -204,13 +201,6 @@ class Proxy:
             del self.by_rank[conn.rank]
             self.to_link(LINK_GONE, conn.rank, why.encode())
         self.pending.pop(conn.sock.fileno(), None)
-        self.close(conn)
-
-    def drop(self, conn, why):
-        if self.by_rank.get(conn.rank) is conn:
-            del self.by_rank[conn.rank]
-            self.to_link(LINK_GONE, conn.rank, why.encode())
-        conn.out.clear()
         self.close(conn)
 
     def close(self, conn):

@@ -20,4 +20,4 @@ from .discovery import (JobEnv, discover, expand_nodelist, explicit, via_key_val
                         weak_secret_words)
 
 __all__ = ["Client", "Coordinator", "JobEnv", "discover", "expand_nodelist", "explicit", "via_key_value",
-           "warn_if_derived", "Service", "Table"]
+           "warn_if_derived", "weak_secret_words", "Service", "Table"]

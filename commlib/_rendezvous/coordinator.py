@@ -52,9 +52,7 @@ _log = logging.getLogger("commlib")
 
 
 class _Inbox:
-    """A rank's messages, from the bytes it sent (the event loop's)."""
-
-    inbox = b""
+    """A rank's messages, from the bytes it sent (`inbox`: the event loop's, set by each kind)."""
 
     def messages(self, data):
         """The whole messages `data` completes (ValueError for a malformed or oversized one)."""
@@ -736,15 +734,15 @@ class Coordinator:
                 targets = [c for r, c in self._ranks.items() if r != exclude]
             else:
                 targets = [c for r in only if r != exclude and (c := self._ranks.get(r)) is not None]
-        links = {}  # the ranks behind agents: one frame a host for all of them
+        links, direct = {}, []  # the ranks behind agents: one frame a host for all of them
         for conn in targets:
             if isinstance(conn, _Via):
                 links.setdefault(conn.link, []).append(conn.rank)
+            else:
+                direct.append(conn)
         for link, ranks in links.items():
             self._push_link(link, link_to(sorted(ranks), data))
-        for conn in targets:
-            if isinstance(conn, _Via):
-                continue
+        for conn in direct:
             try:
                 conn.push(data)
             except (BrokenPipeError, ConnectionResetError):
