@@ -34,6 +34,7 @@ HANDSHAKE_S = 5.0  # a rank's handshake with the agent, as with the coordinator
 CONNECT_S = 30.0  # the agent's link to the coordinator
 OUTBOX_LIMIT = 64 << 20
 SILENT_S = 0.5  # the link unacknowledged this long (on top of silent_for's second): its ranks are told
+TICK_S = 0.2  # tick()'s checks at most this often (the agent's loop turns on every rank's output)
 _HELLO = 4 + NONCE_BYTES + DIGEST_BYTES  # what a rank answers the agent's greeting with
 
 
@@ -97,6 +98,7 @@ class Proxy:
         self.closed = False
         self.suspect = None  # when the link was first seen unacknowledged
         self.said_silent = False  # the ranks were told the link stopped acknowledging
+        self.ticked = 0.0  # when tick() last looked
         sel.register(self.listener, selectors.EVENT_READ, ("proxy", self.accept))
         sel.register(link, selectors.EVENT_READ, ("proxy", self.read_link))
 
@@ -214,6 +216,9 @@ class Proxy:
         """Ranks that connected and stayed silent past HANDSHAKE_S are let go; a link that stopped
         acknowledging (or started again) is reported to the ranks."""
         now = time.monotonic()
+        if now - self.ticked < TICK_S:
+            return
+        self.ticked = now
         for conn in [c for c in self.pending.values() if now - c.since > HANDSHAKE_S]:
             self.log(f"refused a local connection: no handshake within {HANDSHAKE_S:g} s")
             self.lost(conn, "no handshake")
