@@ -65,6 +65,7 @@ HOSTED = {
     ("broadcast", "leaders"): lambda hosts, r: hier.broadcast(hosts, r, 0),
     ("broadcast", "scatter_gather by host"): lambda hosts, r: hier.broadcast_large(hosts, r, 0),
     ("reduce", "leaders"): lambda hosts, r: hier.reduce(hosts, r, 0),
+    ("reduce", "rails"): lambda hosts, r: hier.reduce_rails(hosts, r, 0),
     ("barrier", "leaders"): hier.barrier,
     ("all_gather", "leaders"): hier.all_gather,
     ("all_to_all", "rails"): hier.all_to_all_rails,

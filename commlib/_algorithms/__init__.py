@@ -112,7 +112,7 @@ CHOICES = {
     "all_reduce": ("doubling", "ring", "rabenseifner", "rails", "leaders"),
     "all_gather": ("ring", "bruck", "pairwise", "leaders"),
     "broadcast": ("tree", "chain", "linear", "leaders", "scatter_gather"),
-    "reduce": ("tree", "chain", "leaders"),
+    "reduce": ("tree", "chain", "leaders", "rails"),
     "barrier": ("doubling", "leaders"),
     "gather": ("linear", "tree"),
     "all_to_all": ("pairwise", "bruck", "rails"),
@@ -156,6 +156,19 @@ BROADCAST_SCATTER_BLOCK = 64 << 10
 # at 1,024 ranks) with 78 peers instead of 1,023; Bruck at 256 ranks is 2.5-14x slower than rails. Not below:
 # across namespace hosts at 4-6 ranks (2 cores) it measured 0.7-4.4x pairwise's time, its packing copies and
 # two dependent exchanges costing more than the few steps it saves there.
+
+# Large reduces over hosts of as many ranks each, from REDUCE_RAILS_BYTES up to REDUCE_RAILS_BLOCK a rank: by
+# rails (hier.reduce_rails: a reduce-scatter within each host, a reduce-scatter and binomial gather along each
+# rail of local ranks to root's host, root gathering its host's pieces), about the payload once on each NIC in
+# L - 1 + log2 L network steps. Alpha-beta model (schedule_model.py --kinds reduce), its time / the flat
+# choice's (the tree by host, or the chain by host): 16 ranks a host, 64-1,024 ranks, 4-16 MiB 0.27-0.43,
+# 1 MiB 0.51-0.97, 64 MiB 0.39 at 1,024 ranks; about 1 at 256 KiB a rank (64 ranks 16 MiB 0.98, 256 ranks
+# 64 MiB 0.97); 4 ranks a host, 16 ranks 1 MiB 0.63. Beyond 256 KiB a rank the chain's pipeline wins
+# (16 ranks 64 MiB 1.7x). Across 2 namespace hosts at 1 Gbit/s (4-6 ranks, 1-4 MiB: not chosen there) every
+# schedule runs at the link's rate, rails 1.0-1.14x the chain (RESULTS.md, "Reduce by rails").
+REDUCE_RAILS_BYTES = 1 << 20
+REDUCE_RAILS_BLOCK = 128 << 10
+
 
 class HostLayout:
     """Where a group's ranks run: `hosts[k]` numbers group rank k's host (0, 1, ... in order of first
@@ -216,6 +229,9 @@ def _why(kind, algo, nbytes, size, layout=None):
         return (f"{kind} of {nbytes} B on {size} ranks: {algo} ({layout.nhosts} hosts, "
                 + ("as many ranks on each)" if layout.equal else
                    f"unequal numbers of ranks, ALL_REDUCE_LEADERS_BYTES={ALL_REDUCE_LEADERS_BYTES})"))
+    if algo == "rails" and kind == "reduce":
+        return (f"{kind} of {nbytes} B on {size} ranks: rails ({layout.nhosts} hosts of {size // layout.nhosts} ranks, "
+                f"REDUCE_RAILS_BYTES={REDUCE_RAILS_BYTES}, REDUCE_RAILS_BLOCK={REDUCE_RAILS_BLOCK})")
     if algo == "rails" and kind == "all_to_all":
         return (f"{kind} of {nbytes} B on {size} ranks: rails ({layout.nhosts} hosts of {size // layout.nhosts} "
                 f"consecutive ranks, ALL_TO_ALL_MESH_RANKS={ALL_TO_ALL_MESH_RANKS})")
@@ -256,8 +272,8 @@ def decide(kind, nbytes, size, layout=None):
     if forced:
         if forced not in CHOICES[kind]:
             raise ValueError(f"COMMLIB_ALGO_{kind.upper()}={forced!r}: expected one of {', '.join(CHOICES[kind])}")
-        if forced == "rails" and layout is not None and not layout.equal:
-            raise ValueError(f"COMMLIB_ALGO_ALL_REDUCE=rails needs as many ranks on every host; this group's "
+        if forced == "rails" and kind != "all_to_all" and layout is not None and not layout.equal:
+            raise ValueError(f"COMMLIB_ALGO_{kind.upper()}=rails needs as many ranks on every host; this group's "
                              f"{size} ranks are on {layout.nhosts} hosts in unequal numbers (use leaders)")
         if forced == "rails" and kind == "all_to_all" and layout is not None and not (layout.equal and layout.contiguous):
             raise ValueError(f"COMMLIB_ALGO_ALL_TO_ALL=rails needs as many ranks on every host, each host's "
@@ -269,6 +285,9 @@ def decide(kind, nbytes, size, layout=None):
     flat = _flat(kind, nbytes, size, layout)
     if (kind == "all_to_all" and layout is not None and layout.equal and layout.contiguous
             and size > ALL_TO_ALL_MESH_RANKS):
+        return "rails"
+    if (kind == "reduce" and layout is not None and layout.equal
+            and REDUCE_RAILS_BYTES <= nbytes <= REDUCE_RAILS_BLOCK * size):
         return "rails"
     if (layout is not None and kind == "broadcast" and flat in ("tree", "chain")
             and BROADCAST_SCATTER_BYTES <= nbytes <= BROADCAST_SCATTER_BLOCK * size):

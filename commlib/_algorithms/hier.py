@@ -67,14 +67,22 @@ def _tree_broadcast(b, members, v, whole_res):
         mask >>= 1
 
 
+def _ring_reduce_scatter(b, ring, i, base=0):
+    """Ring reduce-scatter of RES's len(ring) blocks from unit `base` in place among the ranks of
+    `ring` (this one is ring[i]): ring[i] ends owning block i."""
+    n = len(ring)
+    right, left = ring[(i + 1) % n], ring[(i - 1) % n]
+    for s in range(n - 1):
+        sb, rb = base + (i - s - 1) % n, base + (i - s - 2) % n
+        b.step(right, (RES, sb, sb + 1), left, (RES, rb, rb + 1), reduce=True)
+
+
 def _ring_in_place(b, ring, i, base=0):
     """Ring all-reduce of RES's len(ring) blocks from unit `base` among the ranks of `ring`
     (this one is ring[i])."""
     n = len(ring)
     right, left = ring[(i + 1) % n], ring[(i - 1) % n]
-    for s in range(n - 1):  # reduce-scatter: ring[i] ends owning block i
-        sb, rb = base + (i - s - 1) % n, base + (i - s - 2) % n
-        b.step(right, (RES, sb, sb + 1), left, (RES, rb, rb + 1), reduce=True)
+    _ring_reduce_scatter(b, ring, i, base)
     for s in range(n - 1):  # all-gather
         sb, rb = base + (i - s) % n, base + (i - s - 1) % n
         b.step(right, (RES, sb, sb + 1), left, (RES, rb, rb + 1))
@@ -202,6 +210,59 @@ def reduce(hosts, r, root):
     _tree_reduce(b, members, members.index(r), whole_x, whole_res)
     if members[0] == r:  # the leaders' tree, each starting from its host's RES
         _tree_reduce(b, leaders, leaders.index(r), whole_res, whole_res)
+    return b.plan()
+
+
+@functools.lru_cache(maxsize=256)
+def reduce_rails(hosts, r, root):
+    """Large reduce where every host has k ranks: all_reduce_rails' first stage (a ring
+    reduce-scatter within each host: local rank v ends with super-block v reduced over its
+    host), then along each rail v a ring reduce-scatter of super-block v's L sub-blocks, ordered
+    from root's host, and a binomial gather of them to the rail's rank on root's host; last, root
+    gathers the super-blocks from its host's ranks. Each NIC carries about the payload once, in
+    L - 1 + ceil(log2 L) network steps, where the chain by host takes n - 1 hops (each a
+    whole-block latency) and the binomial tree log2 n whole payloads. Units: as all_reduce_rails'
+    (unit v * L + j)."""
+    groups = list(_by_host(hosts).values())
+    k, nhosts = len(groups[0]), len(groups)
+    if any(len(g) != k for g in groups):
+        raise ValueError(f"reduce_rails needs the same number of ranks on every host, not {[len(g) for g in groups]}")
+    members = next(g for g in groups if r in g)
+    v, h = members.index(r), groups.index(members)
+    hr = next(j for j, g in enumerate(groups) if root in g)
+    b = Builder("rails", k * nhosts)
+
+    def sup(i):
+        return (RES, i * nhosts, (i + 1) * nhosts)
+
+    if k == 1:
+        b.copy(b.whole(RES), b.whole(X))
+    else:  # the same reduce-scatter as all_reduce_rails'
+        right, left = members[(v + 1) % k], members[(v - 1) % k]
+        for s in range(k - 1):
+            sb, rb = (v - s - 1) % k, (v - s - 2) % k
+            b.step(right, (X, sb * nhosts, (sb + 1) * nhosts) if s == 0 else sup(sb), left, sup(rb),
+                   reduce=True, init=(X, rb * nhosts, (rb + 1) * nhosts))
+    if nhosts > 1:  # rail v, from root's host: its i-th rank ends owning sub-block i, then gathers
+        rail = [groups[(hr + i) % nhosts][v] for i in range(nhosts)]
+        i, base = (h - hr) % nhosts, v * nhosts
+        _ring_reduce_scatter(b, rail, i, base)
+        mask = 1
+        while mask < nhosts:  # rail position i holds sub-blocks i .. i + lowbit(i) once its subtree has sent
+            if i & mask:
+                b.step(rail[i - mask], (RES, base + i, base + min(i + mask, nhosts)))
+                break
+            if i + mask < nhosts:
+                b.step(src=rail[i + mask], recv=(RES, base + i + mask, base + min(i + 2 * mask, nhosts)))
+            mask <<= 1
+    if h == hr and k > 1:  # root gathers its host's super-blocks
+        u = members.index(root)
+        if v == u:
+            for s in range(1, k):
+                w = (u + s) % k
+                b.step(src=members[w], recv=sup(w))
+        else:
+            b.step(root, sup(v))
     return b.plan()
 
 

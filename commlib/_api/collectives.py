@@ -241,6 +241,7 @@ def _reduce(g, x, op="sum", root=0, out=None):
     order = g.ring_order() if algo == "chain" else None  # (ranks placed round-robin: the chain by host)
     plan = (tree.reduce_chain_in(order, g._rank, root) if order is not None else
             hier.reduce(numbers, g._rank, root) if algo == "leaders" else
+            hier.reduce_rails(numbers, g._rank, root) if algo == "rails" else
             (tree.reduce_chain if algo == "chain" else tree.reduce_tree)(g._size, g._rank, root))
     acc = None
     if RES in plan.slots:  # this rank accumulates its children's data (a leaf sends x itself)

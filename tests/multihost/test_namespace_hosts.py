@@ -140,7 +140,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
     """8 namespace hosts x 2 ranks: one remote shell (one agent) a host starts the job, as a launch
     tree (commrun starts 3 agents, each of those the next hosts), and carries its ranks' coordinator
     traffic on one connection (8 for 16 ranks); the host-aware all_reduce,
-    broadcast (scatter + all-gather by host at 1 MiB) and reduce are right on all 16 ranks; then, in a second job, the agent of a host at the tree's second level is killed
+    broadcast (scatter + all-gather by host at 1 MiB) and reduce (by host, and by rails at 1.28 MB) are right on all 16 ranks; then, in a second job, the agent of a host at the tree's second level is killed
     mid-job: its ranks are reported lost, every other rank fails, and nothing is left behind."""
     with Fabric(8, "10.236.16") as fab:
         rsh, shells = _counting_shell(tmp_path)
@@ -160,6 +160,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
             assert f"rank {r}: " in out and re.search(r"all_reduce of \d+ B on 16 ranks: rails", lines)
             assert "broadcast of 1048576 B on 16 ranks: scatter_gather" in lines, lines[-2000:]
             assert "reduce of 160000 B on 16 ranks: leaders" in lines, lines[-2000:]
+            assert "reduce of 1280000 B on 16 ranks: rails" in lines, lines[-2000:]
 
         (tmp_path / "shells.log").unlink()
         marker = f"agents-{fab.tag}"

@@ -49,6 +49,14 @@ def test_gather_scatter_forced_algorithm(algo, n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "collectives.py", "gs", env=env), n, f"gather/scatter with COMMLIB_ALGO_*={algo}")
 
 
+@pytest.mark.parametrize("algo,n", [("rails", 2), ("rails", 3), ("rails", 4), ("chain", 3), ("tree", 4)])
+def test_reduce_forced_algorithm(algo, n, assert_ranks_ok, run):
+    """Every root, op and size with the reduce algorithm forced: rails on one host is its reduce-scatter
+    within the host and root's gather (across hosts: tests/multihost, the 8-host job)."""
+    assert_ranks_ok(run(n, "collectives.py", "reduce", env={"COMMLIB_ALGO_REDUCE": algo}), n,
+                    f"reduce with COMMLIB_ALGO_REDUCE={algo}")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", NS[1:])
 @pytest.mark.parametrize("algo", ["ring", "doubling", "halving", "pairwise"])

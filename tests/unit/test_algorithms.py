@@ -228,7 +228,7 @@ def run_reduce(size, xs, plan_of):
         plan = plan_of(f.rank)
         src = xs[f.rank].copy()
         acc = np.full_like(src, np.nan) if RES in plan.slots else None
-        f.run(plan, {X: src, RES: acc}, bounds(len(src), src.itemsize, 1))
+        f.run(plan, {X: src, RES: acc}, bounds(len(src), src.itemsize, plan.parts))
         np.testing.assert_array_equal(src, xs[f.rank])
         return acc
 
@@ -279,6 +279,33 @@ def test_host_aware_reduce_every_root_and_layout(size, root):
         res = run_reduce(size, xs, lambda r: hier.reduce(hosts, r, root))
         np.testing.assert_array_equal(res[root], sum(xs), err_msg=str(hosts))
         only_leaders_cross(lambda r: hier.reduce(hosts, r, root), hosts, leaders_of(hosts, root))
+
+
+@pytest.mark.parametrize("size", [4, 6, 8, 9, 12, 16])
+@pytest.mark.parametrize("root", [0, 1, 5, 11])
+@pytest.mark.parametrize("count", [0, 1, 7, 37])
+def test_reduce_by_rails_every_root_and_equal_layout(size, root, count):
+    root %= size
+    xs = inputs(size, count)
+    for hosts in host_layouts_more(size):
+        if not equal_hosts(hosts):
+            with pytest.raises(ValueError, match="same number of ranks on every host"):
+                hier.reduce_rails(hosts, 0, root)
+            continue
+        res = run_reduce(size, xs, lambda r: hier.reduce_rails(hosts, r, root))
+        np.testing.assert_array_equal(res[root], sum(xs), err_msg=str(hosts))
+        local = {k: [j for j in range(size) if hosts[j] == hosts[k]].index(k) for k in range(size)}
+        sent = collections.Counter()  # units each host sends to other hosts
+        for r in range(size):
+            plan = hier.reduce_rails(hosts, r, root)
+            across = {p for p in plan.peers if hosts[p] != hosts[r]}
+            assert all(local[p] == local[r] for p in across), (hosts, r, across)  # along its rail only
+            for row in plan.rows:
+                if int(row[1]) >= 0 and hosts[int(row[1])] != hosts[r]:
+                    sent[hosts[r]] += int(row[5]) - int(row[4])
+        nhosts = len(set(hosts))
+        if nhosts > 1:  # the ring's L - 1 sub-blocks, and at most the whole super-block in the gather
+            assert max(sent.values()) <= 2 * size, (hosts, sent)
 
 
 def heard(size, plan_of):
@@ -822,6 +849,27 @@ def test_choose_all_to_all_by_rails_beyond_the_mesh_size(monkeypatch):
     assert choose("all_to_all", 64, 4, _algorithms.HostLayout.of([0, 0, 1, 1])) == "rails"
     with pytest.raises(ValueError, match="as many ranks on every host"):
         choose("all_to_all", 64, 128, robin)
+
+
+def test_choose_reduce_by_rails_for_large_blocks_on_equal_hosts(monkeypatch):
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    monkeypatch.delenv("COMMLIB_ALGO_REDUCE", raising=False)
+    choose = _algorithms.choose
+    many = _algorithms.HostLayout.of([k // 16 for k in range(1024)])
+    robin = _algorithms.HostLayout.of([k % 64 for k in range(1024)])
+    unequal = _algorithms.HostLayout.of([min(k // 16, 62) for k in range(1024)])
+    for nbytes in (1 << 20, 16 << 20, 128 << 20):  # up to 128 KiB a rank
+        assert choose("reduce", nbytes, 1024, many) == choose("reduce", nbytes, 1024, robin) == "rails"
+        assert choose("reduce", nbytes, 1024, unequal) in ("leaders", "chain")  # (the flat choice, by host)
+    assert choose("reduce", (1 << 20) - 8, 1024, many) == "leaders"  # the tree's log2 n rounds, by host
+    assert choose("reduce", 256 << 20, 1024, many) == "chain"  # 256 KiB a rank: the chain's pipeline
+    assert choose("reduce", 4 << 20, 16, _algorithms.HostLayout.of([k // 4 for k in range(16)])) == "chain"
+    assert "REDUCE_RAILS_BLOCK" in _algorithms._why("reduce", "rails", 16 << 20, 1024, many)
+    monkeypatch.setenv("COMMLIB_ALGO_REDUCE", "rails")
+    monkeypatch.setattr("commlib._algorithms._forced", {})
+    with pytest.raises(ValueError, match="COMMLIB_ALGO_REDUCE=rails needs as many ranks on every host"):
+        choose("reduce", 8, 1024, unequal)
+    assert choose("reduce", 8, 4, None) == "rails"  # (on one host: the reduce-scatter and gather within it)
 
 
 def test_forced_host_aware_all_reduce(monkeypatch):

@@ -7,6 +7,7 @@ usage: collectives.py SEED MODE
                gather and scatter to and from every root
   MODE gs     - gather and scatter only (for jobs run with COMMLIB_ALGO_GATHER/SCATTER forced)
   MODE a2a    - all_to_all only (for jobs run with COMMLIB_ALGO_ALL_TO_ALL forced)
+  MODE reduce - reduce only, every root, op and size (for jobs run with COMMLIB_ALGO_REDUCE forced)
 """
 import array
 import time
@@ -166,6 +167,37 @@ def large_reduce_checks():
                 c.ok(got is None, f"reduce large root={root}: None off the root", f"got {type(got)}")
 
 
+def reduce_checks():
+    """reduce to every root: every op on two dtypes, empty to multi-block sizes (fewer elements than
+    ranks included), a 2-D and a strided input, out= (x itself among them)."""
+    for root in range(n):
+        for dt in (I32, np.dtype(np.float64)):
+            for op in OPS:
+                if not legal(op, dt) or op in ("land", "lor"):
+                    continue
+                for count in (0, 1, n + 1, 40_001):
+                    xs = inputs(("red", root, dname(dt), op, count), dt, (count,), kind_for(op))
+                    got = cl.reduce(xs[me], op, root)
+                    if me == root:
+                        c.equal(got, expected_reduce(xs, op), f"reduce {op} {dname(dt)} count={count} root={root}",
+                                record=False)
+                    else:
+                        c.ok(got is None, f"reduce {op} root={root}: None off the root", f"got {type(got)}")
+        xs = inputs(("red2", root), F32, (300, 7), kind_for("sum"))
+        x = np.zeros((600, 7), np.float32)
+        x[::2] = xs[me]
+        got = cl.reduce(x[::2], "max", root)
+        if me == root:
+            c.equal(got, expected_reduce(xs, "max"), f"reduce max strided 2-D root={root}", record=False)
+        mine = xs[me].copy()
+        got = cl.reduce(mine, "sum", root, out=mine if me == root else None)
+        if me == root:
+            c.ok(got is mine, f"reduce out=x root={root} returns it", f"got {type(got)}")
+            c.equal(mine, expected_reduce(xs, "sum"), f"reduce out=x root={root}", record=False)
+        else:
+            c.equal(mine, xs[me], f"reduce root={root}: x untouched off the root", record=False)
+
+
 def gather_scatter_checks():
     """gather and scatter with every root, every dtype, empty to multi-chunk blocks, 0-d and 2-d."""
     for root in range(n):
@@ -233,6 +265,8 @@ elif mode == "a2a":
     all_to_all_checks()
 elif mode == "rs":
     reduce_scatter_checks()
+elif mode == "reduce":
+    reduce_checks()
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 c.finish()
