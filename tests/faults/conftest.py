@@ -1,7 +1,7 @@
 """Fixtures of the fault suite; the helpers live in faultlib.py (importable as `faultlib`)."""
 import pytest
 
-from faultlib import FIGURES, Job
+from faultlib import Job, take_figures
 
 
 @pytest.fixture
@@ -24,13 +24,12 @@ def jobs(tmp_path):
             job._finish()
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not FIGURES:
-        return
-    terminalreporter.section("fault-suite figures")
-    for name, values in FIGURES.items():
-        for v in values:
-            terminalreporter.write_line(f"{name}: {v}")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if call.when == "teardown":  # (in an xdist worker the report goes to the controller: tests/conftest.py
+        # collects and prints them there)
+        report.user_properties += [("fault-figure", figure) for figure in take_figures()]
 
 
 @pytest.fixture(autouse=True, params=["shm", "socket"])

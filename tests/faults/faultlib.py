@@ -275,11 +275,20 @@ def listeners(job, cls=Listener):
 
 
 # Figures measured by the tests (detection latency, fuzz counts, soak rate), printed at the end of the run.
-FIGURES = {}
+# A test's figures travel in its report (conftest.py; tests/conftest.py prints them), so an xdist
+# worker's reach the summary too.
+_NEW = []  # (name, value) recorded by the test now running
 
 
 def record_figure(name, value):
-    FIGURES.setdefault(name, []).append(value)
+    _NEW.append((name, value))
+
+
+def take_figures():
+    """The figures recorded since the last call."""
+    out = list(_NEW)
+    _NEW.clear()
+    return out
 
 
 def survivor_reports(job, victim, t_kill, *, bound, etype="PeerLost", names=None):

@@ -36,9 +36,18 @@ def rank_lines():
     return _harness.rank_lines
 
 
-@pytest.fixture(autouse=True, params=["shm", "socket"])
-def transport(request, monkeypatch):
+def pytest_generate_tests(metafunc):
     """Every test here runs over both same-host transports: shared memory (the default; "shm" makes
-    a connection without it an error instead of a quiet fallback) and Unix sockets."""
+    a connection without it an error instead of a quiet fallback) and Unix sockets; a module of a
+    front-end built on the API (torch, the mesh, Ray, Dask, MLX: nothing of theirs knows the
+    transport) sets TRANSPORTS = ("shm",) and runs over the default one only."""
+    named = {name.strip() for m in metafunc.definition.iter_markers("parametrize")
+             for name in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])}
+    if "transport" in metafunc.fixturenames and "transport" not in named:  # (a test may choose its own)
+        metafunc.parametrize("transport", getattr(metafunc.module, "TRANSPORTS", ("shm", "socket")), indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def transport(request, monkeypatch):
     monkeypatch.setenv("COMMLIB_TRANSPORT", request.param)
     return request.param

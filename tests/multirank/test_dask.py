@@ -11,6 +11,8 @@ import pytest
 
 import _harness
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("dask_mpi", reason="dask-mpi is not installed (pip install dask-mpi)")
 pytest.importorskip("distributed", reason="dask.distributed is not installed")
 pytest.importorskip("dask.array", reason="dask[array] is not installed")

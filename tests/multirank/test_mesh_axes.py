@@ -1,6 +1,8 @@
 """commlib.mesh.Mesh through the real launcher: geometry, jax.lax-style named-axis collectives, errors."""
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8])

@@ -4,6 +4,8 @@ partial sums) on 1-D and 2-D meshes, even, uneven and 0-size shapes, checked blo
 np.array_split of the global array; the module functions; from_local's and shard's errors on every rank."""
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8], ids=lambda n: f"n{n}")

@@ -8,6 +8,8 @@ import pytest
 
 from _harness import REPO, base_env
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'mlx[cpu]'): commlib.mlx needs it")
 pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed: the bfloat16 checks need it")
 

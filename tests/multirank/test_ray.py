@@ -16,15 +16,9 @@ import pytest
 
 import _harness
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'commlib[ray]')")
-
-
-@pytest.fixture(autouse=True)
-def transport(monkeypatch):
-    """Shared memory, the default, for these slow tests (the directory's fixture runs every test over
-    both transports); test_actors_form_a_group takes the Unix-socket one once as well."""
-    monkeypatch.setenv("COMMLIB_TRANSPORT", "shm")
-    return "shm"
 
 
 def _leftovers(marker):

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
@@ -14,9 +16,7 @@ BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_meshes_dtensor_tp_hsdp_pipelining(n, transport, assert_ranks_ok, run):
-    if transport != "shm":
-        pytest.skip("the mesh layers above the collectives run over shared memory only")
+def test_meshes_dtensor_tp_hsdp_pipelining(n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "torch_mesh.py", "dtensor", "tp", "mesh2d", "pipeline",
                         env={"TORCH_TEST_BACKEND": BACKEND}, timeout=200), n,
                     f"meshes, DTensor, TP, HSDP and pipelining on backend {BACKEND} vs one process")

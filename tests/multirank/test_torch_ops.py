@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
 pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed: the cases build bfloat16 data with it")
 

@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 EXAMPLES = os.path.join(_harness.REPO, "examples", "torch")
 _RESULT = re.compile(r"^\[0\] RESULT (\S+) (.*)$")
 

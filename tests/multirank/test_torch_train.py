@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
+
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
@@ -32,20 +34,15 @@ def test_fsdp(part, n, assert_ranks_ok, run):
                     f"FSDP {part} on backend {BACKEND} vs the single-process reference")
 
 
-# torch's features above the collectives: one transport (shared memory) is enough for them
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_ddp_uneven_inputs_static_graph_unused_parameters(n, transport, assert_ranks_ok, run):
-    if transport != "shm":
-        pytest.skip("the DDP features above the collectives run over shared memory only")
+def test_ddp_uneven_inputs_static_graph_unused_parameters(n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "torch_train.py", "uneven", "graph", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
                     f"DDP under Join, static_graph, find_unused_parameters on {BACKEND}")
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_distributed_checkpoint(n, transport, assert_ranks_ok, run):
-    if transport != "shm":
-        pytest.skip("torch.distributed.checkpoint runs over shared memory only")
+def test_distributed_checkpoint(n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "torch_train.py", "dcp", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
                     f"torch.distributed.checkpoint of an FSDP2 model on backend {BACKEND}")
