@@ -67,6 +67,19 @@ def _tree_broadcast(b, members, v, whole_res):
         mask >>= 1
 
 
+def _binomial_gather(b, members, v, base):
+    """Binomial gather of RES's units base + i (member i's) into members[0]'s RES: member v holds
+    units v .. v + lowbit(v) once its subtree has sent, then sends them to its parent."""
+    n, mask = len(members), 1
+    while mask < n:
+        if v & mask:
+            b.step(members[v - mask], (RES, base + v, base + min(v + mask, n)))
+            break
+        if v + mask < n:
+            b.step(src=members[v + mask], recv=(RES, base + v + mask, base + min(v + 2 * mask, n)))
+        mask <<= 1
+
+
 def _ring_reduce_scatter(b, ring, i, base=0):
     """Ring reduce-scatter of RES's len(ring) blocks from unit `base` in place among the ranks of
     `ring` (this one is ring[i]): ring[i] ends owning block i."""
@@ -112,28 +125,45 @@ def all_reduce(hosts, r):
     return b.plan()
 
 
+def _rails(hosts, r, what):
+    """(the hosts' ranks, this rank's host's ranks, its index there, its host's index) where every
+    host has as many ranks; ValueError naming `what` otherwise."""
+    groups = list(_by_host(hosts).values())
+    if any(len(g) != len(groups[0]) for g in groups):
+        raise ValueError(f"{what} needs the same number of ranks on every host, not {[len(g) for g in groups]}")
+    members = next(g for g in groups if r in g)
+    return groups, members, members.index(r), groups.index(members)
+
+
+def _host_reduce_scatter(b, members, v, nhosts):
+    """Ring reduce-scatter of X's super-blocks (nhosts units each) among the host's ranks into RES:
+    local rank v ends with super-block v reduced over its host (one rank: X copied)."""
+    k = len(members)
+    if k == 1:
+        b.copy(b.whole(RES), b.whole(X))
+        return
+
+    def sup(slot, i):
+        return (slot, i * nhosts, (i + 1) * nhosts)
+
+    right, left = members[(v + 1) % k], members[(v - 1) % k]
+    for s in range(k - 1):
+        sb, rb = (v - s - 1) % k, (v - s - 2) % k
+        b.step(right, sup(X, sb) if s == 0 else sup(RES, sb), left, sup(RES, rb), reduce=True, init=sup(X, rb))
+
+
 @functools.lru_cache(maxsize=256)
 def all_reduce_rails(hosts, r):
     """The plan of group rank r when every host has the same number k of ranks. Units: k
     super-blocks (one a local rank) of L sub-blocks (one a host): unit v * L + j."""
-    groups = list(_by_host(hosts).values())
-    k, nhosts = len(groups[0]), len(groups)
-    if any(len(g) != k for g in groups):
-        raise ValueError(f"all_reduce_rails needs the same number of ranks on every host, not {[len(g) for g in groups]}")
-    members = next(g for g in groups if r in g)
-    v, h = members.index(r), groups.index(members)
+    groups, members, v, h = _rails(hosts, r, "all_reduce_rails")
+    k, nhosts = len(members), len(groups)
     b = Builder("rails", k * nhosts)
 
     def sup(slot, i):
         return (slot, i * nhosts, (i + 1) * nhosts)
 
-    if k == 1:
-        b.copy(b.whole(RES), b.whole(X))
-    else:  # ring reduce-scatter of the host's super-blocks: local rank v ends with super-block v
-        right, left = members[(v + 1) % k], members[(v - 1) % k]
-        for s in range(k - 1):
-            sb, rb = (v - s - 1) % k, (v - s - 2) % k
-            b.step(right, sup(X, sb) if s == 0 else sup(RES, sb), left, sup(RES, rb), reduce=True, init=sup(X, rb))
+    _host_reduce_scatter(b, members, v, nhosts)
     if nhosts > 1:
         _ring_in_place(b, [g[v] for g in groups], h, base=v * nhosts)
     if k > 1:  # ring all-gather of the super-blocks
@@ -223,38 +253,20 @@ def reduce_rails(hosts, r, root):
     L - 1 + ceil(log2 L) network steps, where the chain by host takes n - 1 hops (each a
     whole-block latency) and the binomial tree log2 n whole payloads. Units: as all_reduce_rails'
     (unit v * L + j)."""
-    groups = list(_by_host(hosts).values())
-    k, nhosts = len(groups[0]), len(groups)
-    if any(len(g) != k for g in groups):
-        raise ValueError(f"reduce_rails needs the same number of ranks on every host, not {[len(g) for g in groups]}")
-    members = next(g for g in groups if r in g)
-    v, h = members.index(r), groups.index(members)
+    groups, members, v, h = _rails(hosts, r, "reduce_rails")
+    k, nhosts = len(members), len(groups)
     hr = next(j for j, g in enumerate(groups) if root in g)
     b = Builder("rails", k * nhosts)
 
     def sup(i):
         return (RES, i * nhosts, (i + 1) * nhosts)
 
-    if k == 1:
-        b.copy(b.whole(RES), b.whole(X))
-    else:  # the same reduce-scatter as all_reduce_rails'
-        right, left = members[(v + 1) % k], members[(v - 1) % k]
-        for s in range(k - 1):
-            sb, rb = (v - s - 1) % k, (v - s - 2) % k
-            b.step(right, (X, sb * nhosts, (sb + 1) * nhosts) if s == 0 else sup(sb), left, sup(rb),
-                   reduce=True, init=(X, rb * nhosts, (rb + 1) * nhosts))
+    _host_reduce_scatter(b, members, v, nhosts)
     if nhosts > 1:  # rail v, from root's host: its i-th rank ends owning sub-block i, then gathers
         rail = [groups[(hr + i) % nhosts][v] for i in range(nhosts)]
         i, base = (h - hr) % nhosts, v * nhosts
         _ring_reduce_scatter(b, rail, i, base)
-        mask = 1
-        while mask < nhosts:  # rail position i holds sub-blocks i .. i + lowbit(i) once its subtree has sent
-            if i & mask:
-                b.step(rail[i - mask], (RES, base + i, base + min(i + mask, nhosts)))
-                break
-            if i + mask < nhosts:
-                b.step(src=rail[i + mask], recv=(RES, base + i + mask, base + min(i + 2 * mask, nhosts)))
-            mask <<= 1
+        _binomial_gather(b, rail, i, base)
     if h == hr and k > 1:  # root gathers its host's super-blocks
         u = members.index(root)
         if v == u:
@@ -317,17 +329,10 @@ def all_gather(hosts, r):
     by_host = _by_host(hosts)
     groups = list(by_host.values())
     members = by_host[hosts[r]]
-    v, k = members.index(r), len(members)
+    v = members.index(r)
     first = members[0]
     b = Builder("leaders", len(hosts))
-    mask = 1
-    while mask < k:  # gather: relative rank v holds blocks v .. v + lowbit(v) of its host
-        if v & mask:
-            b.step(members[v - mask], (RES, first + v, first + min(v + mask, k)))
-            break
-        if v + mask < k:
-            b.step(src=members[v + mask], recv=(RES, first + v + mask, first + min(v + 2 * mask, k)))
-        mask <<= 1
+    _binomial_gather(b, members, v, first)
     if v == 0 and len(groups) > 1:
         def runs(lo, count):  # the rank units of hosts lo .. lo + count (mod hosts): one or two runs
             out = []
