@@ -12,11 +12,13 @@ others who is finishing (``finishing``), and once every rank has sent its
 digest or is gone, compares them and answers each rank (``verdict``): n
 messages for the job, not n per rank.
 
-Threads: one accepts; a handshake runs in a thread of its own (at most MAX_PENDING_HANDSHAKES at
-once), so a slow or hostile client never holds up the job; one event loop reads every
-authenticated connection (selectors: 10,000 ranks are 10,000 sockets, not 10,000 threads) and
-handles each message; one sends (notices, relays, replies, in the order they were queued), so
-that a rank that stops reading delays deliveries (up to SEND_TIMEOUT) but never the reading.
+Threads: two. One event loop (selectors: 10,000 ranks are 10,000 sockets, not 10,000 threads)
+accepts, runs every handshake a step at a time as its bytes arrive (at most
+MAX_PENDING_HANDSHAKES at once, each ended after HANDSHAKE_TIMEOUT), so a slow or hostile client
+never holds up the job, and reads every authenticated connection, handling each message. One
+sends (notices, relays, replies, in the order they were queued), so that a rank that stops
+reading delays deliveries (up to SEND_TIMEOUT) but never the reading. (Sealed connections, with
+COMMLIB_ENCRYPT, each have a pump thread of their own: seal.py.)
 """
 import contextlib
 import errno
@@ -31,7 +33,7 @@ import threading
 import time
 
 from .. import _backoff
-from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, verify
 from .._errors import AuthError, CommError
 from .framing import (AGENT_LABEL, CLIENT_LABEL, LINK_DATA, LINK_DROP, LINK_GONE, LINK_HOST, LINK_JOIN, MAGIC,
                       MAX_MESSAGE, SEALED, SERVER_LABEL, LinkFrames, census_wait_s, decode, encode, fmt_address,
@@ -115,6 +117,19 @@ class _Via(_Inbox):
         self.link.push(link_to([self.rank], data))
 
 
+class _Pending:
+    """A connection in its handshake: the reply bytes so far, our nonce, and its deadline."""
+
+    __slots__ = ("sock", "peer", "nonce", "got", "deadline")
+
+    def __init__(self, sock, peer, nonce, deadline):
+        self.sock, self.peer, self.nonce, self.got, self.deadline = sock, peer, nonce, b"", deadline
+
+
+_LISTENER = object()  # (the selector's data for the listening socket)
+_REPLY_BYTES = 4 + NONCE_BYTES + DIGEST_BYTES  # a client's handshake reply: rank, nonce, proof
+
+
 class Coordinator:
     """The rendezvous service: authenticates ranks, hands out the table, relays notices.
 
@@ -157,18 +172,20 @@ class Coordinator:
         self._census = None  # the last stall census: {"epoch", "asked", "states", "waiters", "reply", "at"}
         self._census_epoch = 0
         self._first_heard = {}  # rank -> monotonic time it first reported a failure, said goodbye or vanished
-        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._handshakes = {}  # socket -> _Pending (the event loop's)
+        self._accepting = False  # the listener is in the selector (not while handshakes are at their limit)
+        self._paused_until = 0.0  # out of descriptors: accepting again from then
         self._saturated = False
         self._out_of_fds = False
         self._notices = queue.Queue()
         self._closed = False
         self._threads = []
         self._sel = selectors.DefaultSelector()  # the event loop's: every authenticated connection
-        self._joining = []  # connections whose handshake is done, for the loop to take on
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._listener.setblocking(False)
         try:
             self._pumps = sealing_pumps("the coordinator")  # COMMLIB_ENCRYPT: every rank's connection sealed
         except (ValueError, CommError):
@@ -177,8 +194,7 @@ class Coordinator:
         self._sealed = SEALED if self._pumps is not None else b""
 
     def start(self):
-        for target, name in ((self._accept_loop, "commlib-coordinator"), (self._notice_loop, "commlib-coordinator"),
-                             (self._event_loop, "commlib-coordinator-io")):
+        for target, name in ((self._notice_loop, "commlib-coordinator"), (self._event_loop, "commlib-coordinator-io")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -259,31 +275,6 @@ class Coordinator:
 
     # -- threads
 
-    def _accept_loop(self):
-        while not self._closed:
-            try:
-                sock, peer = self._listener.accept()
-            except OSError as e:
-                if self._closed:
-                    return
-                if e.errno in (errno.EMFILE, errno.ENFILE) and not self._out_of_fds:  # ranks wait in the backlog
-                    self._out_of_fds = True
-                    from .._transport.limits import fd_limit_text  # (here: commrun never loads the transport)
-                    self._log(f"cannot accept ranks' connections: {fd_limit_text(e.errno)}")
-                time.sleep(0.05)  # don't spin
-                continue
-            # Too many handshakes at once (64 ranks starting together, or a flood): wait for a slot,
-            # leaving the rest in the listen backlog. Dropping here failed ranks that connected in a burst.
-            if not self._pending.acquire(blocking=False):
-                if not self._saturated:  # once: a large job meets this at every start
-                    self._saturated = True
-                    self._log(f"too many pending handshakes: {fmt_address(peer)} and later connections wait for a slot")
-                while not self._pending.acquire(timeout=0.5):
-                    if self._closed:
-                        sock.close()
-                        return
-            threading.Thread(target=self._serve, args=(sock, peer), daemon=True).start()
-
     def _notice_loop(self):
         """Broadcast queued notices in order. Goodbyes are coalesced: a "left" waits up to
         LEFT_COALESCE_S for the ones after it, and they go out as one message, so a job's ranks
@@ -333,30 +324,105 @@ class Coordinator:
                 out["ends"] = [[at_exit, code, pack_ranks(sorted(rs))] for (at_exit, code), rs in ends.items()]
             self._deliver(out)
 
-    def _serve(self, sock, peer):
-        try:
-            conn = self._handshake(sock, peer)
-        except Exception as e:  # noqa: BLE001 - anything a stranger does ends here
-            self._log(f"dropped connection from {fmt_address(peer)}: {e}")
-            sock.close()
-            return
-        finally:
-            self._pending.release()
-        if conn is not None:
-            with self._lock:
-                self._joining.append(conn)
-            self._wake()
+    def _accept(self):
+        """Take on the connections waiting in the backlog, each starting its handshake (our hello
+        sent), up to MAX_PENDING_HANDSHAKES at once; the rest wait in the backlog for a slot."""
+        while len(self._handshakes) < MAX_PENDING_HANDSHAKES:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if self._closed:
+                    return
+                if e.errno in (errno.EMFILE, errno.ENFILE):  # ranks wait in the backlog; try again soon
+                    if not self._out_of_fds:
+                        self._out_of_fds = True
+                        from .._transport.limits import fd_limit_text  # (here: commrun never loads the transport)
+                        self._log(f"cannot accept ranks' connections: {fd_limit_text(e.errno)}")
+                    self._paused_until = time.monotonic() + 0.05
+                    self._listen(False)
+                return
+            pending = _Pending(sock, peer, secrets.token_bytes(NONCE_BYTES), time.monotonic() + HANDSHAKE_TIMEOUT)
+            try:
+                sock.setblocking(False)
+                sock.send(MAGIC + pending.nonce)  # (a new connection's buffer takes these 36 bytes whole)
+                self._sel.register(sock, selectors.EVENT_READ, pending)
+            except OSError as e:
+                self._log(f"dropped connection from {fmt_address(peer)}: {e}")
+                sock.close()
+                continue
+            self._handshakes[sock] = pending
+        if not self._saturated:  # once: a large job meets this at every start
+            self._saturated = True
+            self._log("too many pending handshakes: later connections wait in the listen backlog for a slot")
+        self._listen(False)
 
-    def _handshake(self, sock, peer):
-        sock.settimeout(HANDSHAKE_TIMEOUT)
-        server_nonce = secrets.token_bytes(NONCE_BYTES)
-        sock.sendall(MAGIC + server_nonce)
+    def _listen(self, on):
+        """Put the listener in the selector (on) or take it out (while handshakes are at their limit,
+        or for a moment without descriptors)."""
+        if on == self._accepting or self._closed:
+            return
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            if on:
+                self._sel.register(self._listener, selectors.EVENT_READ, _LISTENER)
+            else:
+                self._sel.unregister(self._listener)
+        self._accepting = on
+
+    def _handshake_step(self, pending):
+        """What a connection in its handshake sent: once its whole reply is in, the handshake ends
+        (taken on as a rank or an agent's link, or dropped)."""
         try:
-            reply = recv_exact(sock, 4 + NONCE_BYTES + DIGEST_BYTES)
-        except socket.timeout:
-            raise CommError(f"no handshake within {HANDSHAKE_TIMEOUT} s") from None
+            data = pending.sock.recv(_REPLY_BYTES - len(pending.got))
+            if not data:
+                raise CommError("closed during its handshake")
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, CommError) as e:
+            self._end_handshake(pending, e)
+            return
+        pending.got += data
+        if len(pending.got) < _REPLY_BYTES:
+            return
+        self._end_handshake(pending, None)
+        try:
+            conn = self._handshake(pending)
+        except Exception as e:  # noqa: BLE001 - anything a stranger does ends here
+            self._log(f"dropped connection from {fmt_address(pending.peer)}: {e}")
+            pending.sock.close()
+            return
+        if conn is not None:
+            with contextlib.suppress(OSError, ValueError):  # (closed by close() meanwhile: nothing to read)
+                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+
+    def _end_handshake(self, pending, why):
+        """`pending` leaves the handshakes (its slot free again); with `why`, dropped and logged."""
+        self._handshakes.pop(pending.sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(pending.sock)
+        if why is not None:
+            self._log(f"dropped connection from {fmt_address(pending.peer)}: {why}")
+            pending.sock.close()
+
+    def _expire_handshakes(self, now):
+        """Drop the handshakes past their deadline; seconds until the next one's (None: none)."""
+        nearest = None
+        for pending in list(self._handshakes.values()):
+            if pending.deadline <= now:
+                self._end_handshake(pending, f"no handshake within {HANDSHAKE_TIMEOUT} s")
+            elif nearest is None or pending.deadline < nearest:
+                nearest = pending.deadline
+        return None if nearest is None else nearest - now
+
+    def _handshake(self, pending):
+        """The reply of a finished handshake checked: an agent's link or a rank's connection, set up and
+        returned (a rank admitted, its welcome sent), None for a rank refused; raises for a stranger."""
+        sock, peer, server_nonce, reply = pending.sock, pending.peer, pending.nonce, pending.got
+        sock.setblocking(True)
         rank_bytes, client_nonce, digest = reply[:4], reply[4 : 4 + NONCE_BYTES], reply[4 + NONCE_BYTES :]
         if not self._sealed and verify(digest, self._secret, AGENT_LABEL, server_nonce, client_nonce, rank_bytes):
+            sock.settimeout(HANDSHAKE_TIMEOUT)
             sock.sendall(mac(self._secret, SERVER_LABEL, client_nonce, server_nonce))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(None)
@@ -374,12 +440,13 @@ class Coordinator:
                                 f"coordinator has it {off}: set it alike for the whole job (commrun --encrypt does)")
             raise AuthError("failed authentication (wrong secret)")
         rank = int.from_bytes(rank_bytes, "big")
+        sock.settimeout(HANDSHAKE_TIMEOUT)
         sock.sendall(mac(self._secret, SERVER_LABEL + self._sealed, client_nonce, server_nonce))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._pumps is not None:
             sock = self._pumps.connection(sock, self._secret, server_nonce, client_nonce, rank_bytes, False, rank,
                                           f"rank {rank}")
-        # Reads block (close() wakes them); a rank that stops reading fails our sends after SEND_TIMEOUT.
+        # Reads are the loop's (MSG_DONTWAIT); a rank that stops reading fails our sends after SEND_TIMEOUT.
         sock.settimeout(None)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(SEND_TIMEOUT), 0))
         conn = _Rank(rank, sock, peer)
@@ -444,23 +511,32 @@ class Coordinator:
                     os.write(self._wake_w, b"!")
 
     def _event_loop(self):
-        """Read every rank's connection; handle each whole message in the order it came."""
+        """Accept, run the handshakes, read every rank's and agent's connection; handle each whole
+        message in the order it came."""
+        self._listen(True)
         try:
             while not self._closed:
-                for key, _ in self._sel.select():
+                now = time.monotonic()
+                wait = self._expire_handshakes(now)
+                if not self._accepting and len(self._handshakes) < MAX_PENDING_HANDSHAKES:
+                    if now >= self._paused_until:
+                        self._listen(True)
+                    else:
+                        wait = min(wait if wait is not None else 1.0, self._paused_until - now)
+                for key, _ in self._sel.select(None if wait is None else max(wait, 0.0)):
                     if key.data is None:
                         with contextlib.suppress(BlockingIOError):
                             os.read(key.fd, 4096)
-                        with self._lock:
-                            joining, self._joining = self._joining, []
-                        for conn in joining:
-                            try:
-                                self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-                            except (OSError, ValueError):  # closed meanwhile (by close()): nothing to read
-                                continue
+                    elif key.data is _LISTENER:
+                        self._accept()
+                    elif isinstance(key.data, _Pending):
+                        self._handshake_step(key.data)
                     else:
                         self._read(key.data)
         finally:
+            for pending in list(self._handshakes.values()):
+                pending.sock.close()
+            self._handshakes.clear()
             self._sel.close()
 
     def _take(self, conn, data):
