@@ -135,6 +135,11 @@ def _rails(hosts, r, what):
     return groups, members, members.index(r), groups.index(members)
 
 
+def _super(slot, i, nhosts):
+    """Super-block i (local rank i's: nhosts units from unit i * nhosts) of `slot`, in the rails' plans."""
+    return (slot, i * nhosts, (i + 1) * nhosts)
+
+
 def _host_reduce_scatter(b, members, v, nhosts):
     """Ring reduce-scatter of X's super-blocks (nhosts units each) among the host's ranks into RES:
     local rank v ends with super-block v reduced over its host (one rank: X copied)."""
@@ -142,14 +147,11 @@ def _host_reduce_scatter(b, members, v, nhosts):
     if k == 1:
         b.copy(b.whole(RES), b.whole(X))
         return
-
-    def sup(slot, i):
-        return (slot, i * nhosts, (i + 1) * nhosts)
-
     right, left = members[(v + 1) % k], members[(v - 1) % k]
     for s in range(k - 1):
         sb, rb = (v - s - 1) % k, (v - s - 2) % k
-        b.step(right, sup(X, sb) if s == 0 else sup(RES, sb), left, sup(RES, rb), reduce=True, init=sup(X, rb))
+        b.step(right, _super(X if s == 0 else RES, sb, nhosts), left, _super(RES, rb, nhosts), reduce=True,
+               init=_super(X, rb, nhosts))
 
 
 @functools.lru_cache(maxsize=256)
@@ -159,10 +161,6 @@ def all_reduce_rails(hosts, r):
     groups, members, v, h = _rails(hosts, r, "all_reduce_rails")
     k, nhosts = len(members), len(groups)
     b = Builder("rails", k * nhosts)
-
-    def sup(slot, i):
-        return (slot, i * nhosts, (i + 1) * nhosts)
-
     _host_reduce_scatter(b, members, v, nhosts)
     if nhosts > 1:
         _ring_in_place(b, [g[v] for g in groups], h, base=v * nhosts)
@@ -170,7 +168,7 @@ def all_reduce_rails(hosts, r):
         right, left = members[(v + 1) % k], members[(v - 1) % k]
         for s in range(k - 1):
             sb, rb = (v - s) % k, (v - s - 1) % k
-            b.step(right, sup(RES, sb), left, sup(RES, rb))
+            b.step(right, _super(RES, sb, nhosts), left, _super(RES, rb, nhosts))
     return b.plan()
 
 
@@ -257,10 +255,6 @@ def reduce_rails(hosts, r, root):
     k, nhosts = len(members), len(groups)
     hr = next(j for j, g in enumerate(groups) if root in g)
     b = Builder("rails", k * nhosts)
-
-    def sup(i):
-        return (RES, i * nhosts, (i + 1) * nhosts)
-
     _host_reduce_scatter(b, members, v, nhosts)
     if nhosts > 1:  # rail v, from root's host: its i-th rank ends owning sub-block i, then gathers
         rail = [groups[(hr + i) % nhosts][v] for i in range(nhosts)]
@@ -272,9 +266,9 @@ def reduce_rails(hosts, r, root):
         if v == u:
             for s in range(1, k):
                 w = (u + s) % k
-                b.step(src=members[w], recv=sup(w))
+                b.step(src=members[w], recv=_super(RES, w, nhosts))
         else:
-            b.step(root, sup(v))
+            b.step(root, _super(RES, v, nhosts))
     return b.plan()
 
 

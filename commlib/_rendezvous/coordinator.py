@@ -375,12 +375,13 @@ class Coordinator:
         (taken on as a rank or an agent's link, or dropped)."""
         try:
             data = pending.sock.recv(_REPLY_BYTES - len(pending.got))
-            if not data:
-                raise CommError("closed during its handshake")
         except (BlockingIOError, InterruptedError):
             return
-        except (OSError, CommError) as e:
+        except OSError as e:
             self._end_handshake(pending, e)
+            return
+        if not data:
+            self._end_handshake(pending, "closed during its handshake")
             return
         pending.got += data
         if len(pending.got) < _REPLY_BYTES:
@@ -419,10 +420,9 @@ class Coordinator:
         """The reply of a finished handshake checked: an agent's link or a rank's connection, set up and
         returned (a rank admitted, its welcome sent), None for a rank refused; raises for a stranger."""
         sock, peer, server_nonce, reply = pending.sock, pending.peer, pending.nonce, pending.got
-        sock.setblocking(True)
+        sock.settimeout(HANDSHAKE_TIMEOUT)  # (blocking again, for the proof we send)
         rank_bytes, client_nonce, digest = reply[:4], reply[4 : 4 + NONCE_BYTES], reply[4 + NONCE_BYTES :]
         if not self._sealed and verify(digest, self._secret, AGENT_LABEL, server_nonce, client_nonce, rank_bytes):
-            sock.settimeout(HANDSHAKE_TIMEOUT)
             sock.sendall(mac(self._secret, SERVER_LABEL, client_nonce, server_nonce))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(None)
@@ -440,7 +440,6 @@ class Coordinator:
                                 f"coordinator has it {off}: set it alike for the whole job (commrun --encrypt does)")
             raise AuthError("failed authentication (wrong secret)")
         rank = int.from_bytes(rank_bytes, "big")
-        sock.settimeout(HANDSHAKE_TIMEOUT)
         sock.sendall(mac(self._secret, SERVER_LABEL + self._sealed, client_nonce, server_nonce))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._pumps is not None:

@@ -27,8 +27,9 @@ def jobs(tmp_path):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if call.when == "teardown":  # (in an xdist worker the report goes to the controller: tests/conftest.py
-        # collects and prints them there)
+    # The test's figures ride in its report: tests/conftest.py collects and prints them (from an
+    # xdist worker the report goes to the controller)
+    if call.when == "teardown":
         report.user_properties += [("fault-figure", figure) for figure in take_figures()]
 
 
