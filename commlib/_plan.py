@@ -48,6 +48,7 @@ RELAY_REDUCED = 8  # send only bytes that have been reduced (send region == rece
 SEND_LOCAL = 16  # the send region sits at the start of its slot
 RECV_LOCAL = 32  # ... the receive (or reduce) region
 INIT_LOCAL = 64  # ... the init region
+FROM_RELAY = 128  # the sender of what this row receives relays it (its message may wait on its own input)
 
 
 class Plan:
@@ -90,8 +91,11 @@ class Builder:
     def whole(self, slot):
         return (slot, 0, self.parts)
 
-    def step(self, dst=None, send=None, src=None, recv=None, *, reduce=False, init=None, swap=False, relay=None):
-        flags = (REDUCE if reduce else 0) | (SWAP if swap else 0)
+    def step(self, dst=None, send=None, src=None, recv=None, *, reduce=False, init=None, swap=False, relay=None,
+             from_relay=False):
+        """from_relay: src's row that sends this relays it (both relay ends use the group's own lane,
+        CollectiveChannel: a message that waits on its sender's input must not hold a shared connection)."""
+        flags = (REDUCE if reduce else 0) | (SWAP if swap else 0) | (FROM_RELAY if from_relay else 0)
         flags |= {None: 0, "received": RELAY_RECEIVED, "reduced": RELAY_REDUCED}[relay]
         if relay is not None and send[:3] != recv[:3]:
             raise ValueError("a relay sends the region it receives")

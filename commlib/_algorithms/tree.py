@@ -116,7 +116,7 @@ def _broadcast_chain(n, v, real):
         b.step(nxt, buf)
     else:
         b.step(nxt, buf if nxt is not None else None, real(v - 1), buf,
-               relay="received" if nxt is not None else None)
+               relay="received" if nxt is not None else None, from_relay=v > 1)
     return b.plan()
 
 
@@ -166,7 +166,7 @@ def _reduce_chain(n, v, real):
     else:
         prev = real(v - 1) if v > 0 else None
         b.step(prev, acc if prev is not None else None, real(v + 1), acc, reduce=True, init=x,
-               relay="reduced" if prev is not None else None)
+               relay="reduced" if prev is not None else None, from_relay=v + 1 < n - 1)
     return b.plan()
 
 

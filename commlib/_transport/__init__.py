@@ -28,6 +28,7 @@ Incoming/Outgoing) and sleeps on the socket as a doorbell (Poller,
 (sockets.py: listeners, authenticated connections, the sticky failure and
 wake pipe) and its `Notices` (notices.py: what the coordinator says).
 """
+import collections
 import contextlib
 import os
 import threading
@@ -37,12 +38,12 @@ import numpy as np
 
 from .. import _plan
 from .._errors import CommError, PeerLost
-from .._wire import HEADER_NBYTES, decode
+from .._wire import HEADER_NBYTES, KIND_COLL, ProtocolError, decode
 from . import _io
 from .diagnose import peer_mismatch, status_error
 from .interfaces import routed_address
 from .p2p import PointToPoint
-from .sockets import CH_COLL, CH_P2P, Endpoint, host_identity
+from .sockets import CH_COLL, CH_LANE, CH_P2P, SHARED_GID, Endpoint, host_identity
 
 __all__ = ["Transport", "CollectiveChannel", "PointToPoint", "Endpoint", "spin_seconds", "spin_policy", "env_number",
            "host_identity", "routed_address"]
@@ -109,11 +110,14 @@ class CollectiveChannel:
         self.state = np.zeros(4, dtype=np.int64)
         self.ring = np.empty(4 * chunk, dtype=np.uint8)
         self.stepper = _io.Stepper(self.state, chunk, ep.wake_r, self.ring.ctypes.data, self.ring.nbytes,
-                                   spin[0], check_s, spin[1], spin[2])
+                                   spin[0], check_s, spin[1], spin[2], shared=True)
         self.fds = ep.fds
         self._plan_fds = {}  # plan -> (send fds, receive fds) of its rows
-        self.out_keys = [(gid, CH_COLL, w, 1) for w in world]
-        self.in_keys = [(gid, CH_COLL, w, 0) for w in world]
+        self._parking = None  # (group, world rank, message) another group's message being read
+        # one connection each way per peer, shared by every group (sockets.SHARED_GID), then the
+        # group's own lanes, for a pipelined chain's relayed messages (_plan.FROM_RELAY)
+        self.out_keys = [(SHARED_GID, CH_COLL, w, 1) for w in world] + [(gid, CH_LANE, w, 1) for w in world]
+        self.in_keys = [(SHARED_GID, CH_COLL, w, 0) for w in world] + [(gid, CH_LANE, w, 0) for w in world]
 
     def run(self, op, plan, slots, bounds):
         """Run `plan` (commlib._plan) for collective `op` with the GIL released once.
@@ -145,9 +149,17 @@ class CollectiveChannel:
                 kind, dst, src, s_slot, s_lo, s_hi, r_slot, r_lo, r_hi = (int(v) for v in rows[at][:9])
                 dst, src = (world[dst] if dst >= 0 else None), (world[src] if src >= 0 else None)
                 if rc == _io.NEED_PEER:
-                    self._connect(op, dst, src)
+                    flags = int(rows[at][10])
+                    self._connect(op, dst, src, flags & (_plan.RELAY_RECEIVED | _plan.RELAY_REDUCED) != 0,
+                                  flags & _plan.FROM_RELAY != 0)
                     _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
                     resume = False
+                    continue
+                if rc == _io.BUSY:
+                    fd = self.busy(src)
+                    if fd is not None:
+                        rfd[at] = fd
+                    resume = True
                     continue
                 if type(bounds) is tuple:  # even units: their boundaries, for the error's words
                     bounds = _plan.bounds(bounds[0], bounds[1], plan.parts)
@@ -158,17 +170,20 @@ class CollectiveChannel:
                 resume = True
         finally:
             notices.current = None
+            self.stepper.drop_parked()
             if reported:  # a stall may have widened the peer-check interval (as the fast path does)
                 self.stepper.check_reset()
 
-    def _connect(self, op, dst, src):
-        """Open the connections a row needs (world ranks); a member that cannot be reached fails the job."""
+    def _connect(self, op, dst, src, lane_out=False, lane_in=False):
+        """Open the connections a row needs (world ranks; the group's lane for a relayed message);
+        a member that cannot be reached fails the job."""
         ep, gid, hdr = self.ep, self.gid, op.hdr
+        out_ch, in_ch = (CH_LANE if lane_out else CH_COLL), (CH_LANE if lane_in else CH_COLL)
         try:
-            if dst is not None and self.fds.get((gid, CH_COLL, dst, 1)) is None:
-                ep.outgoing(gid, CH_COLL, dst, op.deadline, op)
-            if src is not None and self.fds.get((gid, CH_COLL, src, 0)) is None:
-                ep.incoming(gid, CH_COLL, src, op.deadline, op, hdr, lambda: self._check(src, hdr, op.dims),
+            if dst is not None and self.fds.get(ep.key(gid, out_ch, dst) + (1,)) is None:
+                ep.outgoing(gid, out_ch, dst, op.deadline, op)
+            if src is not None and self.fds.get(ep.key(gid, in_ch, src) + (0,)) is None:
+                ep.incoming(gid, in_ch, src, op.deadline, op, hdr, lambda: self._check(src, hdr, op.dims),
                             self.check_s)
         except CommError as exc:
             exc.op = str(op)
@@ -193,6 +208,15 @@ class CollectiveChannel:
         from the other, so no header ever reaches a receiver.
         """
         ep, notices = self.ep, self.ep.notices
+        if rc == _io.BUSY:
+            return self.busy(src)
+        if rc == _io.DRAINED:
+            return self._parked(state)
+        if rc == _io.MISMATCH and src is not None and self._park(src, state, rhdr):
+            return None
+        if self._parking is not None:  # an error while reading another group's message
+            self._parking = None
+            self.stepper.drain_into(None)
         if rc == _io.SLOW:
             waiting_on = src if src is not None and state[1] < recv_len + HEADER_NBYTES else dst
             notices.current = (what, waiting_on, hdr)
@@ -204,6 +228,53 @@ class CollectiveChannel:
             self._raise(exc)
         notices.current = None
         self._raise(status_error(ep, rc, state, what, dst, send_len, src, recv_len, hdr, rhdr, dims))
+
+    # ------------------------------------------------ messages of other groups (shared connections)
+    def _park(self, src, state, rhdr):
+        """A step read the header of another group's message from world rank src (the connection is
+        shared): the row goes on reading that message's payload (its own send going on meanwhile,
+        so a peer doing the same with ours is never waited on) and returns DRAINED (`_parked`).
+        False when the header is not another group's collective (a real mismatch, or garbage)."""
+        try:
+            h = decode(bytes(rhdr))
+        except ProtocolError:
+            return False
+        if h.kind != KIND_COLL or h.group == self.gid or int(state[1]) != HEADER_NBYTES:
+            return False
+        message = np.empty(HEADER_NBYTES + h.nbytes, np.uint8)
+        message[:HEADER_NBYTES] = np.frombuffer(rhdr, np.uint8)
+        self._parking = (h.group, src, message)
+        self.stepper.drain_into(message[HEADER_NBYTES:])
+        return True
+
+    def _parked(self, state):
+        """The message `_park` began is in: queue it for its group, let the descriptor go, and let
+        the row read its own message from the start."""
+        group, src, message = self._parking
+        self._parking = None
+        self.stepper.drain_into(None)
+        self.ep.parked.setdefault(group, {}).setdefault(src, collections.deque()).append(message)
+        _io.bump_park_gen()  # after queueing, before the descriptor is free: that group's next step looks
+        self.stepper.release(send=False)
+        state[1] = state[2] = state[3] = 0
+
+    def busy(self, src):
+        """The step loop is about to read a new message from world rank src and messages were
+        parked since this group last looked: FD_MEM when the oldest one from src is this group's
+        (the row reads it), else None (the row reads the connection)."""
+        gen = _io.park_gen()  # before looking: a message parked after this makes the loop ask again
+        mine = self.ep.parked.get(self.gid)
+        queue = mine.get(src) if mine else None
+        if queue:
+            message = queue.popleft()
+            if not queue:
+                del mine[src]
+            if not mine:
+                del self.ep.parked[self.gid]
+            self.stepper.set_clean(-1 if mine else gen)
+            return self.stepper.take_parked(message)
+        self.stepper.set_clean(-1 if mine else gen, self.fds.get((SHARED_GID, CH_COLL, src, 0), -1), gen)
+        return None
 
     def _check(self, peer, hdr, dims):
         """The error (recorded as the failure) when the peer we wait on is in another collective #seq
@@ -218,6 +289,7 @@ class CollectiveChannel:
         return self.ep.fail(exc) if exc is not None else None
 
     def _raise(self, exc):
+        self.stepper.release()  # the descriptors this group held mid-message: other groups' steps fail on
         self.ep.spread(exc)
         raise exc
 

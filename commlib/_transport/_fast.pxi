@@ -287,14 +287,17 @@ cdef class FastPath:
                 if rc == ST_OK:
                     return 0
                 reported = True
-                self.status(rc, str(self), hdr, None if shaped is None else shaped.shape,
-                            self._world(r[at].dst), _span(bounds, r[at].send_slot, r[at].send_lo, r[at].send_hi),
-                            self._world(r[at].src), _span(bounds, r[at].recv_slot, r[at].recv_lo, r[at].recv_hi),
-                            self.state, self.stepper.rhdr)
-                resume = True  # SLOW and the peer is in this collective too: go on with the same row
+                fd = self.status(rc, str(self), hdr, None if shaped is None else shaped.shape,
+                                 self._world(r[at].dst), _span(bounds, r[at].send_slot, r[at].send_lo, r[at].send_hi),
+                                 self._world(r[at].src), _span(bounds, r[at].recv_slot, r[at].recv_lo, r[at].recv_hi),
+                                 self.state, self.stepper.rhdr)
+                if fd is not None:  # BUSY: this row reads a message parked for this group
+                    rfd[at] = fd
+                resume = True  # SLOW and the peer is in this collective too, BUSY, a message parked: go on
         finally:
             if reported:
                 self.stepper.check_reset()
+                self.stepper.drop_parked()
                 if self.notices is not None:
                     self.notices.current = None
 

@@ -17,7 +17,7 @@ or one learned per peer from recent waits (`spin_budget`, `learn_wait`).
 """
 import os
 
-from libc.string cimport memcpy, memcmp, memmove
+from libc.string cimport memcpy, memcmp, memmove, memset
 from libc.errno cimport errno, EINTR
 
 cdef extern from *:
@@ -32,6 +32,80 @@ from commlib._kernels cimport reduce_raw, itemsize_of
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
+
+# Connections of the collective channel are shared by every group (sockets.py): one message at a
+# time per direction and descriptor. A step claims a descriptor's direction for its message, from
+# the first byte to the last (`_claim`), so the steps of groups running at once in other threads
+# wait for it, message by message, instead of interleaving bytes. A message of another group read
+# by a step is parked by the Python layer (CollectiveChannel.park), which bumps `park_gen`: a step
+# about to read checks it, so it never reads past a message parked for its own group.
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    static int* cl_claims = NULL;   /* [2 * fd + direction] -> token of the stepper in a message */
+    static long cl_claims_n = 0;    /* descriptors covered */
+    static int cl_park_gen = 0;
+    static int cl_claims_init(long n) {
+        if (cl_claims != NULL) return 0;
+        cl_claims = (int*)calloc((size_t)n * 2, sizeof(int));
+        if (cl_claims == NULL) return -1;
+        cl_claims_n = n;
+        return 0;
+    }
+    static int cl_claim(int fd, int dir, int token) {
+        int expected = 0;
+        int* slot;
+        if (fd < 0 || fd >= cl_claims_n) return 0;
+        slot = &cl_claims[2 * fd + dir];
+        if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) == token) return 1;
+        return __atomic_compare_exchange_n(slot, &expected, token, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    static void cl_unclaim(int fd, int dir, int token) {
+        if (fd < 0 || fd >= cl_claims_n) return;
+        if (__atomic_load_n(&cl_claims[2 * fd + dir], __ATOMIC_ACQUIRE) == token)
+            __atomic_store_n(&cl_claims[2 * fd + dir], 0, __ATOMIC_RELEASE);
+    }
+    static int cl_claimed_by(int fd, int dir) {
+        if (fd < 0 || fd >= cl_claims_n) return 0;
+        return __atomic_load_n(&cl_claims[2 * fd + dir], __ATOMIC_ACQUIRE);
+    }
+    static int cl_gen(void) { return __atomic_load_n(&cl_park_gen, __ATOMIC_ACQUIRE); }
+    static int cl_gen_bump(void) { return __atomic_add_fetch(&cl_park_gen, 1, __ATOMIC_ACQ_REL); }
+    """
+    int cl_claims_init(long n)
+    int cl_claim(int fd, int dir, int token) noexcept nogil
+    void cl_unclaim(int fd, int dir, int token) noexcept nogil
+    int cl_claimed_by(int fd, int dir) noexcept nogil
+    int cl_gen() noexcept nogil
+    int cl_gen_bump() noexcept nogil
+    long cl_claims_n
+
+def _claims_capacity():
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return max(65536, min(hard if hard != resource.RLIM_INFINITY else 1 << 22, 1 << 22))
+
+if cl_claims_init(_claims_capacity()) != 0:
+    raise MemoryError("no memory for the connection claim table")
+
+CLAIMS_CAPACITY = cl_claims_n  # descriptors a shared connection may have (sockets.py checks)
+cdef int _next_token = 0
+FD_MEM = -3  # a row's receive descriptor that reads the stepper's parked message instead
+
+
+def park_gen():
+    """How many messages were parked so far in this process (read before looking at the queues)."""
+    return cl_gen()
+
+
+def bump_park_gen():
+    """A message was parked (call after queueing it, before releasing its descriptor)."""
+    return cl_gen_bump()
+
+
+def claimed_by(int fd, int direction):
+    """The token of the stepper holding fd's direction (1 out, 0 in) mid-message; 0: none."""
+    return cl_claimed_by(fd, direction)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -93,9 +167,14 @@ cdef enum:
     ST_POLL_ERROR = 7
     ST_SLOW = 8         # no progress for check_s seconds: the caller may look at the peer, then resume
     ST_NEED_PEER = 9    # (plans) a row's peer has no connection yet: the caller connects, then resumes
+    ST_BUSY = 10        # (shared connections) a message may have been parked for this step: the caller
+                        # looks (CollectiveChannel.busy), hands it over or clears the step, then resumes
+    ST_DRAINED = 11     # (shared connections) another group's message read whole (Stepper.drain_into),
+                        # the row's send going on meanwhile: the caller parks it, then resumes the row
 
 OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
-MISMATCH, WAKE, POLL_ERROR, SLOW, NEED_PEER = ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW, ST_NEED_PEER
+MISMATCH, WAKE, POLL_ERROR, SLOW, NEED_PEER, BUSY, DRAINED = (ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW,
+                                                              ST_NEED_PEER, ST_BUSY, ST_DRAINED)
 
 # Relay modes: the send side may only send what has arrived (chain broadcast)
 # or what has been reduced (chain reduce: send_buf is then the reduce destination).
@@ -192,6 +271,14 @@ cdef struct Step:
     double check_s           # > 0: return ST_SLOW after this long without progress
     long long* state
     long long* waits         # [waits, sleeps in poll, waits that slept]: the spin's record (COMMLIB_DEBUG)
+    int token                # > 0: claim each descriptor's direction per message (shared connections)
+    int* clean               # [gen, fd, gen for fd]: park generations at which nothing was parked for this step
+    int* held                # [send fd, recv fd] claimed now (-1: none), for the stepper's release()
+    const char* mem          # recv_fd == FD_MEM: the parked message (header and payload) to read instead
+    Py_ssize_t mem_len
+    bint draining            # the receive is another group's payload (recv_buf): DRAINED once it is in
+    bint lane_send           # the send (a relay) goes on the group's own lane: no claim
+    bint lane_recv           # ... the receive (from a relay)
 
 
 cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
@@ -251,7 +338,41 @@ cdef inline Py_ssize_t _reduce_link(Step* s, void* link) noexcept nogil:
     return n
 
 
+cdef enum:
+    FD_MEM_ = -3
+
+
+cdef inline ssize_t _mem_readv(Step* s, iovec* iov, int niov) noexcept nogil:
+    """readv from the step's parked message (recv_fd FD_MEM): 0 once it is all read."""
+    cdef Py_ssize_t pos = s.state[S_RECVD], n = 0, k
+    cdef int i
+    for i in range(niov):
+        k = s.mem_len - pos
+        if k <= 0:
+            break
+        if k > <Py_ssize_t>iov[i].iov_len:
+            k = iov[i].iov_len
+        memcpy(iov[i].iov_base, s.mem + pos, k)
+        pos += k
+        n += k
+    return n
+
+
 cdef int _run(Step* s) noexcept nogil:
+    """Run a step (`_step`); a descriptor claimed for a message not begun is let go on return, so a
+    step waiting elsewhere (its caller checking a peer, or another row) holds no other group up."""
+    cdef int rc = _step(s)
+    if s.token > 0:
+        if s.held[1] >= 0 and s.state[S_RECVD] == 0:
+            cl_unclaim(s.held[1], 0, s.token)
+            s.held[1] = -1
+        if s.held[0] >= 0 and s.state[S_SENT] == 0:
+            cl_unclaim(s.held[0], 1, s.token)
+            s.held[0] = -1
+    return rc
+
+
+cdef int _step(Step* s) noexcept nogil:
     cdef long long* st = s.state
     cdef Py_ssize_t send_total = s.send_hdr_len + s.send_len
     cdef Py_ssize_t recv_total = s.recv_hdr_len + s.recv_len
@@ -277,10 +398,15 @@ cdef int _run(Step* s) noexcept nogil:
     cdef double cap = 0.0 if s.yield_spin and s.send_len + s.recv_len > YIELD_SPIN_MAX_BYTES else s.spin_s
     cdef bint timed = s.spin_s > 0 or s.check_s > 0 or s.learned != NULL
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
+    # claims (shared connections): a direction is held from a message's first byte to its last
+    cdef bint claims_send = s.token > 0 and s.send_fd >= 0 and not s.lane_send
+    cdef bint claims_recv = s.token > 0 and s.recv_fd >= 0 and not s.lane_recv
+    cdef bint send_held = False, recv_held = False, claim_wait, can
+    cdef int g
 
     if s.send_fd < 0:
         send_total = 0
-    if s.recv_fd < 0:
+    if s.recv_fd < 0 and s.recv_fd != FD_MEM_:
         recv_total = 0
     msg.msg_name = NULL
     msg.msg_namelen = 0
@@ -293,12 +419,15 @@ cdef int _run(Step* s) noexcept nogil:
     if timed:
         last_progress = _now()
         spin_until = last_progress + spin_s
+    if s.draining and st[S_RECVD] == recv_total:  # an empty message of another group (its header alone)
+        return ST_DRAINED
 
     while st[S_SENT] < send_total or st[S_RECVD] < recv_total or (
             s.reduce_dst != NULL and st[S_REDUCED] < s.recv_len):
         progress = False
         want_out = False
         want_in = False
+        claim_wait = False
         # ---- receive: header into recv_hdr, payload into recv_buf (or the ring)
         # a reduction from a shared-memory link reads its payload in place, once the header checked
         # (and nothing waits in the scratch ring: elements are reduced in stream order)
@@ -310,7 +439,25 @@ cdef int _run(Step* s) noexcept nogil:
                 st[S_ERRNO] = 0
                 return ST_RECV_ERROR
             progress = n > 0
-        if st[S_RECVD] < recv_total and not progress:
+        can = st[S_RECVD] < recv_total and not progress
+        if can and claims_recv and not recv_held:
+            # a new message (S_RECVD 0): one of ours may have been parked by the step that holds
+            # the descriptor, or since we last looked: the caller looks first
+            if st[S_RECVD] == 0:
+                g = cl_gen()
+                if g != s.clean[0] and not (s.clean[1] == s.recv_fd and g == s.clean[2]):
+                    return ST_BUSY
+            if cl_claim(s.recv_fd, 0, s.token):
+                recv_held = True
+                s.held[1] = s.recv_fd
+                if st[S_RECVD] == 0 and cl_gen() != g:  # parked between the look and the claim
+                    cl_unclaim(s.recv_fd, 0, s.token)
+                    s.held[1] = -1
+                    return ST_BUSY
+            else:
+                can = False
+                claim_wait = True
+        if can:
             pos = st[S_RECVD]
             niov = 0
             if pos < s.recv_hdr_len:
@@ -323,7 +470,9 @@ cdef int _run(Step* s) noexcept nogil:
             # The payload may share a read with an unchecked header only when it
             # lands in scratch (reduce mode: it is reduced after the check);
             # otherwise a mismatched message must never reach the destination.
-            if (checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL) and not (
+            # Not on a shared connection: a message of another group there may
+            # be shorter than ours, and the read would take the next one's bytes.
+            if (checked or pos >= s.recv_hdr_len or s.reduce_dst != NULL and not claims_recv) and not (
                     recv_link and s.reduce_dst != NULL and pos < s.recv_hdr_len):  # the header alone first
                 want = s.recv_len - p
                 if want > s.chunk and not recv_link:  # a link gives what it has (its own pieces)
@@ -344,7 +493,7 @@ cdef int _run(Step* s) noexcept nogil:
                     iov[niov].iov_len = want
                     niov += 1
             if niov > 0:
-                n = cl_readv(s.recv_fd, iov, niov)
+                n = _mem_readv(s, iov, niov) if s.recv_fd == FD_MEM_ else cl_readv(s.recv_fd, iov, niov)
                 if n > 0:
                     st[S_RECVD] += n
                     progress = True
@@ -359,12 +508,25 @@ cdef int _run(Step* s) noexcept nogil:
                 elif errno != EINTR:
                     st[S_ERRNO] = errno
                     return ST_RECV_ERROR
+        if s.draining and st[S_RECVD] == recv_total:
+            return ST_DRAINED  # the claim stays until the message is queued (CollectiveChannel)
+        if claims_recv and st[S_RECVD] == recv_total and s.held[1] >= 0:
+            cl_unclaim(s.recv_fd, 0, s.token)  # the whole message is in: another step may read on
+            s.held[1] = -1
         if s.reduce_dst != NULL and st[S_RECVD] > s.recv_hdr_len:
             if _reduce_ready(s, st[S_RECVD] == recv_total) != 0:
                 st[S_ERRNO] = 0
                 return ST_RECV_ERROR
         # ---- send: header then payload, at most one chunk of payload per call
-        if st[S_SENT] < send_total:
+        can = st[S_SENT] < send_total
+        if can and claims_send and not send_held:
+            if cl_claim(s.send_fd, 1, s.token):
+                send_held = True
+                s.held[0] = s.send_fd
+            else:
+                can = False
+                claim_wait = True
+        if can:
             pos = st[S_SENT]
             niov = 0
             if pos < s.send_hdr_len:
@@ -394,6 +556,9 @@ cdef int _run(Step* s) noexcept nogil:
                 if n > 0:
                     st[S_SENT] += n
                     progress = True
+                    if claims_send and st[S_SENT] == send_total:
+                        cl_unclaim(s.send_fd, 1, s.token)
+                        s.held[0] = -1
                 elif n < 0 and (cl_again(errno)):
                     want_out = True
                 elif n < 0 and errno != EINTR:
@@ -408,7 +573,7 @@ cdef int _run(Step* s) noexcept nogil:
                 spin_until = last_progress + spin_s
             waiting_since = 0.0
             continue
-        if not want_in and not want_out:
+        if not want_in and not want_out and not claim_wait:
             # Relay waiting for bytes that are still to arrive, with the
             # receive side idle, cannot happen: receive is then pending.
             continue
@@ -455,6 +620,8 @@ cdef int _run(Step* s) noexcept nogil:
             fds[nfds].events = POLLIN
             nfds += 1
         timeout_ms = <int>((wait_until - now) * 1000.0) + 1
+        if claim_wait and timeout_ms > 1:  # another thread's step is in a message there: look again soon
+            timeout_ms = 1
         s.waits[1] += 1
         if not slept:
             slept = True
@@ -501,12 +668,37 @@ cdef class Stepper:
     cdef bint adaptive, yield_spin
     cdef double learned[SPIN_SLOTS]
     cdef long long waits[3]
+    cdef readonly int token         # > 0: this stepper's steps claim shared descriptors per message
+    cdef int clean[3]
+    cdef int held[2]
+    cdef object source              # the parked message a FD_MEM row reads (bytes-like), or None
+    cdef const char* mem
+    cdef Py_ssize_t mem_len
+    cdef object sink                # another group's payload being read by the row (drain_into), or None
+    cdef char* drain_ptr
+    cdef Py_ssize_t drain_len
 
     def __init__(self, state, Py_ssize_t chunk, int wake_fd, Py_ssize_t ring_ptr, Py_ssize_t ring_len,
-                 double spin_s, double check_s, bint adaptive=False, bint yield_spin=False):
+                 double spin_s, double check_s, bint adaptive=False, bint yield_spin=False, bint shared=False):
         """adaptive: spin_s is the most a step spins, learned per peer; else it is fixed.
-        yield_spin: each turn of the spin calls sched_yield() (ranks outnumber cores)."""
+        yield_spin: each turn of the spin calls sched_yield() (ranks outnumber cores).
+        shared: its descriptors are shared with other steppers (the collective channel's): each
+        message claims its direction of a descriptor, and a new message checks for parked ones."""
         cdef int i
+        global _next_token
+        if shared:
+            _next_token += 1
+            self.token = _next_token
+        else:
+            self.token = 0
+        self.clean[0] = self.clean[1] = self.clean[2] = -1
+        self.held[0] = self.held[1] = -1
+        self.source = None
+        self.mem = NULL
+        self.mem_len = 0
+        self.sink = None
+        self.drain_ptr = NULL
+        self.drain_len = 0
         self.adaptive, self.yield_spin = adaptive, yield_spin
         for i in range(SPIN_SLOTS):
             self.learned[i] = 0.0  # a new peer is presumed prompt: spin the cap until it proves late
@@ -531,11 +723,19 @@ cdef class Stepper:
         s.state = &self._state[0]
         s.learned = NULL
         s.waits = &self.waits[0]
+        s.token = self.token
+        s.clean = &self.clean[0]
+        s.held = &self.held[0]
+        s.mem = self.mem
+        s.mem_len = self.mem_len
+        s.draining = False
+        s.lane_send = s.lane_recv = False
 
     cdef inline void _learn_peer(self, Step* s) noexcept nogil:
         """Adaptive spin: the step's spin budget follows its peer's average wait."""
-        if self.adaptive:
-            s.learned = &self.learned[(s.recv_fd if s.recv_fd >= 0 else s.send_fd) % SPIN_SLOTS]
+        cdef int fd = s.recv_fd if s.recv_fd >= 0 else s.send_fd
+        if self.adaptive and fd >= 0:
+            s.learned = &self.learned[fd % SPIN_SLOTS]
 
     cdef int _go(self, Step* s, double deadline) except? -1:
         """Fill in the group's constants and run the step with the GIL released."""
@@ -545,6 +745,52 @@ cdef class Stepper:
         with nogil:
             rc = _run(s)
         return rc
+
+    def take_parked(self, message):
+        """A row whose receive descriptor is FD_MEM reads `message` (a parked header and payload,
+        bytes-like and kept alive here) instead of its connection. Returns FD_MEM."""
+        cdef const unsigned char[::1] view = message
+        self.source = message
+        self.mem = <const char*>&view[0] if view.shape[0] else NULL
+        self.mem_len = view.shape[0]
+        return FD_MEM
+
+    def drain_into(self, payload):
+        """The row that read another group's header (MISMATCH) resumes reading that message's payload
+        into `payload` (a writable uint8 array, kept here) while its own send goes on; it returns
+        DRAINED when the payload is in. None ends it (the row reads its own message again)."""
+        cdef unsigned char[::1] view
+        if payload is None:
+            self.sink, self.drain_ptr, self.drain_len = None, NULL, 0
+            return
+        view = payload
+        self.sink = payload
+        self.drain_ptr = <char*>&view[0] if view.shape[0] else <char*>self.rhdr_ptr
+        self.drain_len = view.shape[0]
+
+    def drop_parked(self):
+        self.source = None
+        self.mem = NULL
+        self.mem_len = 0
+
+    def set_clean(self, int gen, int fd=-1, int fd_gen=-1):
+        """Nothing is parked for this stepper's group at park generation `gen` (-1: something is),
+        and nothing from descriptor fd at fd_gen: a new message there is read from the connection."""
+        self.clean[0], self.clean[1], self.clean[2] = gen, fd, fd_gen
+
+    def held_fds(self):
+        """(send fd, receive fd) this stepper holds mid-message (-1: none)."""
+        return self.held[0], self.held[1]
+
+    def release(self, bint send=True, bint recv=True):
+        """Let go of the descriptors held mid-message (after parking a message, or when the
+        operation fails: other groups' steps may then use them)."""
+        if send and self.held[0] >= 0:
+            cl_unclaim(self.held[0], 1, self.token)
+            self.held[0] = -1
+        if recv and self.held[1] >= 0:
+            cl_unclaim(self.held[1], 0, self.token)
+            self.held[1] = -1
 
     def check_later(self, double now, double most_s):
         """A peer check (at monotonic time `now`) found nothing wrong: the next one comes a quarter

@@ -50,6 +50,7 @@ cdef int PF_RELAY_REDUCED = _planmod.RELAY_REDUCED
 cdef int PF_SEND_LOCAL = _planmod.SEND_LOCAL
 cdef int PF_RECV_LOCAL = _planmod.RECV_LOCAL
 cdef int PF_INIT_LOCAL = _planmod.INIT_LOCAL
+cdef int PF_FROM_RELAY = _planmod.FROM_RELAY
 PLAN_SLOTS = _planmod.NSLOTS
 
 
@@ -73,7 +74,7 @@ cdef inline void _fill(Step* s, const Row* row, const Py_ssize_t* slots, const P
     s.send_buf = _region(slots, bounds, row.send_slot, row.send_lo, row.flags & PF_SEND_LOCAL)
     s.send_len = _span(bounds, row.send_slot, row.send_lo, row.send_hi)
     s.recv_fd = rfd if row.src >= 0 else -1
-    s.recv_hdr_len = 56 if s.recv_fd >= 0 else 0
+    s.recv_hdr_len = 56 if s.recv_fd >= 0 or s.recv_fd == FD_MEM_ else 0
     s.recv_len = _span(bounds, row.recv_slot, row.recv_lo, row.recv_hi)
     s.swap = (row.flags & PF_SWAP) != 0
     s.relay = (RELAY_RECEIVED if row.flags & PF_RELAY_RECEIVED else
@@ -90,12 +91,22 @@ cdef inline void _fill(Step* s, const Row* row, const Py_ssize_t* slots, const P
         s.recv_buf = dst
 
 
+cdef inline void _put_nbytes(char* hdr, Py_ssize_t n) noexcept nogil:
+    """A header's nbytes field (offset 48, little-endian 64 bits: _wire's layout)."""
+    cdef int i
+    cdef unsigned long long v = <unsigned long long>n
+    for i in range(8):
+        hdr[48 + i] = <char>((v >> (8 * i)) & 0xFF)
+
+
 cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssize_t* slots, const Py_ssize_t* bounds,
                   const int* sfd, const int* rfd, const char* hdr, int dtype, int op, double deadline, bint resume,
                   long long* nogil_ns, int timing) noexcept nogil:
     """Run rows[at[0]:] (see the section comment); returns a status, `at` the row it stopped on."""
     cdef Step s
     cdef const Row* row
+    cdef char send_hdr[56]
+    cdef char expect_hdr[56]
     cdef int k = at[0], rc = ST_OK
     cdef long long* state = &st._state[0]
     cdef char* dst
@@ -103,8 +114,12 @@ cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssiz
     cdef Py_ssize_t n
     cdef double t0 = _clock(timing) if timing else 0.0
     st._bind(&s, deadline)
-    s.send_hdr = hdr
-    s.expect_hdr = hdr
+    # each message's header is the collective's with the message's payload length in `nbytes`: a
+    # receiver that reads another group's message on a shared connection knows how long it is
+    memcpy(send_hdr, hdr, 56)
+    memcpy(expect_hdr, hdr, 56)
+    s.send_hdr = send_hdr
+    s.expect_hdr = expect_hdr
     s.recv_hdr = <char*>st.rhdr_ptr
     s.dtype = dtype
     s.op = op if op >= 0 else 0
@@ -121,13 +136,26 @@ cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssiz
                 memmove(dst, src, n)
             k += 1
             continue
-        if (row.dst >= 0 and sfd[k] < 0) or (row.src >= 0 and rfd[k] < 0):
+        if (row.dst >= 0 and sfd[k] < 0) or (row.src >= 0 and rfd[k] < 0 and rfd[k] != FD_MEM_):
             rc = ST_NEED_PEER
             break
         if not resume:
             state[0] = state[1] = state[2] = state[3] = 0
         resume = False
         _fill(&s, row, slots, bounds, sfd[k], rfd[k], <char*>st.ring_ptr)
+        _put_nbytes(send_hdr, s.send_len)
+        _put_nbytes(expect_hdr, s.recv_len)
+        s.expect_hdr = expect_hdr
+        s.lane_send = (row.flags & (PF_RELAY_RECEIVED | PF_RELAY_REDUCED)) != 0
+        s.lane_recv = (row.flags & PF_FROM_RELAY) != 0
+        s.draining = st.drain_ptr != NULL
+        if s.draining:  # another group's payload comes first: read it, send what is ours meanwhile
+            s.recv_buf, s.recv_len = st.drain_ptr, st.drain_len
+            s.reduce_dst = s.init_src = NULL
+            s.expect_hdr = NULL
+            if s.relay != RELAY_NONE:  # a relay's payload is what this row has yet to receive
+                s.send_len = state[0] - s.send_hdr_len if state[0] > s.send_hdr_len else 0
+                s.relay = RELAY_NONE
         st._learn_peer(&s)
         rc = _run(&s)
         if rc != ST_OK:
@@ -156,17 +184,18 @@ cdef int _bounds_even(Py_ssize_t* b, Py_ssize_t count, Py_ssize_t item, int part
 
 cdef int _peer_fds(const Row* rows, int nrows, dict fds, list out_keys, list in_keys, int* sfd, int* rfd) except -1:
     """Each row's descriptors from the endpoint's table (-1: no such side, -2: not connected yet);
-    returns the number of rows whose peer is not connected."""
-    cdef int k, missing = 0
+    returns the number of rows whose peer is not connected. The key lists hold the shared
+    connections' keys for ranks 0..n-1, then the group's lanes' (a relayed message's, both ends)."""
+    cdef int k, missing = 0, n = len(out_keys) // 2
     cdef object fd
     for k in range(nrows):
         sfd[k] = rfd[k] = -1
         if rows[k].dst >= 0:
-            fd = fds.get(out_keys[rows[k].dst])
+            fd = fds.get(out_keys[rows[k].dst + (n if rows[k].flags & (PF_RELAY_RECEIVED | PF_RELAY_REDUCED) else 0)])
             sfd[k] = -2 if fd is None else <int>fd
             missing += fd is None
         if rows[k].src >= 0:
-            fd = fds.get(in_keys[rows[k].src])
+            fd = fds.get(in_keys[rows[k].src + (n if rows[k].flags & PF_FROM_RELAY else 0)])
             rfd[k] = -2 if fd is None else <int>fd
             missing += fd is None
     return missing

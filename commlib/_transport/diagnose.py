@@ -19,7 +19,7 @@ from . import _io
 
 
 def mismatch_text(me, mine, peer, theirs, dims):
-    if all(getattr(mine, f) == getattr(theirs, f) for f in mine.__slots__ if f != "shape"):
+    if all(getattr(mine, f) == getattr(theirs, f) for f in mine.__slots__ if f not in ("shape", "nbytes")):
         return (f"rank {me} called {mine.describe()} with shape {tuple(dims) if dims else '?'} "
                 f"but rank {peer} called it with a different shape")
     return f"rank {me} called {mine.describe()} but rank {peer} called {theirs.describe()}"

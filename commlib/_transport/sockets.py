@@ -8,7 +8,8 @@ rank ever waits for another to connect before it can make progress (a ring
 where everyone connects to the right and reads from the left cannot
 deadlock). Peers on the same host and network namespace use the Unix socket.
 
-Each connection is keyed (group id, channel, sender rank) and authenticated
+Each connection is keyed (group id, channel, sender rank) -- the collective
+channel's are shared by every group, keyed SHARED_GID -- and authenticated
 before a byte of payload is read: the acceptor sends a nonce, the sender
 answers with its identity and HMAC-SHA256(secret, nonce, ...), and the
 acceptor proves the secret back. A dedicated acceptor thread does this, so a
@@ -35,16 +36,22 @@ from .. import _auth, _backoff, _debug
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .interfaces import describe, interfaces, listen_address
 from .notices import Notices
-from . import seal, shm
+from . import _io, seal, shm
 from .limits import OUT_OF_FDS, fd_limit_text, thread_limit_text
 
 NOTICE_GRACE_S = 0.6  # how long a peer that closed first waits for the job's failure notice (its cause)
 
 log = logging.getLogger("commlib")
 
-CH_COLL, CH_P2P = 0, 1
-_CHANNELS = {CH_COLL: "collectives", CH_P2P: "point-to-point"}
-CHANNEL_NAMES = ("collective", "point-to-point")
+CH_COLL, CH_P2P, CH_LANE = 0, 1, 2
+# The collective channel's connections are shared by every group: one each way per pair of ranks,
+# keyed (SHARED_GID, CH_COLL, peer); each header names its group and a message of another group
+# read by a step is parked for it (CollectiveChannel._park). A relayed message (a pipelined chain's:
+# it waits on its sender's own input) goes on its group's lane, CH_LANE, one per group and peer, so
+# it never holds a shared connection up. Point-to-point keeps one per group.
+SHARED_GID = 0xFFFFFFFF
+_CHANNELS = {CH_COLL: "collectives", CH_P2P: "point-to-point", CH_LANE: "relayed collectives"}
+CHANNEL_NAMES = ("collective", "point-to-point", "relayed collective")
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_TIMEOUT_S = 10.0  # client side: covers a busy peer
 # A peer address with no route (ENETUNREACH/EHOSTUNREACH) for this long is a set-up error, not a
@@ -156,6 +163,7 @@ class Endpoint:
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
         self.fds = {}  # (group, channel, peer, 1 outgoing | 0 incoming) -> fd: the hot-path lookup
+        self.parked = {}  # group -> {world rank: deque of messages (header + payload) read by another group}
         self._cond = threading.Condition()
         self._closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
@@ -253,12 +261,12 @@ class Endpoint:
             ident = struct.pack("<iIB", rank, group, channel)
             if magic != _DATA_MAGIC or not _auth.verify(mac, self.secret, b"commlib/data/client", nonce, cnonce, ident):
                 raise AuthError("wrong secret or not a commlib peer")
-            if channel not in (CH_COLL, CH_P2P) or self.table is not None and not 0 <= rank < len(self.table):
+            if channel not in (CH_COLL, CH_P2P, CH_LANE) or self.table is not None and not 0 <= rank < len(self.table):
                 raise AuthError(f"bad channel {channel} or rank {rank}")
             # a peer of this host may offer a shared-memory segment: mapped before the socket is
             # registered (no reader may see its bytes first), answered after the proof
             reply = shm.answer(sock, self.shm_mode) if sock.family == socket.AF_UNIX else b""
-            key = (group, channel, rank)
+            key = self.key(group, channel, rank)
             with self._cond:
                 old = self._in.get(key)
                 if old is not None and not _hung_up(old):
@@ -280,6 +288,7 @@ class Endpoint:
                 if self.sealing and sock.family != socket.AF_UNIX:
                     sock = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, False, rank, f"rank {rank}")
                     _tune(sock, False)
+                _claimable(sock, channel, self.rank)
                 self._in[key] = sock
                 self._cond.notify_all()
             if _debug.LEVEL:
@@ -304,13 +313,19 @@ class Endpoint:
                 shm.close(sock)
             self._pending.release()
 
+    @staticmethod
+    def key(group, channel, peer):
+        """The key of the connection that carries group's `channel` traffic with `peer`: the
+        collective channel's are shared by every group (SHARED_GID)."""
+        return (SHARED_GID, channel, peer) if channel == CH_COLL else (group, channel, peer)
+
     def incoming(self, group, channel, src, deadline, what, hdr=None, check=None, check_s=0.0):
         """fd of the authenticated connection from world rank `src`, waiting for it to arrive.
 
         With `check` (a callable returning an exception or None) and check_s > 0,
         a wait longer than check_s asks it whether src is stuck elsewhere.
         """
-        key = (group, channel, src)
+        key = self.key(group, channel, src)
         sock = self._in.get(key)
         if sock is not None:
             self.fds[key + (0,)] = fd = sock.fileno()
@@ -352,7 +367,7 @@ class Endpoint:
         A connection not made by the deadline fails this process (sticky), unless not `sticky`:
         then it is only this call's error (a best-effort or diagnostic connect).
         """
-        key = (group, channel, dst)
+        key = self.key(group, channel, dst)
         sock = self._out.get(key)
         if sock is not None:
             return sock.fileno()
@@ -366,7 +381,7 @@ class Endpoint:
 
     def out_sock(self, group, channel, dst):
         """The open connection to world rank dst, or None."""
-        return self._out.get((group, channel, dst))
+        return self._out.get(self.key(group, channel, dst))
 
     def route(self, dst):
         """How this rank reaches world rank dst: ("unix", abstract name) or ("tcp", (host, port))."""
@@ -519,6 +534,11 @@ class Endpoint:
                 raise
             sock = sealed
             _tune(sock, False)
+        try:
+            _claimable(sock, channel, self.rank)
+        except CommError as exc:
+            shm.close(sock)
+            raise self.fail(exc) from None
         with self._cond:
             if self._closed:  # close() ran while we connected: nobody would close this socket
                 shm.close(sock)
@@ -594,6 +614,13 @@ class Endpoint:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+
+
+def _claimable(sock, channel, rank):
+    """A collective connection's descriptor must fit the step loop's claim table."""
+    if channel != CH_P2P and sock.fileno() >= _io.CLAIMS_CAPACITY:
+        raise CommError(f"rank {rank}: descriptor {sock.fileno()} is beyond the {_io.CLAIMS_CAPACITY} a shared "
+                        f"connection may use (too many descriptors open in this process)")
 
 
 def _shm_words(sock):

@@ -74,3 +74,12 @@ def test_out_arguments(n, assert_ranks_ok, run):
     """reduce, reduce_scatter, gather and scatter write into a caller's out= and return it; a wrong one is a
     ValueError on every rank, and the group goes on."""
     assert_ranks_ok(run(n, "out_args.py"), n, "out= arguments")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_groups_share_connections(n, assert_ranks_ok, run):
+    """One collective connection each way per peer for every group; another group's message read
+    first is parked for it (crossed orders, up to 2.4 MB); two groups' collectives at once in two
+    threads over the same connections."""
+    assert_ranks_ok(run(n, "shared_connections.py", timeout=280), n, "groups sharing connections")

@@ -23,7 +23,7 @@ slow = []
 _run = g.stream.run
 g.stream.run = lambda fn, *a: (slow.append(fn.__name__), _run(fn, *a))[1]
 channel = g._channel
-fd = channel.fds.get((g.gid, 0, g.world[1 - me], 0)) if n == 2 else None  # CH_COLL, incoming
+fd = channel.fds.get(channel.in_keys[1 - me]) if n == 2 else None  # the collective connection from the peer
 c.ok(g.fast is not None and fd is not None, "armed", f"fast={g.fast} fd={fd}")
 
 
