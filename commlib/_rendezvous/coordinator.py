@@ -827,7 +827,8 @@ class Coordinator:
             except OSError as e:  # a rank that stopped reading (SEND_TIMEOUT): shut, so the event loop cleans up
                 with self._lock:
                     still_there = self._ranks.get(conn.rank) is conn
-                if not still_there:
+                # EBADF: the event loop closed it as the rank left, before taking it off the table
+                if not still_there or e.errno == errno.EBADF:
                     continue  # it left while we were sending: nothing to report
                 self._log(f"could not reach rank {conn.rank}: {e}")
                 with contextlib.suppress(OSError):

@@ -253,8 +253,9 @@ class CollectiveChannel:
         group, src, message = self._parking
         self._parking = None
         self.stepper.drain_into(None)
-        self.ep.parked.setdefault(group, {}).setdefault(src, collections.deque()).append(message)
-        _io.bump_park_gen()  # after queueing, before the descriptor is free: that group's next step looks
+        with self.ep.parked_lock:  # another group's thread may be taking from the same queue
+            self.ep.parked.setdefault(group, {}).setdefault(src, collections.deque()).append(message)
+            _io.bump_park_gen()  # after queueing, before the descriptor is free: that group's next step looks
         self.stepper.release(send=False)
         state[1] = state[2] = state[3] = 0
 
@@ -262,18 +263,19 @@ class CollectiveChannel:
         """The step loop is about to read a new message from world rank src and messages were
         parked since this group last looked: FD_MEM when the oldest one from src is this group's
         (the row reads it), else None (the row reads the connection)."""
-        gen = _io.park_gen()  # before looking: a message parked after this makes the loop ask again
-        mine = self.ep.parked.get(self.gid)
-        queue = mine.get(src) if mine else None
-        if queue:
-            message = queue.popleft()
-            if not queue:
-                del mine[src]
-            if not mine:
-                del self.ep.parked[self.gid]
-            self.stepper.set_clean(-1 if mine else gen)
-            return self.stepper.take_parked(message)
-        self.stepper.set_clean(-1 if mine else gen, self.fds.get((SHARED_GID, CH_COLL, src, 0), -1), gen)
+        with self.ep.parked_lock:
+            gen = _io.park_gen()  # before looking: a message parked after this makes the loop ask again
+            mine = self.ep.parked.get(self.gid)
+            queue = mine.get(src) if mine else None
+            if queue:
+                message = queue.popleft()
+                if not queue:
+                    del mine[src]
+                if not mine:
+                    del self.ep.parked[self.gid]
+                self.stepper.set_clean(-1 if mine else gen)
+                return self.stepper.take_parked(message)
+            self.stepper.set_clean(-1 if mine else gen, self.fds.get((SHARED_GID, CH_COLL, src, 0), -1), gen)
         return None
 
     def _check(self, peer, hdr, dims):

@@ -103,6 +103,12 @@ def bump_park_gen():
     return cl_gen_bump()
 
 
+def clear_claims(int fd):
+    """fd is being closed: no step holds either of its directions any more."""
+    cl_unclaim(fd, 0, cl_claimed_by(fd, 0))
+    cl_unclaim(fd, 1, cl_claimed_by(fd, 1))
+
+
 def claimed_by(int fd, int direction):
     """The token of the stepper holding fd's direction (1 out, 0 in) mid-message; 0: none."""
     return cl_claimed_by(fd, direction)

@@ -164,6 +164,7 @@ class Endpoint:
         self._in = {}  # (group, channel, src) -> socket
         self.fds = {}  # (group, channel, peer, 1 outgoing | 0 incoming) -> fd: the hot-path lookup
         self.parked = {}  # group -> {world rank: deque of messages (header + payload) read by another group}
+        self.parked_lock = threading.Lock()
         self._cond = threading.Condition()
         self._closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
@@ -292,7 +293,7 @@ class Endpoint:
                 self._in[key] = sock
                 self._cond.notify_all()
             if _debug.LEVEL:
-                _debug.log(_debug.INFO, lambda: f"accepted rank {rank} (group {group}, {_CHANNELS.get(channel)}) over "
+                _debug.log(_debug.INFO, lambda: f"accepted rank {rank} ({_whose(group, channel)}) over "
                            f"{'unix' if sock.family == socket.AF_UNIX else 'tcp'} from "
                            f"{addr if addr else 'this host'}, {_shm_words(sock)}")
             # the reader drains and rescans; one pending byte is enough
@@ -498,7 +499,7 @@ class Endpoint:
                 if local:
                     shm.settle(sock, memfd, ring, _auth.recv_exact(sock, 1))
                 if _debug.LEVEL:
-                    _debug.log(_debug.INFO, lambda: f"connected to rank {dst} (group {group}, {_CHANNELS.get(channel)}) "
+                    _debug.log(_debug.INFO, lambda: f"connected to rank {dst} ({_whose(group, channel)}) "
                                f"over {kind} {where}, {_shm_words(sock)}, in {(time.monotonic() - started) * 1e3:.1f} ms"
                                f" ({tries} attempt{'s' if tries > 1 else ''})")
                 break
@@ -603,6 +604,7 @@ class Endpoint:
             self._in.clear()
             self.fds.clear()
         for s in socks:
+            _io.clear_claims(s.fileno())  # a step stopped mid-message (an error) must not hold a reused number
             shm.close(s)
         if self.pumps is not None:  # after the data path's sockets: the pumps send what is left
             self.pumps.close(min(seal.FLUSH_S, self.timeout))
@@ -614,6 +616,13 @@ class Endpoint:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+
+
+def _whose(group, channel):
+    """'collectives of every group', 'group 3, point-to-point': what a connection carries (debug lines)."""
+    if group == SHARED_GID:
+        return f"{_CHANNELS.get(channel)} of every group"
+    return f"group {group}, {_CHANNELS.get(channel)}"
 
 
 def _claimable(sock, channel, rank):

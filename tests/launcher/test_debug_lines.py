@@ -28,7 +28,7 @@ def test_info_lines_through_commrun(commrun, tmp_path):
         text = (tmp_path / f"rank{rank}.log").read_text()
         assert f"[commlib rank {rank} +" in text
         assert f"joined as rank {rank} of 2 (2 on this host), started by commrun" in text
-        assert f"connected to rank {1 - rank} (group 0, collectives) over unix" in text and "shared memory" in text
+        assert f"connected to rank {1 - rank} (collectives of every group) over unix" in text and "shared memory" in text
         assert "the one-call path takes all_reduce up to" in text
         assert text.count("all_reduce of 2097152 B on 2 ranks: ring (ALL_REDUCE_SMALL_BYTES_PAIR=") == 1  # once
         assert "failure" in text and "MismatchError" in text

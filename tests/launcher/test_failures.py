@@ -83,6 +83,22 @@ def test_first_failure_stops_the_job_with_its_code(commrun, body, code, words):
         assert r.stderr.index("[2] ZeroDivisionError: boom") < r.stderr.index("commrun: rank 2")
 
 
+def test_every_rank_failing_at_once_reports_only_the_failure(commrun):
+    """Ranks of a job that all raise right after init leave the coordinator while it sends them
+    notices: what it cannot deliver to a rank that just left is no error of its own (it said
+    "could not reach rank 2: [Errno 9] Bad file descriptor" when the rank's socket was closed
+    before the rank left its table)."""
+    script = commrun.script("all_fail.py", """
+        import commlib as cl
+        cl.init()
+        raise ValueError("bad input")
+    """)
+    for _ in range(3):
+        r = commrun.run("-n", 4, script)
+        assert r.returncode == 1 and "ValueError: bad input" in r.stderr
+        assert "could not reach" not in r.stderr and "Bad file descriptor" not in r.stderr, r.stderr
+
+
 def test_all_ranks_succeed(commrun):
     r = commrun.run("-n", 2, "--", "true")
     assert r.returncode == 0 and r.stderr == ""
