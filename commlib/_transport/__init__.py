@@ -155,18 +155,14 @@ class CollectiveChannel:
                     _io.peer_fds(rows, self.fds, self.out_keys, self.in_keys, sfd, rfd)
                     resume = False
                     continue
-                if rc == _io.BUSY:
-                    fd = self.busy(src)
-                    if fd is not None:
-                        rfd[at] = fd
-                    resume = True
-                    continue
                 if type(bounds) is tuple:  # even units: their boundaries, for the error's words
                     bounds = _plan.bounds(bounds[0], bounds[1], plan.parts)
                 send_len = int(bounds[s_hi] - bounds[s_lo]) if s_slot >= 0 else 0
                 recv_len = int(bounds[r_hi] - bounds[r_lo]) if r_slot >= 0 else 0
                 reported = True
-                self.stopped(rc, op, hdr, op.dims, dst, send_len, src, recv_len, self.state, self.stepper.rhdr)
+                fd = self.stopped(rc, op, hdr, op.dims, dst, send_len, src, recv_len, self.state, self.stepper.rhdr)
+                if fd is not None:  # BUSY: this row reads a message parked for this group
+                    rfd[at] = fd
                 resume = True
         finally:
             notices.current = None
@@ -201,7 +197,8 @@ class CollectiveChannel:
                             self.ep.notices, self.stepper, plans, limits, ops, legal, dtype_code, bf16)
 
     def stopped(self, rc, what, hdr, dims, dst, send_len, src, recv_len, state, rhdr):
-        """A step (world ranks dst/src) stopped with status rc: return to resume it, else raise.
+        """A step (world ranks dst/src) stopped with status rc: return to resume it (a descriptor to
+        read the row's message from instead, after BUSY: FD_MEM), else raise.
 
         After SLOW it asks the peer it waits on whether it is in another collective (and says what
         this rank is in, for theirs): two ranks in different collectives can each wait to receive
