@@ -35,9 +35,9 @@ cdef extern from "<sched.h>" nogil:
 
 # Connections of the collective channel are shared by every group (sockets.py): one message at a
 # time per direction and descriptor. A step claims a descriptor's direction for its message, from
-# the first byte to the last (`_claim`), so the steps of groups running at once in other threads
+# the first byte to the last (`cl_claim`), so the steps of groups running at once in other threads
 # wait for it, message by message, instead of interleaving bytes. A message of another group read
-# by a step is parked by the Python layer (CollectiveChannel.park), which bumps `park_gen`: a step
+# by a step is parked by the Python layer (CollectiveChannel._parked), which bumps `park_gen`: a step
 # about to read checks it, so it never reads past a message parked for its own group.
 cdef extern from *:
     """
@@ -90,7 +90,6 @@ if cl_claims_init(_claims_capacity()) != 0:
 
 CLAIMS_CAPACITY = cl_claims_n  # descriptors a shared connection may have (sockets.py checks)
 cdef int _next_token = 0
-FD_MEM = -3  # a row's receive descriptor that reads the stepper's parked message instead
 
 
 def park_gen():
@@ -345,7 +344,8 @@ cdef inline Py_ssize_t _reduce_link(Step* s, void* link) noexcept nogil:
 
 
 cdef enum:
-    FD_MEM_ = -3
+    FD_MEM_ = -3  # a row's receive descriptor that reads the stepper's parked message instead
+FD_MEM = FD_MEM_
 
 
 cdef inline ssize_t _mem_readv(Step* s, iovec* iov, int niov) noexcept nogil:

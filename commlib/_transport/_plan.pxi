@@ -118,8 +118,7 @@ cdef int _execute(Stepper st, const Row* rows, int nrows, int* at, const Py_ssiz
     # receiver that reads another group's message on a shared connection knows how long it is
     memcpy(send_hdr, hdr, 56)
     memcpy(expect_hdr, hdr, 56)
-    s.send_hdr = send_hdr
-    s.expect_hdr = expect_hdr
+    s.send_hdr = send_hdr  # (expect_hdr is set per row: a row reading another group's payload has none)
     s.recv_hdr = <char*>st.rhdr_ptr
     s.dtype = dtype
     s.op = op if op >= 0 else 0
