@@ -43,7 +43,8 @@ from .table import MAX_INFO_BYTES, Book
 HANDSHAKE_TIMEOUT = 5.0
 MAX_PENDING_HANDSHAKES = 64
 SEND_TIMEOUT = 10.0
-LEFT_COALESCE_S = 0.02  # how long a goodbye (or a digest) waits for others to share its "left" ("finishing")
+LEFT_COALESCE_S = 0.02  # how long a goodbye (or a digest) waits for the next to share its "left" ("finishing")
+LEFT_COALESCE_MAX_S = 0.1  # ... and at most how long in all while they keep coming
 _COALESCED = ("left", "finishing")
 CENSUS_FRESH_S = 2.0  # a census this recent answers a stall report as it is (ranks time out together)
 CENSUS_GROUPS = 1000  # the most distinct states a census lists (its frame stays well under 1 MiB)
@@ -277,7 +278,7 @@ class Coordinator:
 
     def _notice_loop(self):
         """Broadcast queued notices in order. Goodbyes are coalesced: a "left" waits up to
-        LEFT_COALESCE_S for the ones after it, and they go out as one message, so a job's ranks
+        LEFT_COALESCE_S for the next one (LEFT_COALESCE_MAX_S in all), and they go out as one message, so a job's ranks
         finishing together cost a few messages per rank rather than one per other rank."""
         pending = _NOTHING
         while True:
@@ -303,16 +304,28 @@ class Coordinator:
             if kind not in _COALESCED:
                 self._deliver(msg, exclude=msg["rank"])
                 continue
-            same, until = [msg], time.monotonic() + LEFT_COALESCE_S
+            # The window stays open while goodbyes keep coming (each gives the next LEFT_COALESCE_S),
+            # up to LEFT_COALESCE_MAX_S: a loaded host spreads a job's goodbyes over more than one
+            # fixed window, and then each host would be sent a notice a window.
+            same, cap = [msg], time.monotonic() + LEFT_COALESCE_MAX_S
+            until = min(cap, time.monotonic() + LEFT_COALESCE_S)
             while (left := until - time.monotonic()) > 0:
                 try:
                     more = self._notices.get(timeout=left)
                 except queue.Empty:
                     break
+                if isinstance(more, tuple) and more[0] == "link":
+                    # A hang-up answering a goodbye behind an agent comes just before that goodbye's
+                    # "left": holding it would end each window at the first goodbye. It concerns only
+                    # its rank, which the notice held here no longer reaches (the agent drops frames
+                    # for a rank it hung up), so it goes out now.
+                    self._push_link(more[1], more[2])
+                    continue
                 if not isinstance(more, dict) or more["kind"] != kind:
                     pending = more  # in order: after these (None included: close() comes last)
                     break
                 same.append(more)
+                until = min(cap, time.monotonic() + LEFT_COALESCE_S)
             ranks = [m["rank"] for m in same]
             # (to all: the leavers are gone already); the ranks as runs or a bitmap (framing.pack_ranks)
             out = {"kind": kind, "rank": ranks[0], "ranks": pack_ranks(sorted(set(ranks)))}

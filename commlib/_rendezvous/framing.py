@@ -22,7 +22,7 @@ Messages pushed by the coordinator to ranks (``kind``):
               likely peers; ``rows`` the addresses a rank asked for (table.py)
   ``died``    {"rank", "code", "message"} from the supervisor (commrun), see notify_died
   ``left``    {"rank", "ranks"} these ranks said goodbye (Client.close) and disconnected: the
-              goodbyes of LEFT_COALESCE_S share one message; "ranks" as pack_ranks writes a set
+              goodbyes close together share one message (coordinator.LEFT_COALESCE_S); "ranks" as pack_ranks writes a set
   ``lost``    {"rank", "message"} the rank's connection closed without a goodbye
   ``finishing`` {"rank", "ranks", "ends"} these ranks sent their finalize() digest (coalesced like
               goodbyes); "ends": [[at_exit, exit_code, ranks]] for those whose program ended

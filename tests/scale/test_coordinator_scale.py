@@ -56,6 +56,7 @@ def test_fake_hosts_behind_agents_cost_the_coordinator_a_frame_a_host(n):
     assert start["messages"] <= 2 * n + 20, start  # each rank its own table (its likely peers differ)
     assert lost["messages"] == hosts and lost["bytes"] < 200 * hosts, lost  # n - 1 messages on own connections
     assert stall["messages"] <= 2 * hosts + 4, stall  # the census's query and its reply: once a host each
-    # finalize: the hang-up after each goodbye (9 B a rank), the verdict and the coalesced notices once a host
-    assert finalize["bytes"] < 100 * n, finalize
+    # finalize: the hang-up after each goodbye (9 B a rank), the verdict and the coalesced notices once a
+    # host (11 kB at 1,000 ranks; 100 kB under CI's load when each hang-up ended a goodbye's window)
+    assert finalize["bytes"] < 40 * n, finalize
     assert all(phase["threads"] <= 5 for phase in phases.values()), phases
