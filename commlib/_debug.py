@@ -6,7 +6,7 @@ the first time a (collective, algorithm, size class) is chosen, with the numbers
 every failure with its cause, and at finalize() how the waits for peers ended (spinning, or asleep
 in poll). TRACE: also every algorithm choice. Each line:
 
-    [commlib rank 3 +12.345678s] connected to rank 0 (group 0, collectives) over unix ...
+    [commlib rank 3 +12.345678s] connected to rank 0 (collectives of every group) over unix ...
 
 on stderr, or appended to COMMLIB_DEBUG_FILE, whose `%r`, `%p` and `%h` become the rank, the pid
 and the host. Off (unset, empty or 0) every call site costs one test of LEVEL.

@@ -22,12 +22,14 @@ class Failures:
             self._protocol_error(conn, f"connection closed in the middle of a message "
                                        f"({gone or why or 'connection closed'})", lost=True)
             return
-        # Between messages: a sender that left is an error for the receives that wait on it;
-        # one that is still here closed a handshake attempt it gave up on, and its retry
-        # replaces this connection (_adopt_all). If it died instead, the job's notice says so.
-        ctx = self.contexts.get(conn.gid)
-        if ctx is not None and gone is not None:
-            self._fail_posted_from(ctx, conn.src, gone)
+        # Between messages: a sender that left is an error for the receives that wait on it, in
+        # every group (they all come on this connection); one that is still here closed a
+        # handshake attempt it gave up on, and its retry replaces this connection (_adopt_all).
+        # If it died instead, the job's notice says so.
+        if gone is not None:
+            for ctx in self.contexts.values():
+                if conn.src in ctx.to_group:
+                    self._fail_posted_from(ctx, conn.src, gone)
 
     def _fail_posted_from(self, ctx, src_w, gone):
         src_g = ctx.to_group.get(src_w)
@@ -46,9 +48,9 @@ class Failures:
         """Receives from a rank that has left (and sent all it will) can never complete, nor can
         an issend whose receiver left without matching it."""
         for key in list(self._acks):
-            gid, w, _ = key
+            w, _ = key
             gone = self.p2p.gone(w)
-            if gone is not None and self._drained(gid, w):
+            if gone is not None and self._drained(w):
                 s = self._acks.pop(key)
                 self.n_sending -= 1
                 s.req._finish(error=PeerLost(f"rank {self.me}: {s.req.what} lost rank {w} ({gone}) before it "
@@ -65,12 +67,12 @@ class Failures:
                 gone = self.p2p.gone(w) if w != self.me else None
                 if gone is None:
                     continue
-                if self._drained(ctx.gid, w):
+                if self._drained(w):
                     self._fail_posted_from(ctx, w, gone)
 
-    def _drained(self, gid, w):
-        """Everything world rank w sent us on group gid has been read (or it never connected)."""
-        conn = self._in.get((gid, w)) or self._adopt((gid, w))
+    def _drained(self, w):
+        """Everything world rank w sent us has been read (or it never connected)."""
+        conn = self._in.get(w) or self._adopt(w)
         return conn is None or conn.eof or (conn.idle and not conn.pending())
 
     def _out_lost(self, out):

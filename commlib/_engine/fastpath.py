@@ -41,14 +41,14 @@ class FastPaths:
             return FALLBACK
         return finish(Message(src, tag, nbytes, dtype, count), into)
 
-    def _claim(self, ctx, key, src, tag):
-        """The connection from src, marked busy for a blocking fast path (the engine keeps off it until
+    def _claim(self, ctx, src_w, src, tag):
+        """The connection from src (world rank src_w), marked busy for a blocking fast path (the engine keeps off it until
         the caller clears it: a frame may be half read); None when the engine must serve the
         receive (no connection yet, another fast path on it, or messages already waiting)."""
         with self.lock:
-            conn = self._in.get(key)
+            conn = self._in.get(src_w)
             if conn is None:
-                conn = self._adopt(key)
+                conn = self._adopt(src_w)
             if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
                 return None
             conn.busy = True
@@ -92,9 +92,9 @@ class FastPaths:
         """The rest of a blocking send stuck `sent` bytes into its frame (lock held): queued first in
         line, the engine writes it; the caller waits on the Request returned."""
         dst_w = ctx.world[dst]
-        conn = self.p2p.outgoing(ctx.gid, dst_w, time.monotonic() + ctx.timeout, what)
+        conn = self.p2p.outgoing(dst_w, time.monotonic() + ctx.timeout, what)
         part = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
-        return self._queue_send(ctx, (ctx.gid, dst_w), conn, [part], nbytes, tag, dtype, count, flags, what,
+        return self._queue_send(ctx, dst_w, conn, [part], nbytes, tag, dtype, count, flags, what,
                                 ctx.timeout, sent=sent, seq=0)
 
     def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc):
@@ -131,9 +131,8 @@ class FastPaths:
         engine exactly as the plain fast path hands over a mismatch.
         """
         src_w = ctx.world[src]
-        key = (ctx.gid, src_w)
         deadline = time.monotonic() + ctx.timeout
-        conn = self._claim(ctx, key, src, tag)
+        conn = self._claim(ctx, src_w, src, tag)
         if conn is None:
             return FALLBACK
         try:

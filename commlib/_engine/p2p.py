@@ -1,9 +1,13 @@
 """The point-to-point engine: posted receives, unexpected messages, send queues.
 
 One engine per process (plus one without a transport for the size-1 world).
-Each group registers a matching context (`matching.Matcher`). Sends go into
-a FIFO per (group, destination) connection and are written without
-blocking; receives are posted to their group's matcher. Progress is made by
+Each group registers a matching context (`matching.Matcher`). One
+connection each way per peer carries every group's frames: sends go into
+its FIFO and are written without blocking; each frame that arrives is
+matched in the group its header names; receives are posted to their group's
+matcher. A frame for a group this rank has not created yet (a peer left the
+split first and sent at once) is read and kept until `context()` registers
+the group. Progress is made by
 one progress thread while the caller computes, by a caller waiting on a
 request, and, when nothing is outstanding, by a blocking call itself on the
 latency path. `Engine` is this module's state and lifetime, assembled from
@@ -17,7 +21,7 @@ one part per job:
 - failures.py   which requests a lost connection or a departed rank fails, and with what.
 
 Messages from a sender on one connection are read in order and matched in
-order (non-overtaking). issend messages carry FLAG_SYNC and a per-connection
+order (non-overtaking, per group too). issend messages carry FLAG_SYNC and a per-connection
 sequence number; the receiver acknowledges the match with a FLAG_ACK frame
 on its own connection back.
 """
@@ -63,10 +67,11 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self._work = threading.Condition(self.lock)
         self.contexts = {}
         self.groups = weakref.WeakValueDictionary()  # gid -> Group, for the finalize() digest comparison
-        self._in = {}  # (gid, src world) -> the transport's Incoming connection, once adopted
-        self._out = {}  # (gid, dst world) -> the transport's Outgoing connection (its queue of _Send frames)
-        self._seq = {}  # (gid, dst world) -> sends so far on that connection (numbers issends)
-        self._acks = {}  # (gid, dst world, seq) -> _Send waiting for its acknowledgement
+        self._in = {}  # src world -> the transport's Incoming connection (every group's frames), once adopted
+        self._out = {}  # dst world -> the transport's Outgoing connection (its queue of _Send frames)
+        self._seq = {}  # dst world -> sends so far on that connection (numbers issends)
+        self._acks = {}  # (dst world, seq) -> _Send waiting for its acknowledgement
+        self._early = {}  # gid -> [(Incoming, Message)]: frames of a group not created here yet, in order
         self.n_posted = 0  # posted receives and probes
         self.n_sending = 0  # sends queued or partly written
         self._partial = set()  # incoming connections in the middle of a frame
@@ -83,10 +88,8 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
             ctx = self.contexts.get(gid)
             if ctx is None:
                 ctx = self.contexts[gid] = _Context(gid, world, rank, timeout)
-                if self.p2p is not None:  # connections of this group that arrived before it existed here
-                    self._adopt_all()
-                    if any(key[0] == gid for key in self._in):
-                        self._kick()
+                for conn, msg in self._early.pop(gid, ()):  # its frames read before it existed here
+                    self._arrive_early(ctx, conn, msg)
             return ctx
 
     def one_call(self, ctx):

@@ -171,21 +171,16 @@ class Progress:
             self._read(conn)
 
     def _adopt_all(self):
-        # A connection of a group this rank has not created yet (a peer left split() first and
-        # sent at once) stays unread in the transport until context() registers the group.
-        for key, conn in self.p2p.incoming().items():
-            if key[0] not in self.contexts:
-                continue
-            old = self._in.get(key)
+        for src, conn in self.p2p.incoming().items():
+            old = self._in.get(src)
             if old is not conn:  # new, or the transport replaced a dead attempt
                 self._partial.discard(old)
-                self._in[key] = conn
+                self._in[src] = conn
 
-    def _adopt(self, key):
-        conn = self.p2p.incoming().get(key)
-        if conn is None or key[0] not in self.contexts:
-            return None
-        self._in[key] = conn
+    def _adopt(self, src):
+        conn = self.p2p.incoming().get(src)
+        if conn is not None:
+            self._in[src] = conn
         return conn
 
     def _read(self, conn):
@@ -212,24 +207,36 @@ class Progress:
                 self._payload_done(conn)
 
     def _header_done(self, conn):
-        """conn read a whole header: match it and say where its payload goes."""
-        ctx = self.contexts.get(conn.gid)
+        """conn read a whole header: match it in the group it names and say where its payload goes."""
         try:
             h = decode(conn.header)
         except ProtocolError as exc:
             self._protocol_error(conn, str(exc))
             return
-        src_g = ctx.to_group.get(conn.src) if ctx is not None else None
-        if ctx is None or h.kind != KIND_P2P or h.group != conn.gid or h.root != src_g:
+        if h.kind != KIND_P2P:
             self._protocol_error(conn, f"unexpected frame {h!r}")
             return
+        conn.ctx = h.group
+        ctx = self.contexts.get(h.group)
+        if ctx is None:  # a group not created here yet: read it aside until context() registers it
+            if h.flags & FLAG_ACK:  # (an acknowledgement answers a send of a group this rank has)
+                self._protocol_error(conn, f"acknowledgement for group {h.group:#x}, which this rank does not have")
+                return
+            msg = Message(h.root, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
+            self._early.setdefault(h.group, []).append((conn, msg))
+            self._receive_aside(conn, msg)
+            return
+        if h.root != ctx.to_group.get(conn.src):
+            self._protocol_error(conn, f"unexpected frame {h!r} (rank {conn.src} is not rank {h.root} of "
+                                       f"group {h.group:#x})")
+            return
         if h.flags & FLAG_ACK:
-            s = self._acks.pop((conn.gid, conn.src, h.seq), None)
+            s = self._acks.pop((conn.src, h.seq), None)
             if s is not None:
                 self.n_sending -= 1
                 s.req._finish(None)
             return
-        msg = Message(src_g, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
+        msg = Message(h.root, h.tag, h.nbytes, h.dtype, h.count, h.flags, h.seq)
         taker, probes = ctx.matcher.arrive(msg)
         self._satisfy_probes(ctx, probes, msg)
         if taker is not None:
@@ -243,20 +250,46 @@ class Progress:
                 msg.data = np.empty(msg.nbytes, dtype=np.uint8)
                 view = memoryview(msg.data)
         else:
-            msg.data = np.empty(msg.nbytes, dtype=np.uint8)
-            view = memoryview(msg.data)
+            self._receive_aside(conn, msg)
+            return
         conn.msg = msg
         if msg.nbytes == 0:
             self._payload_done(conn)
         else:
             conn.receive_into(view)
 
+    def _receive_aside(self, conn, msg):
+        """Read msg's payload into a buffer of its own (no receive has taken it yet)."""
+        msg.data = np.empty(msg.nbytes, dtype=np.uint8)
+        conn.msg = msg
+        if msg.nbytes == 0:
+            self._payload_done(conn)
+        else:
+            conn.receive_into(memoryview(msg.data))
+
+    def _arrive_early(self, ctx, conn, msg):
+        """A frame read before its group existed here, now that it does (in the order they came)."""
+        if msg.source != ctx.to_group.get(conn.src):
+            self._protocol_error(conn, f"a frame from rank {conn.src} for group {ctx.gid:#x} as its rank "
+                                       f"{msg.source}, which it is not")
+            return
+        taker, probes = ctx.matcher.arrive(msg)  # (a new group: nothing posted nor probing yet)
+        self._satisfy_probes(ctx, probes, msg)
+        if taker is not None:
+            self.n_posted -= 1
+            self._matched(ctx, msg)
+            if msg.complete:
+                payload, msg.data = msg.data, None
+                self._deliver(ctx, taker, msg, payload)
+            else:
+                msg.taker = taker
+
     def _payload_done(self, conn):
         msg = conn.msg
         conn.msg = None
         msg.complete = True
         if msg.taker is not None:
-            ctx = self.contexts[conn.gid]
+            ctx = self.contexts[conn.ctx]
             taker, msg.taker = msg.taker, None
             payload = msg.data if msg.data is not None else taker.into
             msg.data = None
@@ -273,7 +306,7 @@ class Progress:
             if s.req is None:  # an acknowledgement
                 self.n_sending -= 1
             elif s.sync:
-                self._acks[(out.gid, out.dst, s.seq)] = s
+                self._acks[(out.dst, s.seq)] = s
             else:
                 self.n_sending -= 1
                 s.req._finish(None)

@@ -2,7 +2,7 @@
 
 A send becomes a `_Send` (a transport Frame: its header and the user's
 buffers, written back to back) queued on the transport's Outgoing connection
-of its (group, destination), written at once as far as the connection takes
+to its destination (every group's frames, in order), written at once as far as the connection takes
 it, then by whoever makes progress (progress.py). An issend's frame carries
 FLAG_SYNC and the connection's next sequence number and waits in
 `Engine._acks` after its last byte until the receiver's FLAG_ACK frame comes
@@ -53,28 +53,28 @@ class Sends:
         self.transport.raise_if_failed()
         dst_w = ctx.world[dst]
         deadline = time.monotonic() + timeout
-        conn = self.p2p.outgoing(ctx.gid, dst_w, deadline, what)
+        conn = self.p2p.outgoing(dst_w, deadline, what)
         if sync:
             flags |= FLAG_SYNC
-        key = (ctx.gid, dst_w)
         if block and not sync and len(parts) == 1:
             part = parts[0]
             done = self.one_call(ctx).send_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype,
                                                  count, flags, what)
             if done is None:
                 return None
-        req = self._queue_send(ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
+        req = self._queue_send(ctx, dst_w, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
         if block:
             req.wait()
             return None
         return req
 
-    def _queue_send(self, ctx, key, conn, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0, seq=None):
+    def _queue_send(self, ctx, dst_w, conn, parts, nbytes, tag, dtype, count, flags, what, timeout, sent=0,
+                    seq=None):
         req = Request(what, timeout=timeout, waiter=self.wait)
         with self.lock:
-            out = self._out_conn(key, conn)
+            out = self._out_conn(dst_w, conn)
             if seq is None:
-                n = self._seq[key] = self._seq.get(key, 0) + 1
+                n = self._seq[dst_w] = self._seq.get(dst_w, 0) + 1
                 seq = n if flags & FLAG_SYNC else 0
             hdr = message_header(group=ctx.gid, source=ctx.rank, tag=tag, dtype=dtype, count=count, nbytes=nbytes,
                                  flags=flags, seq=seq)
@@ -83,11 +83,11 @@ class Sends:
             self._enqueue(out, s)
         return req
 
-    def _out_conn(self, key, conn):
-        """The Outgoing connection of key = (gid, dst world rank) whose queue this engine writes."""
-        out = self._out.get(key)
+    def _out_conn(self, dst_w, conn):
+        """The Outgoing connection to world rank dst_w whose queue this engine writes."""
+        out = self._out.get(dst_w)
         if out is None:
-            out = self._out[key] = conn
+            out = self._out[dst_w] = conn
         return out
 
     def _enqueue(self, out, s):
@@ -136,7 +136,7 @@ class Sends:
             msg.local_sender._finish(None)
             return
         src_w = ctx.world[msg.source]
-        conn = self.p2p.outgoing(ctx.gid, src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
+        conn = self.p2p.outgoing(src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
         ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
                     None, msg.seq, msg.tag, False)
-        self._enqueue(self._out_conn((ctx.gid, src_w), conn), ack)
+        self._enqueue(self._out_conn(src_w, conn), ack)

@@ -27,7 +27,7 @@ from numpy import dtype as np_dtype
 cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
-    cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt
+    cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
     cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty
     cdef list world
     cdef int n, rank
@@ -47,6 +47,7 @@ cdef class P2PFast:
         self.n, self.rank, self.gid, self.timeout = len(ctx.world), ctx.rank, ctx.gid, ctx.timeout
         self.raw, self.p2p_state, self.p2p_raise = p2p.stepper.raw, p2p.state, p2p._raise
         self.ep, self.notices, self.fds = p2p.ep, p2p.ep.notices, fds
+        self.conn_gid = p2p.conn_gid  # the group key of every group's connections (sockets.SHARED_GID)
         self.limit, self.header, self.empty = limit, header, np.empty
         self.hdrs, self.dtypes, self.whats = {}, {}, {}
         _wire_codes_fill(&self.codes, dtype_code, bf16)
@@ -86,7 +87,7 @@ cdef class P2PFast:
             with self.lock:
                 if not self.idle():
                     return NotImplemented
-                out = self.conns_out.get((self.gid, dst_w))
+                out = self.conns_out.get(dst_w)
                 if out is not None and out.queue:
                     return NotImplemented
                 rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
@@ -110,10 +111,9 @@ cdef class P2PFast:
         expect = self._header(s, t, code, count, nbytes, 0)
         deadline = _now() + self.timeout
         with self.lock:
-            key = (self.gid, src_w)
-            conn = self.conns_in.get(key)
+            conn = self.conns_in.get(src_w)
             if conn is None:
-                conn = self.adopt(key)
+                conn = self.adopt(src_w)
             if conn is None or conn.busy or self.matcher.unexpected or not self.idle():
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
@@ -169,7 +169,7 @@ cdef class P2PFast:
         code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
-        fd = self.fds.get((self.gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
+        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
         if fd is None or self.ep.failure is not None:
             return NotImplemented
         return self._send(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,

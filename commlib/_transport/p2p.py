@@ -13,7 +13,8 @@ and where its payload goes; this module only moves the bytes:
   back to back with one sendmsg) as far as the socket takes them.
 - `Poller` waits until a connection can be read or written, a connection
   arrives, the process fails, or someone calls `wake()`.
-- `PointToPoint` hands out these objects per (group, peer), builds the
+- `PointToPoint` hands out these objects per peer (one connection each way,
+  shared by every group: each header names its group), builds the
   blocking send/recv (`_io.P2PFast`) and runs the receive step its
   continuations take (an expected frame straight into its destination).
 
@@ -31,7 +32,7 @@ import numpy as np
 from .._wire import HEADER_NBYTES
 from . import _io
 from .diagnose import status_error
-from .sockets import CH_P2P
+from .sockets import CH_P2P, SHARED_GID
 
 FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
 
@@ -69,17 +70,20 @@ class Frame:
 
 
 class Incoming:
-    """One incoming point-to-point connection (group gid, from world rank src) and its read state.
+    """One incoming point-to-point connection (from world rank src, every group's frames) and its
+    read state.
 
-    `msg` belongs to the reader's owner (the engine's record of the frame whose payload is being
-    read); `busy` is set while a blocking reader reads the socket itself, so the poller leaves it out.
+    `msg` and `ctx` belong to the reader's owner (the engine's record of the frame whose payload is
+    being read, and of the group it is for); `busy` is set while a blocking reader reads the socket
+    itself, so the poller leaves it out.
     """
 
-    __slots__ = ("sock", "fd", "gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
+    __slots__ = ("sock", "fd", "ctx", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
                  "busy", "why", "linked", "_recv_into")
 
-    def __init__(self, sock, gid, src):
-        self.sock, self.fd, self.gid, self.src = sock, sock.fileno(), gid, src
+    def __init__(self, sock, src):
+        self.sock, self.fd, self.src = sock, sock.fileno(), src
+        self.ctx = None
         # a shared-memory link reads its ring (shm.py); a plain socket, the socket
         fd = self.fd
         self.linked = _io.shm_linked(fd)
@@ -147,12 +151,13 @@ class Incoming:
 
 
 class Outgoing:
-    """One outgoing point-to-point connection (group gid, to world rank dst) and its FIFO of Frames."""
+    """One outgoing point-to-point connection (to world rank dst, every group's frames) and its FIFO
+    of Frames (whole frames, one after another: two groups' bytes never interleave)."""
 
-    __slots__ = ("sock", "fd", "gid", "dst", "queue", "why", "_sendmsg")
+    __slots__ = ("sock", "fd", "dst", "queue", "why", "_sendmsg")
 
-    def __init__(self, sock, gid, dst):
-        self.sock, self.fd, self.gid, self.dst = sock, sock.fileno(), gid, dst
+    def __init__(self, sock, dst):
+        self.sock, self.fd, self.dst = sock, sock.fileno(), dst
         self.queue = collections.deque()
         self.why = None
         fd = self.fd
@@ -245,7 +250,7 @@ class Poller:
 
 
 class PointToPoint:
-    """The point-to-point channel: its connections per (group, peer), a poller, the blocking path."""
+    """The point-to-point channel: its connections per peer, a poller, the blocking path."""
 
     def __init__(self, ep, spin):
         self.ep = ep
@@ -253,8 +258,9 @@ class PointToPoint:
         self.state = np.zeros(4, dtype=np.int64)
         self.stepper = _io.Stepper(self.state, 256 << 10, ep.wake_r, 0, 0, spin[0], FAST_PATH_SLICE_S, spin[1],
                                    spin[2])
-        self._in = {}  # (gid, src world rank) -> Incoming
-        self._out = {}  # (gid, dst world rank) -> Outgoing
+        self.conn_gid = SHARED_GID  # the group key of the endpoint's point-to-point connections
+        self._in = {}  # src world rank -> Incoming
+        self._out = {}  # dst world rank -> Outgoing
 
     def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
         """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
@@ -264,26 +270,26 @@ class PointToPoint:
     def poller(self):
         return Poller(self.ep)
 
-    def outgoing(self, gid, dst, deadline, what):
+    def outgoing(self, dst, deadline, what):
         """The Outgoing connection to world rank dst (connecting on first use)."""
-        conn = self._out.get((gid, dst))
+        conn = self._out.get(dst)
         if conn is None:
-            sock = self.ep.out_sock(gid, CH_P2P, dst)
+            sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
             if sock is None:
-                self.ep.outgoing(gid, CH_P2P, dst, deadline, what)
-                sock = self.ep.out_sock(gid, CH_P2P, dst)
-            conn = self._out.setdefault((gid, dst), Outgoing(sock, gid, dst))
+                self.ep.outgoing(SHARED_GID, CH_P2P, dst, deadline, what)
+                sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
+            conn = self._out.setdefault(dst, Outgoing(sock, dst))
         return conn
 
     def incoming(self):
-        """{(gid, src world rank): Incoming} of the connections that have arrived; a connection that
+        """{src world rank: Incoming} of the connections that have arrived; a connection that
         replaced a dead attempt (the sender's retry) gets a fresh Incoming."""
         conns = {}
-        for key, sock in self.ep.incoming_socks(CH_P2P).items():
-            c = self._in.get(key)
+        for (_, src), sock in self.ep.incoming_socks(CH_P2P).items():
+            c = self._in.get(src)
             if c is None or c.sock is not sock:
-                c = self._in[key] = Incoming(sock, *key)
-            conns[key] = c
+                c = self._in[src] = Incoming(sock, src)
+            conns[src] = c
         return conns
 
     def gone(self, peer):

@@ -9,7 +9,8 @@ where everyone connects to the right and reads from the left cannot
 deadlock). Peers on the same host and network namespace use the Unix socket.
 
 Each connection is keyed (group id, channel, sender rank) -- the collective
-channel's are shared by every group, keyed SHARED_GID -- and authenticated
+and point-to-point channels' are shared by every group, keyed SHARED_GID --
+and authenticated
 before a byte of payload is read: the acceptor sends a nonce, the sender
 answers with its identity and HMAC-SHA256(secret, nonce, ...), and the
 acceptor proves the secret back. A dedicated acceptor thread does this, so a
@@ -48,7 +49,8 @@ CH_COLL, CH_P2P, CH_LANE = 0, 1, 2
 # keyed (SHARED_GID, CH_COLL, peer); each header names its group and a message of another group
 # read by a step is parked for it (CollectiveChannel._park). A relayed message (a pipelined chain's:
 # it waits on its sender's own input) goes on its group's lane, CH_LANE, one per group and peer, so
-# it never holds a shared connection up. Point-to-point keeps one per group.
+# it never holds a shared connection up. Point-to-point's are shared the same way (SHARED_GID,
+# CH_P2P, peer): the engine matches each frame in the group its header names.
 SHARED_GID = 0xFFFFFFFF
 _CHANNELS = {CH_COLL: "collectives", CH_P2P: "point-to-point", CH_LANE: "relayed collectives"}
 CHANNEL_NAMES = ("collective", "point-to-point", "relayed collective")
@@ -317,8 +319,9 @@ class Endpoint:
     @staticmethod
     def key(group, channel, peer):
         """The key of the connection that carries group's `channel` traffic with `peer`: the
-        collective channel's are shared by every group (SHARED_GID)."""
-        return (SHARED_GID, channel, peer) if channel == CH_COLL else (group, channel, peer)
+        collective and point-to-point channels' are shared by every group (SHARED_GID); a relay
+        lane is its group's own."""
+        return (group, channel, peer) if channel == CH_LANE else (SHARED_GID, channel, peer)
 
     def incoming(self, group, channel, src, deadline, what, hdr=None, check=None, check_s=0.0):
         """fd of the authenticated connection from world rank `src`, waiting for it to arrive.
@@ -619,7 +622,7 @@ class Endpoint:
 
 
 def _whose(group, channel):
-    """'collectives of every group', 'group 3, point-to-point': what a connection carries (debug lines)."""
+    """'collectives of every group', 'group 3, relayed collectives': what a connection carries (debug lines)."""
     if group == SHARED_GID:
         return f"{_CHANNELS.get(channel)} of every group"
     return f"group {group}, {_CHANNELS.get(channel)}"

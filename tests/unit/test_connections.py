@@ -12,7 +12,9 @@ import pytest
 
 from commlib._errors import CommTimeout
 from commlib._transport import _io, shm
-from commlib._transport.sockets import CH_P2P, Endpoint
+from commlib._transport.sockets import CH_P2P, SHARED_GID, Endpoint
+
+FROM_0 = (SHARED_GID, 0)  # incoming_socks key of the point-to-point connection from rank 0 (every group's)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -71,15 +73,15 @@ def _registered(ep, key, timeout=5.0):
 def test_a_retry_replaces_a_first_attempt_the_client_gave_up_on(pair):
     a, b = pair
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
-    first = _registered(b, (0, 0))
+    first = _registered(b, FROM_0)
     # The client gives up on it (as after a handshake timeout) and connects again.
-    shm.close(a._out.pop((0, CH_P2P, 1)))
-    a.fds.pop((0, CH_P2P, 1, 1), None)
+    shm.close(a._out.pop(a.key(0, CH_P2P, 1)))
+    a.fds.pop(a.key(0, CH_P2P, 1) + (1,), None)
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
     end = time.monotonic() + 5
-    while b.incoming_socks(CH_P2P).get((0, 0)) is first and time.monotonic() < end:
+    while b.incoming_socks(CH_P2P).get(FROM_0) is first and time.monotonic() < end:
         time.sleep(0.01)
-    second = b.incoming_socks(CH_P2P)[(0, 0)]
+    second = b.incoming_socks(CH_P2P)[FROM_0]
     assert second is not first
     _send(a.out_sock(0, CH_P2P, 1), b"hello")
     assert _recv(second, 5) == b"hello"
@@ -88,13 +90,13 @@ def test_a_retry_replaces_a_first_attempt_the_client_gave_up_on(pair):
 def test_a_live_duplicate_is_still_refused(pair):
     a, b = pair
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
-    live = _registered(b, (0, 0))
+    live = _registered(b, FROM_0)
     # Forget the client side without closing it: the server's connection stays alive.
-    kept = a._out.pop((0, CH_P2P, 1))
+    kept = a._out.pop(a.key(0, CH_P2P, 1))
     try:
         with pytest.raises(CommTimeout):
             a.outgoing(0, CH_P2P, 1, time.monotonic() + 1.0, "test")
-        assert b.incoming_socks(CH_P2P)[(0, 0)] is live
+        assert b.incoming_socks(CH_P2P)[FROM_0] is live
     finally:
         shm.close(kept)
 
@@ -127,17 +129,17 @@ def test_the_engine_reads_from_the_retry_that_replaced_a_dead_attempt(pair):
     req = engine.recv(g.p2p, 0, 7, np.empty(4, np.uint8), lambda msg, payload: bytes(payload), what="irecv",
                       check=(u8, 4))
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
-    _registered(b, (0, 0))
+    _registered(b, FROM_0)
     with engine.lock:
         engine._adopt_all()
-    shm.close(a._out.pop((0, CH_P2P, 1)))  # the client gives up on its first attempt ...
-    a.fds.pop((0, CH_P2P, 1, 1), None)
+    shm.close(a._out.pop(a.key(0, CH_P2P, 1)))  # the client gives up on its first attempt ...
+    a.fds.pop(a.key(0, CH_P2P, 1) + (1,), None)
     end = time.monotonic() + 5
-    while not engine._in[(0, 0)].eof and time.monotonic() < end:
+    while not engine._in[0].eof and time.monotonic() < end:
         with engine.lock:
-            engine._read(engine._in[(0, 0)])
+            engine._read(engine._in[0])
         time.sleep(0.01)
-    assert engine._in[(0, 0)].eof and not req.test()  # ... which fails nobody
+    assert engine._in[0].eof and not req.test()  # ... which fails nobody
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")  # ... and retries
     hdr = message_header(group=0, source=0, tag=7, dtype=u8, count=4, nbytes=4)
     _send(a.out_sock(0, CH_P2P, 1), hdr + b"data")
@@ -197,7 +199,7 @@ def test_a_burst_beyond_the_pending_handshakes_waits_instead_of_failing(monkeypa
             t.join(20)
         assert not errors, errors
         for r in range(1, n):
-            _registered(eps[0], (0, r))
+            _registered(eps[0], (SHARED_GID, r))
         assert all(ep.failure is None for ep in eps)
         waits = [r.getMessage() for r in caplog.records if "pending handshakes" in r.getMessage()]
         assert len(waits) == 1 and "wait for a slot" in waits[0], waits
