@@ -4,6 +4,7 @@ import dataclasses
 import gc
 import io
 import os
+import random
 import shutil
 import signal
 import socket
@@ -88,13 +89,38 @@ def master_vars(rank0, coordinator, environ, spans_hosts=False):
         chosen["MASTER_ADDR"] = local_host if rank0.local else rank0.host
     if "MASTER_PORT" not in environ:
         if rank0.local:
-            family = socket.AF_INET6 if ":" in local_host else socket.AF_INET
-            with socket.socket(family, socket.SOCK_STREAM) as s:
-                s.bind((local_host, 0))
-                chosen["MASTER_PORT"] = str(s.getsockname()[1])
+            chosen["MASTER_PORT"] = str(free_port(local_host))
         else:
             chosen["MASTER_PORT"] = str(coordinator[1] % 65535 + 1)
     return chosen
+
+
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_SPAN = 12_000  # the ports below the kernel's ephemeral range a free port is drawn from
+
+
+def free_port(host, tries=64, ranges=EPHEMERAL_RANGE):
+    """A TCP port free on `host` now, for a listener a rank opens later (torch's store): drawn at
+    random below the kernel's ephemeral range, so no socket the OS numbers itself (every other
+    process's bind to port 0 and outgoing connection) can take it in between, as one the OS
+    handed out here could be taken (seen under CI: torch's ranks found another job's listener on
+    their MASTER_PORT). Falls back to the OS's choice when none of `tries` is free."""
+    try:
+        with open(ranges) as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    rng = random.SystemRandom()
+    top = max(low, 1024 + 64)
+    for port in [rng.randrange(max(1024, top - _SPAN), top) for _ in range(tries)] + [0]:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"no free TCP port on {host}")
 
 
 def mpi4py_standin():

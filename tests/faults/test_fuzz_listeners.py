@@ -137,15 +137,17 @@ def _one_input(door, kind, rng, secret, old_secret, size):
 def _genuine(door, secret, size, rng):
     """The control: this client, given the job's secret and a fresh nonce, gets the listener's proof
     (so the refusals above are the listener's doing, not a client that speaks the protocol wrong).
-    It names a group (or a rank) no part of the job uses, so nothing of the job is touched."""
+    It names a group (or a rank) no part of the job uses, on a channel keyed by group (a relay lane:
+    point-to-point and collective connections are one per peer for every group), so nothing of
+    the job is touched."""
     with door.open() as s:
         nonce = door.hello(s)
         if door.kind == "coordinator":
             s.sendall(door.client_hello(secret, nonce, size + 5, rng))  # proof, then "out of range"
         else:
             cnonce = rng.randbytes(_auth.NONCE_BYTES)
-            ident = struct.pack("<iIB", 0, 99999, _transport.CH_P2P)
-            s.sendall(_transport._CLIENT_HELLO.pack(_transport._DATA_MAGIC, 0, 99999, _transport.CH_P2P, cnonce,
+            ident = struct.pack("<iIB", 0, 99999, _transport.CH_LANE)
+            s.sendall(_transport._CLIENT_HELLO.pack(_transport._DATA_MAGIC, 0, 99999, _transport.CH_LANE, cnonce,
                                                     _auth.mac(secret, b"commlib/data/client", nonce, cnonce, ident)))
             if door.family == socket.AF_UNIX:
                 s.sendall(shm._OFFER.pack(shm._MAGIC, 0, 0))  # no segment offered

@@ -254,3 +254,29 @@ def test_a_bad_ifname_is_one_usage_error_before_any_rank_starts(invoke):
     assert "--ifname" in result.output and "no interface named nosuch0 on this host" in result.output
     _, job = invoke("-n", "2", "--ifname", "lo", "script.py")
     assert job is not None and job[0][0].env["COMMLIB_IFNAME"] == "lo"
+
+
+def test_torch_store_port_is_below_the_kernels_ephemeral_range(tmp_path):
+    """The port handed to torch as MASTER_PORT is one the OS never numbers a socket with itself,
+    and free when chosen; with no free port there, the OS's choice."""
+    import socket
+
+    from commrun import spawn
+    ranges = tmp_path / "range"
+    ranges.write_text("40000\t60999\n")
+    for _ in range(20):
+        port = spawn.free_port("127.0.0.1", ranges=str(ranges))
+        assert 40000 - 12_000 <= port < 40000
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    try:  # a port in use is never chosen
+        low = taken.getsockname()[1] + 1
+        ranges.write_text(f"{low}\t{low + 1}\n")
+        assert all(spawn.free_port("127.0.0.1", ranges=str(ranges)) != low - 1 for _ in range(50))
+    finally:
+        taken.close()
+    assert spawn.free_port("127.0.0.1", tries=0, ranges=str(ranges)) > 0  # none drawn: the OS's choice
+    env_port = spawn.master_vars(spawn.Rank(0, "localhost", 0, 1, True), ("127.0.0.1", 5000), {})["MASTER_PORT"]
+    assert 1024 <= int(env_port) < 65536
