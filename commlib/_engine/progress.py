@@ -277,12 +277,7 @@ class Progress:
         self._satisfy_probes(ctx, probes, msg)
         if taker is not None:
             self.n_posted -= 1
-            self._matched(ctx, msg)
-            if msg.complete:
-                payload, msg.data = msg.data, None
-                self._deliver(ctx, taker, msg, payload)
-            else:
-                msg.taker = taker
+            self._take(ctx, taker, msg)
 
     def _payload_done(self, conn):
         msg = conn.msg

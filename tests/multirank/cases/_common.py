@@ -11,6 +11,7 @@ exits non-zero when anything failed.
 import hashlib
 import os
 import sys
+import threading
 import time
 import traceback
 import zlib
@@ -254,3 +255,14 @@ class Checker(Checks):
         print(f"rank {self.rank}: {self.checks} checks ok [{self.name}] in {took:.1f} s", flush=True)
         cl.finalize()
         sys.exit(0)
+
+
+def in_threads(c, label, work, args_list, errors, timeout=120):
+    """Run work(*args) in a thread for each of args_list at once; a check that every thread ended
+    within `timeout` s and that `errors` (where work records what went wrong) stayed empty."""
+    threads = [threading.Thread(target=work, args=args) for args in args_list]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    c.ok(not errors and not any(t.is_alive() for t in threads), label, "; ".join(errors) or "a thread hung")

@@ -13,13 +13,12 @@ usage: shared_connections.py SEED
   (messages claimed whole per direction, never interleaved).
 Every result is checked against NumPy.
 """
-import threading
 
 import numpy as np
 
 import commlib as cl
 from commlib._transport import CH_COLL
-from _common import Checker
+from _common import Checker, in_threads
 
 c = Checker("shared_connections")
 n, me, w = c.size, c.rank, c.g
@@ -90,12 +89,7 @@ def work(group, t):
         errors.append(f"thread {t}: {type(exc).__name__}: {exc}")
 
 
-threads = [threading.Thread(target=work, args=(g, t)) for t, g in enumerate((a, b))]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join(120)
-c.ok(not errors and not any(t.is_alive() for t in threads), "two groups at once", "; ".join(errors) or "a thread hung")
+in_threads(c, "two groups at once", work, [(a, 0), (b, 1)], errors)
 for t in (0, 1):
     for i, (size, got) in enumerate(results[t]):
         k = i // 2

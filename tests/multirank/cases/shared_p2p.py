@@ -16,14 +16,13 @@ usage: shared_p2p.py SEED
 - Counting: at most one point-to-point connection each way per peer, whatever the groups.
 Every result is checked against NumPy.
 """
-import threading
 import time
 
 import numpy as np
 
 import commlib as cl
 from commlib._transport import CH_P2P
-from _common import Checker
+from _common import Checker, in_threads
 
 c = Checker("shared_p2p")
 n, me, w = c.size, c.rank, c.g
@@ -116,12 +115,7 @@ def work(group, t):
 
 
 b = w.split(0)
-threads = [threading.Thread(target=work, args=(g, t)) for t, g in enumerate((a, b))]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join(120)
-c.ok(not errors and not any(t.is_alive() for t in threads), "two groups at once", "; ".join(errors) or "a thread hung")
+in_threads(c, "two groups at once", work, [(a, 0), (b, 1)], errors)
 
 # -- one connection each way per peer, whatever the number of groups
 p2p_out = [key for key in ep._out if key[1] == CH_P2P]
