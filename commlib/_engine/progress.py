@@ -216,7 +216,7 @@ class Progress:
         if h.kind != KIND_P2P:
             self._protocol_error(conn, f"unexpected frame {h!r}")
             return
-        conn.ctx = h.group
+        conn.frame_gid = h.group
         ctx = self.contexts.get(h.group)
         if ctx is None:  # a group not created here yet: read it aside until context() registers it
             if h.flags & FLAG_ACK:  # (an acknowledgement answers a send of a group this rank has)
@@ -284,7 +284,7 @@ class Progress:
         conn.msg = None
         msg.complete = True
         if msg.taker is not None:
-            ctx = self.contexts[conn.ctx]
+            ctx = self.contexts[conn.frame_gid]
             taker, msg.taker = msg.taker, None
             payload = msg.data if msg.data is not None else taker.into
             msg.data = None

@@ -73,17 +73,17 @@ class Incoming:
     """One incoming point-to-point connection (from world rank src, every group's frames) and its
     read state.
 
-    `msg` and `ctx` belong to the reader's owner (the engine's record of the frame whose payload is
-    being read, and of the group it is for); `busy` is set while a blocking reader reads the socket
+    `msg` and `frame_gid` belong to the reader's owner (the engine's record of the frame whose
+    payload is being read, and the group its header named); `busy` is set while a blocking reader reads the socket
     itself, so the poller leaves it out.
     """
 
-    __slots__ = ("sock", "fd", "ctx", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
+    __slots__ = ("sock", "fd", "frame_gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
                  "busy", "why", "linked", "_recv_into")
 
     def __init__(self, sock, src):
         self.sock, self.fd, self.src = sock, sock.fileno(), src
-        self.ctx = None
+        self.frame_gid = None
         # a shared-memory link reads its ring (shm.py); a plain socket, the socket
         fd = self.fd
         self.linked = _io.shm_linked(fd)
