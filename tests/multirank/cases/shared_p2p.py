@@ -4,9 +4,9 @@ usage: shared_p2p.py SEED
 
 - Early frames: every other rank makes a sub-group on its own (no communication: `subgroup`, as
   MPI's Create_group does here), sends on it at once (three messages, two with the same tag, one
-  of 300 kB) and then on the world. Rank 0 waits for the world's messages first, so it reads the
-  sub-group's frames before the group exists on it; once it makes the group they are its
-  messages, in the order sent.
+  of 300 kB, then an issend) and then on the world. Rank 0 waits for the world's messages first,
+  so it reads the sub-group's frames before the group exists on it; once it makes the group they
+  are its messages, in the order sent, and the issend completes when one is received.
 - Same source, same tag, three groups: each rank sends to its right neighbour on A, the world, A
   again, the split by parity (when both are in it), with one tag; the neighbour receives the
   world's first (a blocking receive that finds A's frame first and hands it to A), then A's in
@@ -41,7 +41,7 @@ if me == 0:
     world_got = [r.wait() for r in reqs]  # the sub-group's frames come first: read aside
     for src, got in zip(range(1, n), world_got):
         c.equal(got, value(5, 4, src), f"world message after a new group's, from {src}", record=False)
-    c.ok(len(engine._early) == 1 and sum(len(v) for v in engine._early.values()) == 3 * (n - 1),
+    c.ok(len(engine._early) == 1 and sum(len(v) for v in engine._early.values()) == 4 * (n - 1),
          "frames of a group not made yet are kept", f"{ {g: len(v) for g, v in engine._early.items()} }")
     time.sleep(0.05)
     sub = w.subgroup(members, ("shared_p2p", 1))
@@ -53,13 +53,18 @@ if me == 0:
         c.equal(first, value(1, 7, src), f"first early message from {src}", record=False)
         c.equal(big, value(2, 300_000 // 8, src), f"large early message from {src}", record=False)
         c.equal(second, value(3, 7, src), f"second early message from {src} (order kept)", record=False)
+        c.equal(cl.recv(5, np.float64, src, tag=3, group=sub), value(4, 5, src), f"early issend from {src}",
+                record=False)
 else:
     sub = w.subgroup(members, ("shared_p2p", 1))
     cl.send(value(1, 7, me), 0, tag=1, group=sub)
     big = cl.isend(value(2, 300_000 // 8, me), 0, tag=2, group=sub)
     cl.send(value(3, 7, me), 0, tag=1, group=sub)
+    sync = cl.issend(value(4, 5, me), 0, tag=3, group=sub)  # matched only once rank 0 has the group
+    c.ok(not sync.test(), "an issend to a rank without its group is not complete", "it completed")
     cl.send(value(5, 4, me), 0, tag=5)
     big.wait()
+    sync.wait()  # rank 0's acknowledgement, once a receive took it from the kept frames
 cl.barrier()
 
 # -- same source, same tag, three groups over one connection
