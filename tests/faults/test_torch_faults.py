@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -51,9 +50,8 @@ _SCRUB = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from commrun.spawn import free_port  # below the ephemeral range: no other socket takes it meanwhile
+    return free_port("127.0.0.1")
 
 
 def _alive(pid, ctime):

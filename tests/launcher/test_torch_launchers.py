@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 
@@ -80,9 +79,8 @@ CASE = """
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from commrun.spawn import free_port  # below the ephemeral range: no other socket takes it meanwhile
+    return free_port("127.0.0.1")
 
 
 def _clean(env):

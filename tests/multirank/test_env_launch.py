@@ -23,9 +23,8 @@ CASE = textwrap.dedent("""
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from commrun.spawn import free_port  # below the ephemeral range: no other socket takes it meanwhile
+    return free_port("127.0.0.1")
 
 
 def _clean_env():
