@@ -30,7 +30,11 @@ read by `decode` (a `struct.Struct` of the same layout):
     op      B   reduction op code, 0 when the collective has none
     flags   B   FLAG_OBJECT: the payload is a pickle (object variants);
                 FLAG_SYNC: the sender waits for a FLAG_ACK (issend);
-                FLAG_ACK: an acknowledgement of message `seq`, no payload
+                FLAG_ACK: an acknowledgement of message `seq`, no payload;
+                FLAG_BYE: the last frame of a point-to-point connection its
+                sender closes for being idle (no payload; root: the sender's
+                world rank, group: every group's); its next frames come on a
+                new connection
     _pad    H   zero
     group   I   group id (identical on every member of a group)
     root    i   root of a rooted collective; source rank for point-to-point
@@ -54,6 +58,7 @@ KIND_COLL, KIND_P2P = WIRE_KIND_COLL, WIRE_KIND_P2P
 FLAG_OBJECT = 1
 FLAG_SYNC = 2
 FLAG_ACK = 4
+FLAG_BYE = 8
 
 _HEADER = struct.Struct("<4sBBBBBBHIiIQqQQ")
 HEADER_NBYTES = _HEADER.size  # 56 == HEADER_LEN
@@ -163,6 +168,12 @@ def message_header(*, group, source, tag, dtype, count, nbytes, flags=0, seq=0):
 def ack_header(*, group, source, tag, seq):
     """The receiver's acknowledgement that message `seq` (an issend) was matched."""
     return _header(KIND_P2P, 0, DT_BYTES, 0, FLAG_ACK, group, source, 0, seq, tag, 0, 0)
+
+
+def bye_header(*, group, source):
+    """The last frame of an idle point-to-point connection that world rank `source` closes; `group`:
+    the key every group's connections share."""
+    return _header(KIND_P2P, 0, DT_BYTES, 0, FLAG_BYE, group, source, 0, 0, 0, 0, 0)
 
 
 _SHAPE_HASHES = {}

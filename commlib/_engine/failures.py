@@ -23,10 +23,11 @@ class Failures:
                                        f"({gone or why or 'connection closed'})", lost=True)
             return
         # Between messages: a sender that left is an error for the receives that wait on it, in
-        # every group (they all come on this connection); one that is still here closed a
-        # handshake attempt it gave up on, and its retry replaces this connection (_adopt_all).
-        # If it died instead, the job's notice says so.
-        if gone is not None:
+        # every group (they all come on this connection), unless a connection it opened next
+        # waits (it sent more before it left); one that is still here closed a handshake attempt
+        # it gave up on, and its retry replaces this connection. If it died instead, the job's
+        # notice says so.
+        if not self._ended(conn) and gone is not None:
             for ctx in self.contexts.values():
                 if conn.src in ctx.to_group:
                     self._fail_posted_from(ctx, conn.src, gone)

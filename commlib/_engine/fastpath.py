@@ -20,7 +20,7 @@ import numpy as np
 
 from .._dtypes import DT_BYTES
 from .._errors import PeerLost
-from .._wire import FLAG_ACK, HEADER_NBYTES, KIND_P2P, ProtocolError, decode
+from .._wire import FLAG_ACK, FLAG_BYE, HEADER_NBYTES, KIND_P2P, ProtocolError, decode
 from .matching import ANY_TAG, Message, matches
 
 FALLBACK = object()  # a fast path's answer: the engine must serve this one
@@ -152,7 +152,7 @@ class FastPaths:
             h = decode(got)
         except ProtocolError:
             h = None
-        if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.flags & FLAG_ACK
+        if (h is None or h.kind != KIND_P2P or h.group != ctx.gid or h.flags & (FLAG_ACK | FLAG_BYE)
                 or not matches(src, tag, h.root, h.tag)):
             self._hand_over(conn, got)  # not this receive's (or not a frame at all: the engine says so)
             return FALLBACK

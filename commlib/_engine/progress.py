@@ -21,7 +21,7 @@ from .._dtypes import DT_BYTES
 from .._errors import CommError, CommTimeout
 from .._transport.limits import thread_limit_text
 from .._transport.p2p import AGAIN, ARRIVED, HEADER, LOST, PAYLOAD, SENT
-from .._wire import FLAG_ACK, KIND_P2P, ProtocolError, decode
+from .._wire import FLAG_ACK, FLAG_BYE, KIND_P2P, ProtocolError, decode
 from .matching import Message
 
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
@@ -177,6 +177,17 @@ class Progress:
                 self._partial.discard(old)
                 self._in[src] = conn
 
+    def _ended(self, conn):
+        """Incoming conn ended between frames: forget it, adopting the connection its sender opened
+        next if one waits. Returns whether one did."""
+        if self._in.get(conn.src) is conn:
+            del self._in[conn.src]
+        self._partial.discard(conn)
+        if not self.p2p.ended(conn):
+            return False
+        self._adopt(conn.src)
+        return True
+
     def _adopt(self, src):
         conn = self.p2p.incoming().get(src)
         if conn is not None:
@@ -215,6 +226,12 @@ class Progress:
             return
         if h.kind != KIND_P2P:
             self._protocol_error(conn, f"unexpected frame {h!r}")
+            return
+        if h.flags & FLAG_BYE:  # its sender closed it for being idle: the next frames come on a new one
+            if h.root != conn.src or h.nbytes:
+                self._protocol_error(conn, f"a closing frame that is not rank {conn.src}'s: {h!r}")
+                return
+            self._ended(conn)
             return
         conn.frame_gid = h.group
         ctx = self.contexts.get(h.group)

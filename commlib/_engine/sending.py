@@ -53,7 +53,7 @@ class Sends:
         self.transport.raise_if_failed()
         dst_w = ctx.world[dst]
         deadline = time.monotonic() + timeout
-        conn = self.p2p.outgoing(dst_w, deadline, what)
+        conn = self._connection(dst_w, deadline, what)
         if sync:
             flags |= FLAG_SYNC
         if block and not sync and len(parts) == 1:
@@ -72,7 +72,7 @@ class Sends:
                     seq=None):
         req = Request(what, timeout=timeout, waiter=self.wait)
         with self.lock:
-            out = self._out_conn(dst_w, conn)
+            out = self._out_conn(dst_w, conn, time.monotonic() + timeout, what)
             if seq is None:
                 n = self._seq[dst_w] = self._seq.get(dst_w, 0) + 1
                 seq = n if flags & FLAG_SYNC else 0
@@ -83,10 +83,23 @@ class Sends:
             self._enqueue(out, s)
         return req
 
-    def _out_conn(self, dst_w, conn):
-        """The Outgoing connection to world rank dst_w whose queue this engine writes."""
+    def _connection(self, dst_w, deadline, what):
+        """The Outgoing connection to world rank dst_w, opened on first use; opening one beyond the
+        idle-connection limit closes the least recently used idle ones (p2p.MAX_CONNECTIONS)."""
+        conn = self.p2p.outgoing(dst_w, deadline, what)
+        if self.p2p.over_limit():
+            with self.lock:
+                for d in self.p2p.retire_idle(keep=dst_w):
+                    self._out.pop(d, None)
+        return conn
+
+    def _out_conn(self, dst_w, conn, deadline, what):
+        """The Outgoing connection to world rank dst_w whose queue this engine writes (lock held):
+        `conn`, or a new one where conn was closed for being idle since the caller took it."""
         out = self._out.get(dst_w)
         if out is None:
+            if conn.retired:
+                conn = self.p2p.outgoing(dst_w, deadline, what)
             out = self._out[dst_w] = conn
         return out
 
@@ -136,7 +149,8 @@ class Sends:
             msg.local_sender._finish(None)
             return
         src_w = ctx.world[msg.source]
-        conn = self.p2p.outgoing(src_w, time.monotonic() + ctx.timeout, "issend acknowledgement")
+        deadline, what = time.monotonic() + ctx.timeout, "issend acknowledgement"
+        conn = self.p2p.outgoing(src_w, deadline, what)
         ack = _Send([memoryview(ack_header(group=ctx.gid, source=ctx.rank, tag=msg.tag, seq=msg.seq))],
                     None, msg.seq, msg.tag, False)
-        self._enqueue(self._out_conn(src_w, conn), ack)
+        self._enqueue(self._out_conn(src_w, conn, deadline, what), ack)

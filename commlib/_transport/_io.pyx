@@ -152,6 +152,7 @@ cdef extern from "_shm.h" nogil:
     int cl_prepare_wait(int fd, int want_in, int want_out)
     void* cl_get(int fd)
     int cl_link_pending(int fd, void* link)
+    unsigned long long cl_link_queued(void* link, int out)
     unsigned long long cl_link_peek(void* link, char** at)
     void cl_link_consume(int fd, void* link, unsigned long long n)
     int cl_attach(int fd, int memfd, unsigned long long ring_bytes, int creator, int connector, int cma)
@@ -925,6 +926,13 @@ def shm_pending(int fd):
     """A link has bytes, or the peer's end of stream, waiting to be read."""
     cdef void* link = cl_get(fd)
     return link != NULL and cl_link_pending(fd, link) != 0
+
+
+def shm_queued(int fd, bint out):
+    """Bytes in fd's link that the reader has not taken yet: those this side wrote (out) or those
+    the peer wrote to this side; -1 for a plain socket."""
+    cdef void* link = cl_get(fd)
+    return -1 if link == NULL else <long long>cl_link_queued(link, out)
 
 
 def link_recv_into(int fd, unsigned char[::1] view):

@@ -28,7 +28,7 @@ cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
     cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
-    cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty
+    cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used
     cdef list world
     cdef int n, rank
     cdef unsigned int gid
@@ -46,7 +46,7 @@ cdef class P2PFast:
         self.world = list(ctx.world)
         self.n, self.rank, self.gid, self.timeout = len(ctx.world), ctx.rank, ctx.gid, ctx.timeout
         self.raw, self.p2p_state, self.p2p_raise = p2p.stepper.raw, p2p.state, p2p._raise
-        self.ep, self.notices, self.fds = p2p.ep, p2p.ep.notices, fds
+        self.ep, self.notices, self.fds, self.used = p2p.ep, p2p.ep.notices, fds, p2p.used
         self.conn_gid = p2p.conn_gid  # the group key of every group's connections (sockets.SHARED_GID)
         self.limit, self.header, self.empty = limit, header, np.empty
         self.hdrs, self.dtypes, self.whats = {}, {}, {}
@@ -81,6 +81,7 @@ cdef class P2PFast:
         """Steps sending the frame; None when sent, NotImplemented when other work is queued first."""
         cdef int rc
         dst_w = self.world[d]
+        key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
         hdr = self._header(self.rank, t, code, count, nbytes, flags)
         deadline = _now() + self.timeout
         while True:
@@ -88,8 +89,9 @@ cdef class P2PFast:
                 if not self.idle():
                     return NotImplemented
                 out = self.conns_out.get(dst_w)
-                if out is not None and out.queue:
-                    return NotImplemented
+                if out is not None and out.queue or self.fds.get(key) != fd:
+                    return NotImplemented  # (fd closed for being idle since the caller took it)
+                self.used[dst_w] = _now()
                 rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
                 if rc == ST_OK:
                     return None

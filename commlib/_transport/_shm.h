@@ -428,6 +428,13 @@ static int cl_prepare_wait(int fd, int want_in, int want_out) {
     return ready;
 }
 
+/* Bytes in a link's rings: (out) written by this side and not yet read by the peer (a region on
+ * offer included); (in) written by the peer and not yet read here. */
+static uint64_t cl_link_queued(cl_link* L, int out) {
+    cl_ring* r = out ? L->out : L->in;
+    return __atomic_load_n(&r->head, __ATOMIC_ACQUIRE) - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+}
+
 /* Bytes (or the end of stream) wait to be read on a link. */
 static int cl_link_pending(int fd, cl_link* L) {
     if (__atomic_load_n(&L->in->head, __ATOMIC_ACQUIRE) != L->in->tail)

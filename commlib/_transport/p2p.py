@@ -24,15 +24,32 @@ straight into the buffer the engine names, never copied here.
 """
 import collections
 import contextlib
+import fcntl
 import os
 import select
+import socket
+import struct
+import time
 
 import numpy as np
 
-from .._wire import HEADER_NBYTES
+from .. import _debug
+from .._errors import CommError
+from .._wire import HEADER_NBYTES, bye_header
 from . import _io
 from .diagnose import status_error
-from .sockets import CH_P2P, SHARED_GID
+from .sockets import CH_P2P, SHARED_GID, SIOCOUTQ
+
+SIOCOUTQNSD = 0x894B  # a TCP socket's bytes not sent yet (linux/sockios.h)
+
+# An idle-connection limit: beyond MAX_CONNECTIONS outgoing point-to-point connections (a rank that
+# sends to every other: a manager and its workers), the least recently used one that has sent
+# nothing for IDLE_S and whose bytes its receiver has all taken is closed, its last frame saying so
+# (FLAG_BYE); a later send to that peer opens a new one. The receiver closes its end when it reads
+# that frame. IDLE_S keeps a rank that cycles through more peers than the limit from reconnecting
+# on every send: those connections stay open (the limit is then exceeded, not enforced).
+MAX_CONNECTIONS = 256  # COMMLIB_P2P_CONNECTIONS
+IDLE_S = 1.0  # COMMLIB_P2P_IDLE_S
 
 FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
 
@@ -154,12 +171,13 @@ class Outgoing:
     """One outgoing point-to-point connection (to world rank dst, every group's frames) and its FIFO
     of Frames (whole frames, one after another: two groups' bytes never interleave)."""
 
-    __slots__ = ("sock", "fd", "dst", "queue", "why", "_sendmsg")
+    __slots__ = ("sock", "fd", "dst", "queue", "why", "retired", "_sendmsg")
 
     def __init__(self, sock, dst):
         self.sock, self.fd, self.dst = sock, sock.fileno(), dst
         self.queue = collections.deque()
         self.why = None
+        self.retired = False  # closed for being idle: the next send to dst opens a new connection
         fd = self.fd
         self._sendmsg = (lambda parts: _io.link_sendmsg(fd, parts)) if _io.shm_linked(fd) else sock.sendmsg
 
@@ -179,6 +197,32 @@ class Outgoing:
             if s.pos >= s.total:
                 self.queue.popleft()
                 return SENT
+
+    def flushed(self):
+        """Every byte written so far has left this side: a link's or a Unix socket's reader took
+        it, a TCP socket sent it (unacknowledged bytes still count as sent: a receiver that sends
+        nothing back on this connection acknowledges late); the connection may close after one
+        more small frame."""
+        queued = _io.shm_queued(self.fd, True)
+        if queued < 0:
+            how = SIOCOUTQ if self.sock.family == socket.AF_UNIX else SIOCOUTQNSD
+            try:
+                queued = struct.unpack("i", fcntl.ioctl(self.fd, how, b"\0" * 4))[0]
+            except OSError:
+                return False
+        return queued == 0
+
+    def write_last(self, frame, timeout=1.0):
+        """Write `frame` (a few bytes, onto a flushed connection: it fits at once) as the last;
+        CommError if it does not go within `timeout`."""
+        view, end = memoryview(frame), time.monotonic() + timeout
+        while view:
+            try:
+                view = view[self._sendmsg([view]):]
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    raise CommError(f"the last frame to rank {self.dst} found no room in {timeout:g} s") from None
+                time.sleep(0.0005)
 
 
 class Poller:
@@ -261,6 +305,13 @@ class PointToPoint:
         self.conn_gid = SHARED_GID  # the group key of the endpoint's point-to-point connections
         self._in = {}  # src world rank -> Incoming
         self._out = {}  # dst world rank -> Outgoing
+        self.used = {}  # dst world rank -> when a send to it last began (time.monotonic)
+        try:
+            self.max_connections = _env_count("COMMLIB_P2P_CONNECTIONS", MAX_CONNECTIONS, int, 1)
+            self.idle_s = _env_count("COMMLIB_P2P_IDLE_S", IDLE_S, float, 0.0)
+        except CommError as exc:
+            raise CommError(f"rank {self.rank}: {exc}") from None
+        self.retired = 0  # outgoing connections closed for being idle (COMMLIB_DEBUG, tests)
 
     def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
         """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
@@ -272,6 +323,7 @@ class PointToPoint:
 
     def outgoing(self, dst, deadline, what):
         """The Outgoing connection to world rank dst (connecting on first use)."""
+        self.used[dst] = time.monotonic()
         conn = self._out.get(dst)
         if conn is None:
             sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
@@ -280,6 +332,42 @@ class PointToPoint:
                 sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
             conn = self._out.setdefault(dst, Outgoing(sock, dst))
         return conn
+
+    def over_limit(self):
+        return len(self._out) > self.max_connections
+
+    def retire_idle(self, keep):
+        """Close outgoing connections, least recently used first, while more than max_connections
+        are open, leaving `keep` (the one a send is about to use), any used in the last idle_s and
+        any with bytes not yet taken by its receiver. The caller holds the engine's lock (no
+        frame is being queued or written meanwhile). Returns the world ranks whose connections closed."""
+        now, used, excess = time.monotonic(), self.used, len(self._out) - self.max_connections
+        closed = []
+        for dst in sorted(self._out, key=lambda d: used.get(d, 0.0)):
+            if excess <= 0 or now - used.get(dst, 0.0) < self.idle_s:
+                break  # (the rest were used more recently still)
+            out = self._out[dst]
+            if dst == keep or out.queue or not out.flushed():
+                continue
+            out.write_last(bye_header(group=SHARED_GID, source=self.rank))
+            out.retired = True
+            del self._out[dst]
+            self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)
+            self.retired += 1
+            closed.append(dst)
+            excess -= 1
+        if closed and _debug.LEVEL:
+            _debug.log(_debug.INFO, lambda: f"closed idle point-to-point connections to rank(s) {closed} "
+                       f"({len(self._out)} open, limit {self.max_connections}, idle after {self.idle_s:g} s)")
+        return closed
+
+    def ended(self, conn):
+        """Incoming `conn` ended between frames (its sender's FLAG_BYE, or its end of stream):
+        forget it; True when the sender's next connection takes its place."""
+        conn.stop()
+        if self._in.get(conn.src) is conn:
+            del self._in[conn.src]
+        return self.ep.retire_in(SHARED_GID, CH_P2P, conn.src, conn.sock)
 
     def incoming(self):
         """{src world rank: Incoming} of the connections that have arrived; a connection that
@@ -335,3 +423,12 @@ class PointToPoint:
         exc = self.ep.fail(exc)
         self.ep.spread(exc)
         return exc
+
+
+def _env_count(name, default, kind, least):
+    """A numeric setting from the environment, at least `least`; CommError naming it otherwise."""
+    from . import env_number  # (the package imports this module)
+    value = env_number(name, default, kind)
+    if value < least:
+        raise CommError(f"{name}={value!r}: expected a number of at least {least}")
+    return value

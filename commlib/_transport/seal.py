@@ -146,6 +146,13 @@ class Pumps:
                 with contextlib.suppress(OSError):
                     s.close()
 
+    def forget(self, sock):
+        """The data path closes `sock` before the job ends (an idle connection): its pump ends on
+        its own once it has sealed what is left; forget the two."""
+        with self._lock:
+            self.wire.pop(sock, None)
+            self._threads = [t for t in self._threads if t.is_alive()]
+
     def close(self, flush_s=FLUSH_S):
         """After the data path closed its sockets: let pumps send what is left (bounded), then stop them."""
         with self._lock:

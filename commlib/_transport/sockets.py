@@ -21,6 +21,7 @@ makes the wake pipe readable, which interrupts every blocked step (`_io.pyx`).
 How a step's status becomes an error is `diagnose.py`'s job; what the
 coordinator says about other ranks is `notices.py`'s.
 """
+import collections
 import contextlib
 import errno
 import fcntl
@@ -132,6 +133,14 @@ def _hung_up(sock):
         return True
 
 
+def _dead_attempt(sock):
+    """True when this registered connection's sender closed it with nothing left for us to read: a
+    handshake attempt it gave up on (its retry replaces it). A point-to-point connection retired
+    for being idle ends with a frame of its own (FLAG_BYE), unread until the reader comes to it:
+    that one is not replaced, its successor waits (`Endpoint._next`)."""
+    return _hung_up(sock) and _io.shm_queued(sock.fileno(), False) <= 0
+
+
 def _tune(sock, tcp):
     if tcp:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -164,6 +173,7 @@ class Endpoint:
         self._connecting = {}  # (group, channel, dst) -> lock: one connect per key at a time
         self._out = {}  # (group, channel, dst) -> socket
         self._in = {}  # (group, channel, src) -> socket
+        self._next = {}  # (SHARED_GID, CH_P2P, src) -> deque of its sender's newer connections (retire_in)
         self.fds = {}  # (group, channel, peer, 1 outgoing | 0 incoming) -> fd: the hot-path lookup
         self.parked = {}  # group -> {world rank: deque of messages (header + payload) read by another group}
         self.parked_lock = threading.Lock()
@@ -272,8 +282,15 @@ class Endpoint:
             key = self.key(group, channel, rank)
             with self._cond:
                 old = self._in.get(key)
-                if old is not None and not _hung_up(old):
-                    raise AuthError(f"duplicate connection for {key}")
+                waits = False
+                if old is not None and (key in self._next or not _dead_attempt(old)):
+                    # A point-to-point sender that closed an idle connection (FLAG_BYE) and opens a
+                    # new one before this rank has read the old to its end: the new one waits
+                    # behind it (and behind any other waiting already), so no frame overtakes
+                    # another (retire_in promotes them in turn).
+                    if channel != CH_P2P:
+                        raise AuthError(f"duplicate connection for {key}")
+                    old, waits = None, True
                 if self._closed:  # a peer's late connection while we finish: it learns why from the job
                     if _debug.LEVEL:
                         _debug.log(_debug.INFO, lambda: f"closing: turned away rank {rank}'s connection")
@@ -284,7 +301,7 @@ class Endpoint:
                 sock.sendall(_auth.mac(self.secret, b"commlib/data/server", cnonce, nonce) + reply)
                 if old is not None:
                     self.fds.pop(key + (0,), None)
-                    shm.close(old)
+                    self._forget(old)
                 sock.settimeout(None)
                 sock.setblocking(False)
                 _tune(sock, sock.family != socket.AF_UNIX)
@@ -292,8 +309,11 @@ class Endpoint:
                     sock = self.pumps.connection(sock, self.secret, nonce, cnonce, ident, False, rank, f"rank {rank}")
                     _tune(sock, False)
                 _claimable(sock, channel, self.rank)
-                self._in[key] = sock
-                self._cond.notify_all()
+                if waits:
+                    self._next.setdefault(key, collections.deque()).append(sock)
+                else:
+                    self._in[key] = sock
+                    self._cond.notify_all()
             if _debug.LEVEL:
                 _debug.log(_debug.INFO, lambda: f"accepted rank {rank} ({_whose(group, channel)}) over "
                            f"{'unix' if sock.family == socket.AF_UNIX else 'tcp'} from "
@@ -358,6 +378,47 @@ class Endpoint:
                         raise exc
         finally:
             notices.current = None
+
+    def retire_in(self, group, channel, src, sock):
+        """The connection `sock` from world rank src ended between frames (its sender retired it,
+        or hung up): forget and close it. The connection its sender opened meanwhile, if one
+        waits (`_next`), takes its place; returns whether one did."""
+        key = self.key(group, channel, src)
+        with self._cond:
+            if self._in.get(key) is not sock:
+                return False
+            self.fds.pop(key + (0,), None)
+            waiting = self._next.get(key)
+            nxt = waiting.popleft() if waiting else None
+            if waiting is not None and not waiting:
+                del self._next[key]
+            if nxt is None:
+                del self._in[key]
+            else:
+                self._in[key] = nxt
+                self._cond.notify_all()
+        self._forget(sock)
+        if nxt is not None:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._arrival_w, b"\0")
+        return nxt is not None
+
+    def retire_out(self, group, channel, dst, sock):
+        """Close our connection `sock` to world rank dst (idle, its last frame written): the next
+        send to dst opens a new one."""
+        key = self.key(group, channel, dst)
+        with self._cond:
+            if self._out.get(key) is sock:
+                del self._out[key]
+                self.fds.pop(key + (1,), None)
+        self._forget(sock)
+
+    def _forget(self, sock):
+        """Close a connection this rank is done with (its link, and a sealed one's pump: the pump
+        puts what is left on the wire, then ends)."""
+        if self.pumps is not None:
+            self.pumps.forget(sock)
+        shm.close(sock)
 
     def incoming_socks(self, channel):
         """{(group, src world rank): socket} of the connections that have arrived on `channel`."""
@@ -602,9 +663,10 @@ class Endpoint:
     def close(self):
         self._closed = True
         with self._cond:
-            socks = list(self._out.values()) + list(self._in.values())
+            socks = list(self._out.values()) + list(self._in.values()) + [s for q in self._next.values() for s in q]
             self._out.clear()
             self._in.clear()
+            self._next.clear()
             self.fds.clear()
         for s in socks:
             _io.clear_claims(s.fileno())  # a step stopped mid-message (an error) must not hold a reused number

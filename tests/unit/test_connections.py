@@ -12,7 +12,7 @@ import pytest
 
 from commlib._errors import CommTimeout
 from commlib._transport import _io, shm
-from commlib._transport.sockets import CH_P2P, SHARED_GID, Endpoint
+from commlib._transport.sockets import CH_COLL, CH_P2P, SHARED_GID, Endpoint
 
 FROM_0 = (SHARED_GID, 0)  # incoming_socks key of the point-to-point connection from rank 0 (every group's)
 
@@ -89,16 +89,73 @@ def test_a_retry_replaces_a_first_attempt_the_client_gave_up_on(pair):
 
 def test_a_live_duplicate_is_still_refused(pair):
     a, b = pair
-    a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
-    live = _registered(b, FROM_0)
+    a.outgoing(0, CH_COLL, 1, time.monotonic() + 5, "test")
+    coll_from_0 = (SHARED_GID, 0)
+    end = time.monotonic() + 5
+    while coll_from_0 not in b.incoming_socks(CH_COLL) and time.monotonic() < end:
+        time.sleep(0.01)
+    live = b.incoming_socks(CH_COLL)[coll_from_0]
     # Forget the client side without closing it: the server's connection stays alive.
-    kept = a._out.pop(a.key(0, CH_P2P, 1))
+    kept = a._out.pop(a.key(0, CH_COLL, 1))
     try:
         with pytest.raises(CommTimeout):
-            a.outgoing(0, CH_P2P, 1, time.monotonic() + 1.0, "test")
-        assert b.incoming_socks(CH_P2P)[FROM_0] is live
+            a.outgoing(0, CH_COLL, 1, time.monotonic() + 1.0, "test")
+        assert b.incoming_socks(CH_COLL)[coll_from_0] is live
     finally:
         shm.close(kept)
+
+
+def _frame(tag, data):
+    """A point-to-point frame of group 0 from rank 0 carrying the bytes `data`."""
+    import numpy as np
+
+    from commlib._dtypes import dtype_code
+    from commlib._wire import message_header
+
+    return message_header(group=0, source=0, tag=tag, dtype=dtype_code(np.dtype(np.uint8)), count=len(data),
+                          nbytes=len(data)) + data
+
+
+def _waiting(ep, count, timeout=5.0):
+    """Wait until `count` connections wait behind the one being read (Endpoint._next)."""
+    end = time.monotonic() + timeout
+    while sum(len(q) for q in ep._next.values()) < count and time.monotonic() < end:
+        time.sleep(0.01)
+    return [len(q) for q in ep._next.values()]
+
+
+def test_a_point_to_point_connection_that_replaces_a_live_one_waits_behind_it(pair):
+    """A sender that closed an idle connection (its last frame FLAG_BYE) and opened a new one
+    before the receiver read the old to its end: the new one waits (`_next`) and its frames are
+    read only after the old one's, in the order sent, however many replaced each other."""
+    import numpy as np
+
+    from commlib._engine import Engine, Group
+    from commlib._engine.matching import ANY_TAG
+    from commlib._transport import Transport
+    from commlib._wire import bye_header
+
+    a, b = pair
+    engine = Engine(Transport(b))
+    g = Group(engine.transport, engine, 0, [0, 1], 1, 5.0)
+    try:
+        for k in range(3):  # three connections, each closed after one frame, before anything is read
+            a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
+            sock = a.out_sock(0, CH_P2P, 1)
+            _send(sock, _frame(k, b"msg%d" % k) + bye_header(group=SHARED_GID, source=0))
+            if k == 0:
+                _registered(b, FROM_0)
+            assert _waiting(b, k) == ([k] if k else [])
+            a.retire_out(0, CH_P2P, 1, sock)
+        a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")
+        assert _waiting(b, 3) == [3]  # the first is being read; three wait in order
+        _send(a.out_sock(0, CH_P2P, 1), _frame(3, b"last"))
+        got = [engine.recv(g.p2p, 0, ANY_TAG, np.empty(4, np.uint8), lambda msg, payload: (msg.tag, bytes(payload)),
+                           what="irecv", check=None, raw=True).wait() for _ in range(4)]
+        assert got == [(0, b"msg0"), (1, b"msg1"), (2, b"msg2"), (3, b"last")]
+        assert not b._next and len(b.incoming_socks(CH_P2P)) == 1
+    finally:
+        engine.close("test over")
 
 
 def test_connecting_to_a_rank_that_left_is_peer_lost_for_that_call_only(pair):
@@ -132,14 +189,16 @@ def test_the_engine_reads_from_the_retry_that_replaced_a_dead_attempt(pair):
     _registered(b, FROM_0)
     with engine.lock:
         engine._adopt_all()
+        first = engine._in[0]  # (the progress thread may read its end and forget it from here on)
     shm.close(a._out.pop(a.key(0, CH_P2P, 1)))  # the client gives up on its first attempt ...
     a.fds.pop(a.key(0, CH_P2P, 1) + (1,), None)
     end = time.monotonic() + 5
-    while not engine._in[0].eof and time.monotonic() < end:
+    while not first.eof and time.monotonic() < end:
         with engine.lock:
-            engine._read(engine._in[0])
+            engine._read(first)
         time.sleep(0.01)
-    assert engine._in[0].eof and not req.test()  # ... which fails nobody
+    assert first.eof and not req.test()  # ... which fails nobody, and is forgotten
+    assert 0 not in engine._in and FROM_0 not in b.incoming_socks(CH_P2P)
     a.outgoing(0, CH_P2P, 1, time.monotonic() + 5, "test")  # ... and retries
     hdr = message_header(group=0, source=0, tag=7, dtype=u8, count=4, nbytes=4)
     _send(a.out_sock(0, CH_P2P, 1), hdr + b"data")

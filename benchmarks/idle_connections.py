@@ -1,0 +1,48 @@
+"""What the idle-connection limit costs and saves: a manager sending tasks to its workers in turn.
+
+usage: commrun -n N python benchmarks/idle_connections.py [ROUNDS] [PAUSE_S]
+
+Rank 0 sends each worker a 64 B task (a blocking send), in turn, then takes each worker's
+64 B answer; ROUNDS rounds, PAUSE_S seconds apart (the manager doing other work). Rank 0 prints
+the median time of a round, how many outgoing point-to-point connections it holds at the end
+and closed on the way, and its open descriptors. Run it under different COMMLIB_P2P_CONNECTIONS
+and COMMLIB_P2P_IDLE_S settings: with a limit below N - 1 and no idle time every send to another
+worker reconnects (the worst case: what a round costs then); with an idle time shorter than the
+pause the connections close between rounds and open again at the next.
+"""
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import commlib as cl
+
+w = cl.init()
+me, n = w.rank(), w.size()
+rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+task = np.zeros(8)
+times = []
+for k in range(rounds):
+    cl.barrier()
+    if me == 0:
+        t0 = time.perf_counter()
+        for worker in range(1, n):
+            cl.send(task, worker, tag=k)
+        for worker in range(1, n):
+            cl.recv(8, np.float64, worker, tag=k)
+        times.append(time.perf_counter() - t0)
+        time.sleep(pause)
+    else:
+        cl.send(cl.recv(8, np.float64, 0, tag=k) + 1, 0, tag=k)
+cl.barrier()
+if me == 0:
+    p2p, ep = w.engine.p2p, w.channel.ep
+    out = sum(1 for key in ep._out if key[1] == 1)  # CH_P2P
+    inc = sum(1 for key in ep._in if key[1] == 1)
+    print(f"{n} ranks, limit {p2p.max_connections}, idle {p2p.idle_s:g} s, pause {pause:g} s: round "
+          f"{statistics.median(times[1:] or times) * 1e3:.2f} ms median ({n - 1} workers); manager holds "
+          f"{out} outgoing / {inc} incoming point-to-point connections, closed {p2p.retired}, "
+          f"{len(os.listdir('/proc/self/fd'))} descriptors")
