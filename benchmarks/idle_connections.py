@@ -5,7 +5,7 @@ usage: commrun -n N python benchmarks/idle_connections.py [ROUNDS] [PAUSE_S]
 Rank 0 sends each worker a 64 B task (a blocking send), in turn, then takes each worker's
 64 B answer; ROUNDS rounds, PAUSE_S seconds apart (the manager doing other work). Rank 0 prints
 the median time of a round, how many outgoing point-to-point connections it holds at the end
-and closed on the way, and its open descriptors. Run it under different COMMLIB_P2P_CONNECTIONS
+and closed on the way, its open descriptors and the shared-memory segments it has mapped. Run it under different COMMLIB_P2P_CONNECTIONS
 and COMMLIB_P2P_IDLE_S settings: with a limit below N - 1 and no idle time every send to another
 worker reconnects (the worst case: what a round costs then); with an idle time shorter than the
 pause the connections close between rounds and open again at the next.
@@ -18,6 +18,12 @@ import time
 import numpy as np
 
 import commlib as cl
+
+def _segments():
+    """Shared-memory segments this process has mapped (each a memfd)."""
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if "memfd:commlib" in line)
+
 
 w = cl.init()
 me, n = w.rank(), w.size()
@@ -45,4 +51,4 @@ if me == 0:
     print(f"{n} ranks, limit {p2p.max_connections}, idle {p2p.idle_s:g} s, pause {pause:g} s: round "
           f"{statistics.median(times[1:] or times) * 1e3:.2f} ms median ({n - 1} workers); manager holds "
           f"{out} outgoing / {inc} incoming point-to-point connections, closed {p2p.retired}, "
-          f"{len(os.listdir('/proc/self/fd'))} descriptors")
+          f"{len(os.listdir('/proc/self/fd'))} descriptors, {_segments()} shared-memory segments mapped")

@@ -159,6 +159,7 @@ cdef extern from "_shm.h" nogil:
     int cl_prime(int memfd)
     unsigned long long cl_cma_min
     void cl_detach(int fd)
+    void cl_release(int fd)
     size_t cl_segment_bytes(unsigned long long ring_bytes)
 
 # Status codes, returned by step() and read by _transport.py.
@@ -900,6 +901,12 @@ def shm_attach(int fd, int memfd, unsigned long long ring_bytes, bint creator, b
 def shm_detach(int fd):
     """Forget fd's link (call before closing the socket; a plain socket is left alone)."""
     cl_detach(fd)
+
+
+def shm_release(int fd):
+    """Forget fd's link and unmap its segment (call before closing the socket), where no other
+    thread can be using the link; shm_detach where one might (its mapping then stays)."""
+    cl_release(fd)
 
 
 def shm_linked(int fd):

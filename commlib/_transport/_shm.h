@@ -196,6 +196,20 @@ static void cl_detach(int fd) {
     __atomic_sub_fetch(&cl_linked, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Forget the link of fd and unmap its segment, for a caller that knows no other thread is in a
+ * read, write or wait of it (point-to-point links: all their use is under the engine's lock). */
+static void cl_release(int fd) {
+    if (cl_links == NULL || fd < 0 || fd >= CL_MAX_FD)
+        return;
+    cl_link* L = cl_links[fd];
+    if (L == NULL)
+        return;
+    cl_links[fd] = NULL;
+    __atomic_sub_fetch(&cl_linked, 1, __ATOMIC_SEQ_CST);
+    munmap(L->base, L->maplen);
+    free(L);
+}
+
 static inline void cl_ring_bell(int fd) {
     char b = 0;
     (void)send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);

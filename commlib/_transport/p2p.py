@@ -213,16 +213,24 @@ class Outgoing:
         return queued == 0
 
     def write_last(self, frame, timeout=1.0):
-        """Write `frame` (a few bytes, onto a flushed connection: it fits at once) as the last;
-        CommError if it does not go within `timeout`."""
+        """Write `frame` (a few bytes, onto a flushed connection: it fits at once) as the last.
+        True once written, or when the peer is gone (nothing more can go on it either); False
+        when not a byte went within `timeout` (the connection stays as it was); CommError when
+        only part of it did (the stream is broken)."""
         view, end = memoryview(frame), time.monotonic() + timeout
         while view:
             try:
                 view = view[self._sendmsg([view]):]
             except BlockingIOError:
                 if time.monotonic() >= end:
-                    raise CommError(f"the last frame to rank {self.dst} found no room in {timeout:g} s") from None
+                    if len(view) == len(frame):
+                        return False
+                    raise CommError(f"the last frame to rank {self.dst} stopped after {len(frame) - len(view)} "
+                                    f"of its {len(frame)} bytes") from None
                 time.sleep(0.0005)
+            except OSError:
+                return True
+        return True
 
 
 class Poller:
@@ -236,8 +244,10 @@ class Poller:
 
     def watch(self, conns_in, conns_out):
         """What the next wait() watches: incoming connections not done nor busy, outgoing ones with
-        frames queued (read now, under the owner's lock; the wait happens without it)."""
-        events, readers = {}, {}
+        frames queued. Read now, under the owner's lock, and so are the shared-memory links (each
+        asks for its doorbell, or is ready at once): the wait happens without the lock, touching
+        only descriptors, so a link closed meanwhile (an idle connection) can be unmapped."""
+        events, readers, ready = {}, {}, set()
         for c in conns_in:
             if not c.eof and not c.busy:
                 events[c.fd] = select.POLLIN
@@ -245,14 +255,6 @@ class Poller:
         for out in conns_out:
             if out.queue:
                 events[out.fd] = events.get(out.fd, 0) | select.POLLOUT
-        return events, readers
-
-    def wait(self, watched, timeout_ms):
-        """Wait up to timeout_ms: the set of incoming connections ready to read, plus ARRIVED when
-        a connection came in and READY for anything else; None when a signal interrupted the wait."""
-        events, readers = watched
-        poller = select.poll()
-        ready = set()
         for fd, ev in events.items():
             # a shared-memory link sleeps on its doorbell, unless it can go on now
             link = _io.shm_prepare(fd, ev & select.POLLIN, ev & select.POLLOUT)
@@ -261,7 +263,17 @@ class Poller:
                 ready.add(c if c is not None else READY)
                 if c is not None and ev & select.POLLOUT:
                     ready.add(READY)
-            poller.register(fd, ev if link < 0 else select.POLLIN)
+            if link >= 0:
+                events[fd] = select.POLLIN
+        return events, readers, ready
+
+    def wait(self, watched, timeout_ms):
+        """Wait up to timeout_ms: the set of incoming connections ready to read, plus ARRIVED when
+        a connection came in and READY for anything else; None when a signal interrupted the wait."""
+        events, readers, ready = watched
+        poller = select.poll()
+        for fd, ev in events.items():
+            poller.register(fd, ev)
         for fd in (self._wake_r, self._arrival_r, self._fail_r):
             poller.register(fd, select.POLLIN)
         try:
@@ -349,7 +361,11 @@ class PointToPoint:
             out = self._out[dst]
             if dst == keep or out.queue or not out.flushed():
                 continue
-            out.write_last(bye_header(group=SHARED_GID, source=self.rank))
+            try:
+                if not out.write_last(bye_header(group=SHARED_GID, source=self.rank)):
+                    continue
+            except CommError as exc:
+                raise self.error(CommError(f"rank {self.rank}: closing an idle connection: {exc}", rank=dst)) from None
             out.retired = True
             del self._out[dst]
             self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)

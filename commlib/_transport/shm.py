@@ -172,10 +172,12 @@ def settle(sock, memfd, ring, reply):
         raise EOFError("malformed shared-memory reply")
 
 
-def close(sock):
-    """Close a connection, forgetting its link first (descriptor numbers are reused)."""
+def close(sock, unmap=False):
+    """Close a connection, forgetting its link first (descriptor numbers are reused). The link's
+    segment stays mapped until the process ends (a thread woken mid-read by a failure may still
+    touch it), unless `unmap`: the caller knows no thread uses the link any more."""
     with contextlib.suppress(OSError, ValueError):
-        _io.shm_detach(sock.fileno())
+        (_io.shm_release if unmap else _io.shm_detach)(sock.fileno())
     with contextlib.suppress(OSError):
         sock.close()
 

@@ -381,7 +381,8 @@ class Endpoint:
 
     def retire_in(self, group, channel, src, sock):
         """The connection `sock` from world rank src ended between frames (its sender retired it,
-        or hung up): forget and close it. The connection its sender opened meanwhile, if one
+        or hung up): forget and close it (the caller holds the engine's lock, under which alone
+        point-to-point links are used: the link's segment is unmapped). The connection its sender opened meanwhile, if one
         waits (`_next`), takes its place; returns whether one did."""
         key = self.key(group, channel, src)
         with self._cond:
@@ -397,28 +398,29 @@ class Endpoint:
             else:
                 self._in[key] = nxt
                 self._cond.notify_all()
-        self._forget(sock)
+        self._forget(sock, unmap=True)
         if nxt is not None:
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(self._arrival_w, b"\0")
         return nxt is not None
 
     def retire_out(self, group, channel, dst, sock):
-        """Close our connection `sock` to world rank dst (idle, its last frame written): the next
-        send to dst opens a new one."""
+        """Close our connection `sock` to world rank dst (idle, its last frame written; the engine's
+        lock held, its link's segment unmapped): the next send to dst opens a new one."""
         key = self.key(group, channel, dst)
         with self._cond:
             if self._out.get(key) is sock:
                 del self._out[key]
                 self.fds.pop(key + (1,), None)
-        self._forget(sock)
+        self._forget(sock, unmap=True)
 
-    def _forget(self, sock):
+    def _forget(self, sock, unmap=False):
         """Close a connection this rank is done with (its link, and a sealed one's pump: the pump
-        puts what is left on the wire, then ends)."""
+        puts what is left on the wire, then ends). `unmap`: no thread can be using its link (a
+        point-to-point connection closed under the engine's lock), so its segment goes too."""
         if self.pumps is not None:
             self.pumps.forget(sock)
-        shm.close(sock)
+        shm.close(sock, unmap)
 
     def incoming_socks(self, channel):
         """{(group, src world rank): socket} of the connections that have arrived on `channel`."""

@@ -14,7 +14,8 @@ taken every byte of it)
   order.
 - Two threads on two groups, each rank alternating between two destinations (sendrecv), so
   connections close and open while the other thread sends.
-- Afterwards each rank holds one outgoing point-to-point connection once it sends again.
+- Afterwards each rank holds one outgoing point-to-point connection once it sends again, and
+  maps no shared-memory segment of a connection it closed.
 Every result is checked against NumPy.
 """
 import time
@@ -22,7 +23,7 @@ import time
 import numpy as np
 
 import commlib as cl
-from commlib._transport import CH_P2P
+from commlib._transport import CH_P2P, shm
 from _common import Checker, in_threads
 
 c = Checker("idle_p2p")
@@ -116,4 +117,13 @@ if n > 1:
     out = [key for key in ep._out if key[1] == CH_P2P]
     c.ok(len(out) == 1 and len(p2p._out) == 1, "one outgoing point-to-point connection",
          f"{sorted(out)}, {sorted(p2p._out)}")
+
+# -- a closed connection's shared-memory segment is unmapped: as many mapped as links open
+with ep._cond:
+    socks = list(ep._out.values()) + list(ep._in.values()) + [s for q in ep._next.values() for s in q]
+linked = sum(1 for s in socks if shm.linked(s))
+with open("/proc/self/maps") as maps:
+    mapped = sum(1 for line in maps if "memfd:commlib-link" in line)
+c.ok(mapped == linked, "no segment of a closed connection stays mapped",
+     f"{mapped} segments mapped for {linked} links open ({p2p.retired} connections closed here)")
 c.finish()
