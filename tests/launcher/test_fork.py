@@ -158,7 +158,9 @@ def _nofile_1024():
 def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
     """commrun holds, for each rank, its stdout and stderr pipes and its coordinator connection: 1,264
     descriptors for 400 ranks. Under `ulimit -n 1024` each rank's stderr shares its stdout pipe
-    (said once) and the job runs; before, the coordinator silently stopped accepting and it hung."""
+    (said once) and the job runs; before, the coordinator silently stopped accepting and it hung.
+    Rank 0 then sends a task to each of the 399 others and takes their answers, keeping at most 32
+    outgoing point-to-point connections (the idle-connection limit, lowered) once all are read."""
     script = forked(commrun).script("many.py", """
         import sys
         import numpy as np
@@ -170,12 +172,27 @@ def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
         print(f"to stderr {r}", file=sys.stderr)
         if r == 0:
             print(f"sum {total} of {n}")
+            # a manager and its workers, at most 32 outgoing point-to-point connections kept
+            for w in range(1, n):
+                cl.send(np.array([w], np.int64), w, tag=1)
+            answers = [int(cl.recv(1, np.int64, w, tag=2)[0]) for w in range(1, n)]
+            assert answers == [2 * w for w in range(1, n)], answers
+            cl.send(np.zeros(1, np.int64), 1, tag=3)  # every other connection's bytes are taken: down to 32
+            p2p = g.engine.p2p
+            print(f"manager: {len(p2p._out)} outgoing, {p2p.retired} closed")
+        else:
+            cl.send(cl.recv(1, np.int64, 0, tag=1) * 2, 0, tag=2)
+            if r == 1:
+                cl.recv(1, np.int64, 0, tag=3)
         cl.finalize()
     """)
-    r = subprocess.run(commrun.argv(["-n", 400, script]), env=commrun.env, cwd=commrun.cwd, capture_output=True,
+    env = dict(commrun.env, COMMLIB_P2P_CONNECTIONS="32", COMMLIB_P2P_IDLE_S="0")
+    r = subprocess.run(commrun.argv(["-n", 400, script]), env=env, cwd=commrun.cwd, capture_output=True,
                        text=True, timeout=220, preexec_fn=_nofile_1024)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[0] sum 79800 of 400" in r.stdout.splitlines()
+    closed = re.search(r"^\[0\] manager: 32 outgoing, (\d+) closed$", r.stdout, re.M)
+    assert closed and int(closed.group(1)) >= 399 - 32, r.stdout[-2000:]
     assert "the limit is 1,024" in r.stderr and "each rank's stderr goes to its stdout" in r.stderr
     assert sorted(int(m) for m in re.findall(r"^\[(\d+)\] to stderr \1$", r.stdout, re.M)) == list(range(400))
 
