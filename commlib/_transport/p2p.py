@@ -24,11 +24,9 @@ straight into the buffer the engine names, never copied here.
 """
 import collections
 import contextlib
-import fcntl
 import os
 import select
 import socket
-import struct
 import time
 
 import numpy as np
@@ -38,9 +36,7 @@ from .._errors import CommError
 from .._wire import HEADER_NBYTES, bye_header
 from . import _io
 from .diagnose import status_error
-from .sockets import CH_P2P, SHARED_GID, SIOCOUTQ
-
-SIOCOUTQNSD = 0x894B  # a TCP socket's bytes not sent yet (linux/sockios.h)
+from .sockets import CH_P2P, SHARED_GID, SIOCOUTQ, SIOCOUTQNSD, send_queue_bytes
 
 # An idle-connection limit: beyond MAX_CONNECTIONS outgoing point-to-point connections (a rank that
 # sends to every other: a manager and its workers), the least recently used one that has sent
@@ -205,9 +201,8 @@ class Outgoing:
         more small frame."""
         queued = _io.shm_queued(self.fd, True)
         if queued < 0:
-            how = SIOCOUTQ if self.sock.family == socket.AF_UNIX else SIOCOUTQNSD
             try:
-                queued = struct.unpack("i", fcntl.ioctl(self.fd, how, b"\0" * 4))[0]
+                queued = send_queue_bytes(self.fd, SIOCOUTQ if self.sock.family == socket.AF_UNIX else SIOCOUTQNSD)
             except OSError:
                 return False
         return queued == 0

@@ -101,6 +101,13 @@ def _why(exc):
 
 _TCP_INFO = struct.Struct("<8B13I")  # struct tcp_info up to tcpi_last_ack_recv (linux/tcp.h)
 SIOCOUTQ = 0x5411  # bytes in a socket's send queue, sent or not
+SIOCOUTQNSD = 0x894B  # a TCP socket's bytes not sent yet (linux/sockios.h)
+
+
+def send_queue_bytes(fd, request=SIOCOUTQ):
+    """Bytes in descriptor fd's send queue (SIOCOUTQ: sent or not; SIOCOUTQNSD: not sent yet, TCP);
+    OSError where the kernel cannot say."""
+    return struct.unpack("i", fcntl.ioctl(fd, request, b"\0" * 4))[0]
 
 
 def silent_for(sock, queued=False):
@@ -113,7 +120,7 @@ def silent_for(sock, queued=False):
     """
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
-        outq = struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQ, b"\0" * 4))[0] if queued else 0
+        outq = send_queue_bytes(sock.fileno()) if queued else 0
     except (OSError, AttributeError):
         return None
     info = _TCP_INFO.unpack(raw[:_TCP_INFO.size].ljust(_TCP_INFO.size, b"\0"))
