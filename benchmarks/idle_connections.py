@@ -5,8 +5,8 @@ usage: commrun -n N python benchmarks/idle_connections.py [ROUNDS] [PAUSE_S]
 Rank 0 sends each worker a 64 B task (a blocking send), in turn, then takes each worker's
 64 B answer; ROUNDS rounds, PAUSE_S seconds apart (the manager doing other work). Rank 0 prints
 the median time of a round, how many outgoing point-to-point connections it holds at the end
-and closed on the way, its open descriptors and the shared-memory segments it has mapped. Run it under different COMMLIB_P2P_CONNECTIONS
-and COMMLIB_P2P_IDLE_S settings: with a limit below N - 1 and no idle time every send to another
+and closed on the way, its open descriptors and the shared-memory segments it has mapped. Run
+it under different COMMLIB_P2P_CONNECTIONS and COMMLIB_P2P_IDLE_S settings: with a limit below N - 1 and no idle time every send to another
 worker reconnects (the worst case: what a round costs then); with an idle time shorter than the
 pause the connections close between rounds and open again at the next.
 """

@@ -389,8 +389,8 @@ class Endpoint:
     def retire_in(self, group, channel, src, sock):
         """The connection `sock` from world rank src ended between frames (its sender retired it,
         or hung up): forget and close it (the caller holds the engine's lock, under which alone
-        point-to-point links are used: the link's segment is unmapped). The connection its sender opened meanwhile, if one
-        waits (`_next`), takes its place; returns whether one did."""
+        point-to-point links are used: the link's segment is unmapped). The connection its sender
+        opened meanwhile, if one waits (`_next`), takes its place; returns whether one did."""
         key = self.key(group, channel, src)
         with self._cond:
             if self._in.get(key) is not sock:
