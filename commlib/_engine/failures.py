@@ -114,3 +114,4 @@ class Failures:
             conn.msg = None
             conn.stop()
         self._partial.clear()
+        self._closing.clear()  # (no last frame is read now)

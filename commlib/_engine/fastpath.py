@@ -54,15 +54,17 @@ class FastPaths:
             conn.busy = True
             return conn
 
-    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_NO_STEP):
+    def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_NO_STEP, saved=None):
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
         Returns None once it arrived; the header of another frame that came instead (no payload
         byte read); or FALLBACK when other work appeared before any byte of the frame (the engine
         then serves this receive with the rest). `first`: what a first step already taken (by
-        `_io.P2PFast`) returned.
+        `_io.P2PFast`) returned, `saved` the stepper's state it stopped in. The stepper is shared:
+        between steps, with the lock let go, another thread's blocking send or receive may use it,
+        so each step resumes from the state the last one saved.
         """
-        notices = self.p2p.notices
+        notices, p2p = self.p2p.notices, self.p2p
         resume = False
         got = first
         while True:
@@ -73,7 +75,11 @@ class FastPaths:
                         return FALLBACK
                     notices.current = (what, src_w, None)
                     try:
-                        got = self.p2p.recv_step(conn, expect, addr, nbytes, deadline, what, src_w, resume)
+                        if resume:
+                            p2p.restore_step(saved)
+                        got = p2p.recv_step(conn, expect, addr, nbytes, deadline, what, src_w, resume)
+                        if type(got) is int:
+                            saved = p2p.save_step()
                     finally:
                         notices.current = None
                 if got is None or isinstance(got, bytes):
@@ -97,14 +103,16 @@ class FastPaths:
         return self._queue_send(ctx, dst_w, conn, [part], nbytes, tag, dtype, count, flags, what,
                                 ctx.timeout, sent=sent, seq=0)
 
-    def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc):
-        """A one-call receive whose first step stopped with status rc, on `conn` (claimed busy): the
-        result, or NotImplemented when the engine must serve it (nothing of its frame was read)."""
+    def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc, saved):
+        """A one-call receive whose first step stopped with status rc, on `conn` (claimed busy), the
+        stepper then in state `saved`: the result, or NotImplemented when the engine must serve it
+        (nothing of its frame was read)."""
         try:
             with self.lock:
+                self.p2p.restore_step(saved)
                 got = self.p2p.recv_status(rc, what, src_w, nbytes)
             got = self._step_frame(conn, expect, self.transport_address(out), nbytes, deadline, what, src_w,
-                                   first=got)
+                                   first=got, saved=saved)
             if got is None:
                 self._last_tag[ctx.gid, src] = tag
                 return out
@@ -113,12 +121,14 @@ class FastPaths:
             return NotImplemented
         finally:
             conn.busy = False
+            conn.last = time.monotonic()  # (the incoming limit's idea of when it was last used)
 
     def _hand_over(self, conn, header):
         """A header a fast path read but does not take: the engine goes on with that frame."""
         with self.lock:
             conn.header = header
             conn.busy = False
+            conn.last = time.monotonic()
             self._header_done(conn)
             self._mark(conn)
 
@@ -139,6 +149,7 @@ class FastPaths:
             return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline)
         finally:
             conn.busy = False
+            conn.last = time.monotonic()  # (the incoming limit's idea of when it was last used)
 
     def _read_sized(self, ctx, conn, src, src_w, tag, finish, what, deadline):
         got = self._step_frame(conn, _NO_FRAME, 0, 0, deadline, what, src_w)
@@ -161,10 +172,14 @@ class FastPaths:
             self._matched(ctx, msg)  # an issend's acknowledgement
             self._last_tag[ctx.gid, src] = h.tag
         payload = np.empty(h.nbytes, dtype=np.uint8)
-        addr, resume = self.transport_address(payload), False
+        addr, resume, saved, p2p = self.transport_address(payload), False, None, self.p2p
         while h.nbytes:
-            with self.lock:
-                got = self.p2p.recv_step(conn, None, addr, h.nbytes, deadline, what, src_w, resume)
+            with self.lock:  # (each step resumes from the state the last saved: see _step_frame)
+                if resume:
+                    p2p.restore_step(saved)
+                got = p2p.recv_step(conn, None, addr, h.nbytes, deadline, what, src_w, resume)
+                if got is not None:
+                    saved = p2p.save_step()
             if got is None:
                 break
             resume = True

@@ -82,6 +82,11 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self.spin_s = spin_seconds() if transport is not None else 0.0
         self._closed = False
         self.poller = self.p2p.poller() if self.p2p is not None else None
+        # incoming connections whose senders were asked to close them: read on until their last
+        # frames come (the engine is not idle meanwhile), so their descriptors go at once
+        self._closing = self.p2p.closing if self.p2p is not None else {}
+        if transport is not None:  # receivers over their incoming limit ask over the coordinator
+            transport.ep.notices.on_close_asked = self._on_close_asked
 
     def context(self, gid, world, rank, timeout):
         with self.lock:
@@ -102,7 +107,7 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
 
     def idle(self):
         """Nothing outstanding: the caller may use a blocking fast path."""
-        return not (self.n_posted or self.n_sending or self._acks or self._partial)
+        return not (self.n_posted or self.n_sending or self._acks or self._partial or self._closing)
 
     def _mark(self, conn):
         """Keep the set of connections that are in the middle of a frame up to date."""

@@ -164,11 +164,24 @@ class Progress:
             if out.queue:
                 self._write(out)
         self._check_departed()
+        self._limit_connections()
 
     def _service_all_reads(self):
         self._adopt_all()
         for conn in list(self._in.values()):
             self._read(conn)
+        self._limit_connections()
+
+    def _limit_connections(self):
+        """The idle-connection limit's servicing: close the connections whose receivers asked while
+        the lock was taken (Sends._on_close_asked); over the limit on incoming ones, ask senders."""
+        p2p = self.p2p
+        if p2p.asked:
+            self._close_asked()
+        if p2p.closing:
+            p2p.expire_asks()
+        if len(self._in) > p2p.max_connections:
+            p2p.ask_idle(self._in.values())
 
     def _adopt_all(self):
         for src, conn in self.p2p.incoming().items():
@@ -192,7 +205,15 @@ class Progress:
         conn = self.p2p.incoming().get(src)
         if conn is not None:
             self._in[src] = conn
+            if len(self._in) > self.p2p.max_connections:
+                self._limit_incoming()
         return conn
+
+    def _limit_incoming(self):
+        """(lock held) Over the incoming limit, from a blocking receive, which never services:
+        ask senders to close idle connections, and have the thread read on for their last frames."""
+        if self.p2p.ask_idle(self._in.values()):
+            self._kick()
 
     def _read(self, conn):
         if conn.busy:

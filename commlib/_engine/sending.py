@@ -93,6 +93,27 @@ class Sends:
                     self._out.pop(d, None)
         return conn
 
+    def _on_close_asked(self, peer):
+        """World rank `peer`'s receiver asked us to close our connection to it (over its incoming
+        limit; the coordinator's notice, on its listener thread): closed now if the engine's lock is
+        free, else by whoever holds it, at its next servicing (a blocking step is never waited on)."""
+        self.p2p.asked.add(peer)
+        if self.lock.acquire(blocking=False):
+            try:
+                self._close_asked()
+            finally:
+                self.lock.release()
+        elif self.poller is not None:
+            self.poller.wake()
+
+    def _close_asked(self):
+        """(lock held) Close the connections whose receivers asked, those idle and flushed."""
+        if self._closed:
+            self.p2p.asked.clear()
+            return
+        for d in self.p2p.close_asked():
+            self._out.pop(d, None)
+
     def _out_conn(self, dst_w, conn, deadline, what):
         """The Outgoing connection to world rank dst_w whose queue this engine writes (lock held):
         `conn`, or a new one where conn was closed for being idle since the caller took it."""

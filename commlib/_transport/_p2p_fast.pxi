@@ -28,9 +28,10 @@ cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
     cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
-    cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used
+    cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
     cdef list world
     cdef int n, rank
+    cdef Py_ssize_t max_in
     cdef unsigned int gid
     cdef double timeout
     cdef Py_ssize_t limit
@@ -42,10 +43,11 @@ cdef class P2PFast:
         self.engine, self.lock, self.idle = engine, engine.lock, engine.idle
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
+        self.limit_incoming, self.max_in = engine._limit_incoming, p2p.max_connections
         self.ctx, self.matcher = ctx, ctx.matcher
         self.world = list(ctx.world)
         self.n, self.rank, self.gid, self.timeout = len(ctx.world), ctx.rank, ctx.gid, ctx.timeout
-        self.raw, self.p2p_state, self.p2p_raise = p2p.stepper.raw, p2p.state, p2p._raise
+        self.raw, self.p2p_state, self.p2p_raise, self.save_step = p2p.stepper.raw, p2p.state, p2p._raise, p2p.save_step
         self.ep, self.notices, self.fds, self.used = p2p.ep, p2p.ep.notices, fds, p2p.used
         self.conn_gid = p2p.conn_gid  # the group key of every group's connections (sockets.SHARED_GID)
         self.limit, self.header, self.empty = limit, header, np.empty
@@ -113,6 +115,8 @@ cdef class P2PFast:
         expect = self._header(s, t, code, count, nbytes, 0)
         deadline = _now() + self.timeout
         with self.lock:
+            if len(self.conns_in) > self.max_in:  # over the incoming limit: ask senders to close idle ones
+                self.limit_incoming()
             conn = self.conns_in.get(src_w)
             if conn is None:
                 conn = self.adopt(src_w)
@@ -126,10 +130,12 @@ cdef class P2PFast:
                 self.notices.current = None
             if rc == ST_OK:
                 conn.busy = False
+                conn.last = _now()  # (the incoming limit's idea of when it was last used)
                 self.last_tag[(self.gid, s)] = t
                 return out
+            saved = self.save_step()  # (another thread's step may use the stepper once the lock is let go)
         # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
-        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc)
+        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc, saved)
 
     def send_bytes(self, conn, buf, Py_ssize_t ptr, Py_ssize_t nbytes, long dst, long tag, int code,
                    Py_ssize_t count, int flags, what):

@@ -48,6 +48,7 @@ class Notices:
         self._spread = False
         self.coordinator_rank = None  # the rank whose process hosts the coordinator (None: the launcher does)
         self._clock = queue.Queue()  # the coordinator's "clock" replies (a trace's alignment at the end)
+        self.on_close_asked = None  # callable(world rank): the point-to-point engine's, once it exists
 
     # ------------------------------------------------------------ incoming
     def clock_offset(self):
@@ -103,6 +104,10 @@ class Notices:
             timer.start()
         elif kind == "clock":
             self._clock.put(msg)
+        elif kind == "close_asked":  # a receiver over its incoming limit: close our idle connection to it
+            origin, handler = msg.get("from"), self.on_close_asked
+            if handler is not None and type(origin) is int and 0 <= origin < self._limit():
+                handler(origin)
         elif kind == "link_silent":  # from this host's agent: its link to the coordinator (commrun/proxy.py)
             since = msg.get("since")
             ep.coordinator_silent = (float(since), str(msg.get("coordinator"))) if isinstance(since, (int, float)) \

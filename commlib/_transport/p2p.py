@@ -24,6 +24,7 @@ straight into the buffer the engine names, never copied here.
 """
 import collections
 import contextlib
+import heapq
 import os
 import select
 import socket
@@ -46,6 +47,14 @@ from .sockets import CH_P2P, SHARED_GID, SIOCOUTQ, SIOCOUTQNSD, send_queue_bytes
 # on every send: those connections stay open (the limit is then exceeded, not enforced).
 MAX_CONNECTIONS = 256  # COMMLIB_P2P_CONNECTIONS
 IDLE_S = 1.0  # COMMLIB_P2P_IDLE_S
+# The same limit on incoming connections (a manager answered by thousands of workers): beyond it the
+# receiver asks the senders of its least recently used idle ones (nothing read for IDLE_S, nothing
+# unread) to close them, over the coordinator ("close_asked"); each sender closes its connection as
+# it would for its own limit, if it has not used it since. It looks when a connection arrives and
+# when it services its connections, after a look that found none to ask at most every ASK_EVERY_S,
+# and asks a sender again (it kept its connection: it was sending) after ASK_AGAIN_S.
+ASK_EVERY_S = 0.1
+ASK_AGAIN_S = 1.0
 
 FAST_PATH_SLICE_S = 0.02  # a blocking fast path gives the engine a chance to take over this often
 
@@ -92,7 +101,7 @@ class Incoming:
     """
 
     __slots__ = ("sock", "fd", "frame_gid", "src", "header", "_hbuf", "_hview", "_hpos", "_view", "_pos", "msg", "eof",
-                 "busy", "why", "linked", "_recv_into")
+                 "busy", "why", "linked", "_recv_into", "last", "asked")
 
     def __init__(self, sock, src):
         self.sock, self.fd, self.src = sock, sock.fileno(), src
@@ -111,6 +120,8 @@ class Incoming:
         self.eof = False
         self.busy = False
         self.why = None
+        self.last = time.monotonic()  # when its last header arrived (a blocking receive notes it too)
+        self.asked = 0.0  # when its sender was last asked to close it (the incoming limit)
 
     @property
     def idle(self):
@@ -138,6 +149,7 @@ class Incoming:
                 return MORE
             self._hpos = 0
             self.header = bytes(self._hbuf)
+            self.last = time.monotonic()
             return HEADER
         self._pos += n
         if self._pos < len(self._view):
@@ -319,6 +331,10 @@ class PointToPoint:
         except CommError as exc:
             raise CommError(f"rank {self.rank}: {exc}") from None
         self.retired = 0  # outgoing connections closed for being idle (COMMLIB_DEBUG, tests)
+        self.asked = set()  # world ranks whose receivers asked us to close our connection to them
+        self.asks = 0  # senders this rank asked to close their connections to it (COMMLIB_DEBUG, tests)
+        self.closing = {}  # Incoming -> when its sender was asked to close it, until it ends (or ASK_AGAIN_S)
+        self._ask_at = 0.0  # ask_idle looks again from then
 
     def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
         """The one-call blocking send/recv (`_io.P2PFast`) of one group over these sockets and this
@@ -353,29 +369,96 @@ class PointToPoint:
         for dst in sorted(self._out, key=lambda d: used.get(d, 0.0)):
             if excess <= 0 or now - used.get(dst, 0.0) < self.idle_s:
                 break  # (the rest were used more recently still)
-            out = self._out[dst]
-            if dst == keep or out.queue or not out.flushed():
-                continue
-            try:
-                if not out.write_last(bye_header(group=SHARED_GID, source=self.rank)):
-                    continue
-            except CommError as exc:
-                raise self.error(CommError(f"rank {self.rank}: closing an idle connection: {exc}", rank=dst)) from None
-            out.retired = True
-            del self._out[dst]
-            self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)
-            self.retired += 1
-            closed.append(dst)
-            excess -= 1
+            if dst != keep and self._retire(dst):
+                closed.append(dst)
+                excess -= 1
         if closed and _debug.LEVEL:
             _debug.log(_debug.INFO, lambda: f"closed idle point-to-point connections to rank(s) {closed} "
                        f"({len(self._out)} open, limit {self.max_connections}, idle after {self.idle_s:g} s)")
         return closed
 
+    def close_asked(self):
+        """Close the outgoing connections whose receivers asked (`asked`, filled by the coordinator's
+        notices: over their incoming limit), each unless used in the last idle_s or not flushed
+        (its receiver asks again). The caller holds the engine's lock. Returns the world ranks
+        whose connections closed."""
+        now, closed = time.monotonic(), []
+        while self.asked:
+            dst = self.asked.pop()
+            if dst in self._out and now - self.used.get(dst, 0.0) >= self.idle_s and self._retire(dst):
+                closed.append(dst)
+        if closed and _debug.LEVEL:
+            _debug.log(_debug.INFO, lambda: f"closed point-to-point connections to rank(s) {closed}, as "
+                       f"their receivers asked ({len(self._out)} open)")
+        return closed
+
+    def _retire(self, dst):
+        """Close the outgoing connection to dst with its last frame (FLAG_BYE) if nothing is queued on
+        it and its receiver took every byte; True when it closed."""
+        out = self._out[dst]
+        if out.queue or not out.flushed():
+            return False
+        try:
+            if not out.write_last(bye_header(group=SHARED_GID, source=self.rank)):
+                return False
+        except CommError as exc:
+            raise self.error(CommError(f"rank {self.rank}: closing an idle connection: {exc}", rank=dst)) from None
+        out.retired = True
+        del self._out[dst]
+        self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)
+        self.retired += 1
+        return True
+
+    def expire_asks(self):
+        """Forget the asks of ASK_AGAIN_S ago whose connections have not ended (their senders kept
+        them): the receiver need not read on for their last frames."""
+        now = time.monotonic()
+        for c, when in list(self.closing.items()):
+            if now - when >= ASK_AGAIN_S or c.eof:
+                del self.closing[c]
+
+    def ask_idle(self, conns):
+        """The receiver's side of the limit: with more than max_connections incoming connections
+        (`conns`, Incoming), ask the senders of the least recently used idle ones (nothing read for
+        idle_s, nothing unread, not asked in the last ASK_AGAIN_S) to close them, in one message
+        to the coordinator. Looks at most every ASK_EVERY_S; returns the world ranks asked."""
+        now = time.monotonic()
+        if len(conns) <= self.max_connections or now < self._ask_at:
+            return []
+        self._ask_at = now + ASK_EVERY_S  # (lifted below when this look asks someone: looks that ask
+        # are as many as the connections asked to close, each already worth a reconnection)
+        idle, excess = [], len(conns) - self.max_connections
+        for c in conns:
+            if now - c.asked < ASK_AGAIN_S:
+                excess -= 1  # asked already: its last frame is on its way
+            elif not c.busy and not c.eof and c.idle and now - c.last >= self.idle_s:
+                idle.append(c)
+        if excess <= 0:
+            return []
+        srcs, oldest = [], [(c.last, i, c) for i, c in enumerate(idle)]
+        heapq.heapify(oldest)  # (taken in order only as far as needed: a look costs a system call)
+        while oldest and len(srcs) < excess:
+            c = heapq.heappop(oldest)[2]
+            if not c.pending() and not self.ep.waiting_behind(CH_P2P, c.src):
+                c.asked = self.closing[c] = now
+                srcs.append(c.src)
+        if srcs:
+            self._ask_at = 0.0
+        send = self.ep.notices.send
+        if srcs and send is not None:
+            with contextlib.suppress(CommError):  # the coordinator is gone: the job is ending anyway
+                send({"kind": "close_asked", "to": srcs})
+            self.asks += len(srcs)
+            if _debug.LEVEL:
+                _debug.log(_debug.INFO, lambda: f"asked rank(s) {srcs} to close their idle point-to-point "
+                           f"connections ({len(conns)} incoming, limit {self.max_connections})")
+        return srcs
+
     def ended(self, conn):
         """Incoming `conn` ended between frames (its sender's FLAG_BYE, or its end of stream):
         forget it; True when the sender's next connection takes its place."""
         conn.stop()
+        self.closing.pop(conn, None)
         if self._in.get(conn.src) is conn:
             del self._in[conn.src]
         return self.ep.retire_in(SHARED_GID, CH_P2P, conn.src, conn.sock)
@@ -413,6 +496,17 @@ class PointToPoint:
         """
         rc = self.stepper.raw(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, resume, expect)
         return self.recv_status(rc, what, peer, nbytes)
+
+    def save_step(self):
+        """The stepper's state after a receive step that stopped midway (what it resumes from): the
+        stepper is this process's one for blocking point-to-point, used under the engine's lock, and
+        another thread's step may run before this receive steps again (`restore_step` first)."""
+        return self.state.copy(), bytes(self.stepper.rhdr)
+
+    def restore_step(self, saved):
+        state, rhdr = saved
+        self.state[:] = state
+        self.stepper.rhdr[:] = rhdr
 
     def recv_status(self, rc, what, peer, nbytes):
         """What a receive step's status rc means, as recv_step returns it (or the error it raises)."""

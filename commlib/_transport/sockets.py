@@ -429,6 +429,10 @@ class Endpoint:
             self.pumps.forget(sock)
         shm.close(sock, unmap)
 
+    def waiting_behind(self, channel, src):
+        """A newer connection from world rank src on `channel` waits behind the current one (`_next`)."""
+        return self.key(SHARED_GID, channel, src) in self._next
+
     def incoming_socks(self, channel):
         """{(group, src world rank): socket} of the connections that have arrived on `channel`."""
         with self._cond:

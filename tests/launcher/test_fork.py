@@ -160,9 +160,11 @@ def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
     descriptors for 400 ranks. Under `ulimit -n 1024` each rank's stderr shares its stdout pipe
     (said once) and the job runs; before, the coordinator silently stopped accepting and it hung.
     Rank 0 then sends a task to each of the 399 others and takes their answers, keeping at most 32
-    outgoing point-to-point connections (the idle-connection limit, lowered) once all are read."""
+    outgoing point-to-point connections (the idle-connection limit, lowered) once all are read, and
+    32 incoming ones once it has asked the workers to close theirs."""
     script = forked(commrun).script("many.py", """
         import sys
+        import time
         import numpy as np
         import commlib as cl
         g = cl.init()
@@ -178,8 +180,13 @@ def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
             answers = [int(cl.recv(1, np.int64, w, tag=2)[0]) for w in range(1, n)]
             assert answers == [2 * w for w in range(1, n)], answers
             cl.send(np.zeros(1, np.int64), 1, tag=3)  # every other connection's bytes are taken: down to 32
-            p2p = g.engine.p2p
-            print(f"manager: {len(p2p._out)} outgoing, {p2p.retired} closed")
+            p2p, ep = g.engine.p2p, g.channel.ep
+            deadline = time.monotonic() + 60
+            while len(ep.incoming_socks(1)) > 32 and time.monotonic() < deadline:  # (1: point-to-point)
+                cl.iprobe(1, tag=4)  # reading on: the workers asked close their connections to it
+                time.sleep(0.01)
+            print(f"manager: {len(p2p._out)} outgoing, {p2p.retired} closed, {len(ep.incoming_socks(1))} incoming, "
+                  f"{p2p.asks} asked")
         else:
             cl.send(cl.recv(1, np.int64, 0, tag=1) * 2, 0, tag=2)
             if r == 1:
@@ -191,8 +198,10 @@ def test_400_ranks_under_a_limit_of_1024_open_files(commrun):
                        text=True, timeout=220, preexec_fn=_nofile_1024)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[0] sum 79800 of 400" in r.stdout.splitlines()
-    closed = re.search(r"^\[0\] manager: 32 outgoing, (\d+) closed$", r.stdout, re.M)
-    assert closed and int(closed.group(1)) >= 399 - 32, r.stdout[-2000:]
+    closed = re.search(r"^\[0\] manager: 32 outgoing, (\d+) closed, (\d+) incoming, (\d+) asked$", r.stdout, re.M)
+    assert closed, r.stdout[-2000:]
+    retired, incoming, asked = (int(v) for v in closed.groups())
+    assert retired >= 399 - 32 and 0 < incoming <= 32 and asked >= 399 - 32, closed.group(0)
     assert "the limit is 1,024" in r.stderr and "each rank's stderr goes to its stdout" in r.stderr
     assert sorted(int(m) for m in re.findall(r"^\[(\d+)\] to stderr \1$", r.stdout, re.M)) == list(range(400))
 
@@ -213,6 +222,7 @@ def test_exec_ranks_share_a_pipe_under_a_low_open_file_limit(commrun):
     fits 2 descriptors a rank and commrun's own but not 3 a rank."""
     script = commrun.script("few.py", """
         import sys
+        import time
         import numpy as np
         import commlib as cl
         g = cl.init()

@@ -1,25 +1,41 @@
 """The idle-connection limit's choices, in-process over socket pairs: which outgoing point-to-point
-connections close, and the last frame each one gets."""
+connections close, and the last frame each one gets; which senders a receiver over its incoming
+limit asks to close theirs, and what a sender asked does."""
 import socket
 import time
 
 import pytest
 
-from commlib._transport.p2p import Outgoing, PointToPoint
+from commlib._transport import p2p as p2p_module
+from commlib._transport.p2p import Incoming, Outgoing, PointToPoint
 from commlib._wire import FLAG_BYE, HEADER_NBYTES, decode
 
 pytestmark = pytest.mark.timeout(30)
 
 
+class _Notices:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+
 class _Endpoint:
-    """What retire_idle asks of the endpoint: closing a connection (recorded)."""
+    """What the limit asks of the endpoint: closing a connection, a message to the coordinator
+    (both recorded), which senders have a newer connection waiting."""
 
     def __init__(self):
         self.closed = []
+        self.notices = _Notices()
+        self.waiting = set()
 
     def retire_out(self, group, channel, dst, sock):
         self.closed.append(dst)
         sock.close()
+
+    def waiting_behind(self, channel, src):
+        return src in self.waiting
 
 
 def _channel(peers, limit, idle_s, used):
@@ -27,6 +43,7 @@ def _channel(peers, limit, idle_s, used):
     `used[peer]` seconds ago; {peer: the receiving end}."""
     p2p = PointToPoint.__new__(PointToPoint)
     p2p.rank, p2p.ep, p2p.retired = 0, _Endpoint(), 0
+    p2p.asked, p2p.asks, p2p._ask_at, p2p.closing = set(), 0, 0.0, {}
     p2p.max_connections, p2p.idle_s = limit, idle_s
     p2p._out, p2p.used, ends = {}, {}, {}
     now = time.monotonic()
@@ -79,3 +96,66 @@ def test_the_last_frame_goes_whole_or_not_at_all():
     theirs.close()
     assert out.write_last(b"x" * HEADER_NBYTES) is True  # the peer is gone: close it too
     mine.close()
+
+
+def test_a_sender_asked_closes_its_idle_flushed_connections_only():
+    p2p, ends = _channel([1, 2, 3, 4], limit=8, idle_s=1.0, used={1: 5.0, 2: 0.1, 3: 4.0, 4: 3.0})
+    p2p._out[3].sock.send(b"x" * 10)  # not taken yet
+    p2p._out[4].queue.append(object())  # a frame waits on it
+    p2p.asked.update({1, 2, 3, 4, 7})  # 7: no connection to it (already closed)
+    assert p2p.close_asked() == [1]  # under its own limit still: the receivers asked
+    assert not p2p.asked and sorted(p2p._out) == [2, 3, 4] and p2p.retired == 1
+    h = decode(ends[1].recv(HEADER_NBYTES))
+    assert h.flags & FLAG_BYE and h.root == 0
+    assert ends[1].recv(1) == b""
+
+
+def _incoming(srcs, idle_for):
+    """Incoming connections from `srcs` over socket pairs, their last header `idle_for[src]` s ago;
+    {src: Incoming}, {src: the sending end}."""
+    conns, ends, now = {}, {}, time.monotonic()
+    for src in srcs:
+        theirs, mine = socket.socketpair()
+        mine.setblocking(False)
+        conns[src] = Incoming(mine, src)
+        conns[src].last = now - idle_for[src]
+        ends[src] = theirs
+    return conns, ends
+
+
+def test_a_receiver_over_its_limit_asks_the_senders_of_its_oldest_idle_connections(monkeypatch):
+    monkeypatch.setattr(p2p_module, "ASK_EVERY_S", 60.0)
+    p2p, _ = _channel([], limit=2, idle_s=1.0, used={})
+    srcs = range(1, 9)
+    conns, ends = _incoming(srcs, {1: 9.0, 2: 8.0, 3: 7.0, 4: 6.0, 5: 5.0, 6: 4.0, 7: 3.0, 8: 0.5})
+    conns[1].busy = True  # a blocking receive reads it
+    ends[2].send(b"x")  # a byte waits unread
+    conns[3]._hpos = 10  # mid-header
+    p2p.ep.waiting.add(4)  # its sender's next connection waits behind it: asked already
+    assert p2p.ask_idle(conns.values()) == [5, 6, 7]  # 8 is in use; 8 open - 2 = 6 to ask at most
+    assert p2p.ep.notices.sent == [{"kind": "close_asked", "to": [5, 6, 7]}] and p2p.asks == 3
+    assert p2p.ask_idle(conns.values()) == []  # a look that asked looks again at once: none left
+    conns[8].last -= 1.0  # idle now, but after a look that asked none the next waits ASK_EVERY_S
+    assert p2p.ask_idle(conns.values()) == []
+    p2p._ask_at = 0.0
+    assert p2p.ask_idle(conns.values()) == [8]
+    p2p._ask_at = 0.0
+    assert p2p.ask_idle(conns.values()) == []  # a sender is asked again only after ASK_AGAIN_S
+    p2p._ask_at, conns[5].asked = 0.0, time.monotonic() - p2p_module.ASK_AGAIN_S
+    assert p2p.ask_idle(conns.values()) == [5]
+    p2p._ask_at = 0.0
+    assert p2p.ask_idle(list(conns.values())[:2]) == []  # at the limit: nothing to ask
+
+
+def test_connections_already_asked_count_against_the_excess():
+    p2p, _ = _channel([], limit=2, idle_s=0.0, used={})
+    conns, _ = _incoming(range(1, 7), {src: 10.0 - src for src in range(1, 7)})
+    conns[5].asked = conns[6].asked = time.monotonic()  # their last frames are on their way
+    assert p2p.ask_idle(conns.values()) == [1, 2]  # 6 open, 2 closing: 2 more to reach the limit
+
+
+def test_a_connection_in_use_is_passed_over_for_the_next_oldest():
+    p2p, _ = _channel([], limit=2, idle_s=0.0, used={})
+    conns, ends = _incoming([1, 2, 3], {1: 3.0, 2: 2.0, 3: 1.0})
+    ends[1].send(b"x")  # the oldest has a byte unread: its sender is sending again
+    assert p2p.ask_idle(conns.values()) == [2]

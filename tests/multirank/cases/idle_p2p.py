@@ -14,7 +14,9 @@ taken every byte of it)
   order.
 - Two threads on two groups, each rank alternating between two destinations (sendrecv), so
   connections close and open while the other thread sends.
-- Afterwards each rank holds one outgoing point-to-point connection once it sends again, and
+- A receiver over its incoming limit: every worker sends rank 0 a report; rank 0, reading on,
+  asks its senders to close their idle connections, and is down to one incoming connection.
+- Afterwards each rank holds at most one outgoing point-to-point connection once it sends again, and
   maps no shared-memory segment of a connection it closed.
 Every result is checked against NumPy.
 """
@@ -110,20 +112,42 @@ if n > 1:
     in_threads(c, "two threads closing and opening connections", work, [(w.split(0), 0), (w.split(0), 1)], errors)
 cl.barrier()
 
+# -- a receiver over its incoming limit: its senders, asked, close their idle connections to it
+if n >= 3:
+    if me == 0:
+        for worker in range(1, n):
+            c.equal(cl.recv(2, np.float64, worker, tag=200), value(200, 2, worker), f"worker {worker}'s report",
+                    record=False)
+        asks_before, deadline = p2p.asks, time.monotonic() + 10
+        while True:  # reading on (a probe services the connections): their last frames come in
+            cl.iprobe(1, tag=201)
+            with ep._cond:
+                incoming = sum(1 for key in ep._in if key[1] == CH_P2P) + sum(
+                    len(q) for key, q in ep._next.items() if key[1] == CH_P2P)
+            if incoming <= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        c.ok(incoming <= 1 and p2p.asks > 0, "the receiver's incoming connections are down to its limit",
+             f"{incoming} incoming, {p2p.asks} asked ({p2p.asks - asks_before} here)")
+    else:
+        cl.send(value(200, 2, me), 0, tag=200)
+cl.barrier()
+
 # -- one outgoing connection once this rank sends again (every other one's bytes were taken)
 if n > 1:
     got = cl.sendrecv(value(999, 3, me), (me + 1) % n, (me - 1) % n, tag=999)
     c.equal(got, value(999, 3, (me - 1) % n), "the last exchange", record=False)
-    out = [key for key in ep._out if key[1] == CH_P2P]
-    c.ok(len(out) == 1 and len(p2p._out) == 1, "one outgoing point-to-point connection",
-         f"{sorted(out)}, {sorted(p2p._out)}")
+    with engine.lock:  # (none, where its receiver, over its own incoming limit, asked it closed since)
+        out = [key for key in ep._out if key[1] == CH_P2P]
+        c.ok(len(out) <= 1 and len(p2p._out) <= 1, "at most one outgoing point-to-point connection",
+             f"{sorted(out)}, {sorted(p2p._out)}")
 
 # -- a closed connection's shared-memory segment is unmapped: as many mapped as links open
-with ep._cond:
+with engine.lock, ep._cond:  # (a sender asked to close one does it under the engine's lock)
     socks = list(ep._out.values()) + list(ep._in.values()) + [s for q in ep._next.values() for s in q]
-linked = sum(1 for s in socks if shm.linked(s))
-with open("/proc/self/maps") as maps:
-    mapped = sum(1 for line in maps if "memfd:commlib-link" in line)
+    linked = sum(1 for s in socks if shm.linked(s))
+    with open("/proc/self/maps") as maps:
+        mapped = sum(1 for line in maps if "memfd:commlib-link" in line)
 c.ok(mapped == linked, "no segment of a closed connection stays mapped",
      f"{mapped} segments mapped for {linked} links open ({p2p.retired} connections closed here)")
 c.finish()
