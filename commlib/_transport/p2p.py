@@ -28,6 +28,7 @@ import heapq
 import os
 import select
 import socket
+import threading
 import time
 
 import numpy as np
@@ -324,6 +325,7 @@ class PointToPoint:
         self.conn_gid = SHARED_GID  # the group key of the endpoint's point-to-point connections
         self._in = {}  # src world rank -> Incoming
         self._out = {}  # dst world rank -> Outgoing
+        self._conn_lock = threading.Lock()  # _out's changes: opened by a sender, closed under the engine's lock
         self.used = {}  # dst world rank -> when a send to it last began (time.monotonic)
         try:
             self.max_connections = _env_count("COMMLIB_P2P_CONNECTIONS", MAX_CONNECTIONS, int, 1)
@@ -347,14 +349,18 @@ class PointToPoint:
     def outgoing(self, dst, deadline, what):
         """The Outgoing connection to world rank dst (connecting on first use)."""
         self.used[dst] = time.monotonic()
-        conn = self._out.get(dst)
-        if conn is None:
-            sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
-            if sock is None:
-                self.ep.outgoing(SHARED_GID, CH_P2P, dst, deadline, what)
+        while True:
+            # (under _conn_lock: a connection being closed meanwhile, by another thread holding the
+            # engine's lock, is never wrapped again after it left _out)
+            with self._conn_lock:
+                conn = self._out.get(dst)
+                if conn is not None:
+                    return conn
                 sock = self.ep.out_sock(SHARED_GID, CH_P2P, dst)
-            conn = self._out.setdefault(dst, Outgoing(sock, dst))
-        return conn
+                if sock is not None:
+                    conn = self._out[dst] = Outgoing(sock, dst)
+                    return conn
+            self.ep.outgoing(SHARED_GID, CH_P2P, dst, deadline, what)  # (without it: this may wait)
 
     def over_limit(self):
         return len(self._out) > self.max_connections
@@ -403,9 +409,10 @@ class PointToPoint:
                 return False
         except CommError as exc:
             raise self.error(CommError(f"rank {self.rank}: closing an idle connection: {exc}", rank=dst)) from None
-        out.retired = True
-        del self._out[dst]
-        self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)
+        with self._conn_lock:
+            out.retired = True
+            del self._out[dst]
+            self.ep.retire_out(SHARED_GID, CH_P2P, dst, out.sock)
         self.retired += 1
         return True
 

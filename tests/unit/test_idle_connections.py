@@ -2,6 +2,7 @@
 connections close, and the last frame each one gets; which senders a receiver over its incoming
 limit asks to close theirs, and what a sender asked does."""
 import socket
+import threading
 import time
 
 import pytest
@@ -44,6 +45,7 @@ def _channel(peers, limit, idle_s, used):
     p2p = PointToPoint.__new__(PointToPoint)
     p2p.rank, p2p.ep, p2p.retired = 0, _Endpoint(), 0
     p2p.asked, p2p.asks, p2p._ask_at, p2p.closing = set(), 0, 0.0, {}
+    p2p._conn_lock = threading.Lock()
     p2p.max_connections, p2p.idle_s = limit, idle_s
     p2p._out, p2p.used, ends = {}, {}, {}
     now = time.monotonic()
@@ -159,3 +161,45 @@ def test_a_connection_in_use_is_passed_over_for_the_next_oldest():
     conns, ends = _incoming([1, 2, 3], {1: 3.0, 2: 2.0, 3: 1.0})
     ends[1].send(b"x")  # the oldest has a byte unread: its sender is sending again
     assert p2p.ask_idle(conns.values()) == [2]
+
+
+def test_a_sender_never_wraps_a_connection_being_closed():
+    """A connection is closed by a thread holding the engine's lock (its own limit, or a receiver's
+    ask); another thread opening its connection to that peer without the lock must not wrap the
+    socket being closed (it would write on a closed descriptor, or on whatever reuses the number)."""
+    import threading
+
+    p2p, _ = _channel([1], limit=8, idle_s=0.0, used={1: 5.0})
+    old = p2p._out[1].sock
+    closing, go = threading.Event(), threading.Event()
+
+    class _Ep(_Endpoint):
+        def __init__(self):
+            super().__init__()
+            self.current = old
+
+        def out_sock(self, group, channel, dst):
+            return self.current
+
+        def retire_out(self, group, channel, dst, sock):
+            closing.set()
+            go.wait(5)  # the window between forgetting the Outgoing and forgetting its socket
+            self.current = None
+            super().retire_out(group, channel, dst, sock)
+
+        def outgoing(self, group, channel, dst, deadline, what):
+            self.current = socket.socketpair()[0]
+
+    p2p.ep = _Ep()
+    p2p.asked.add(1)
+    closer = threading.Thread(target=p2p.close_asked)
+    closer.start()
+    assert closing.wait(5)
+    got = []
+    opener = threading.Thread(target=lambda: got.append(p2p.outgoing(1, time.monotonic() + 5, "send")))
+    opener.start()
+    opener.join(0.2)  # it waits for the close to finish
+    go.set()
+    closer.join(5)
+    opener.join(5)
+    assert got and got[0].sock is not old and got[0].sock is p2p.ep.current and p2p._out[1] is got[0]

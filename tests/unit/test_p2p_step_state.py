@@ -44,40 +44,49 @@ def _frame(source, data):
     return message_header(group=7, source=source, tag=3, dtype=255, count=data.nbytes, nbytes=data.nbytes)
 
 
-def _steps(p2p, restore):
-    """Rank 1's frame arrives in two parts; between them another thread's receive of rank 2's frame
-    runs on the same stepper. Returns what the first receive got and the bytes it holds."""
-    big = np.arange(4000, dtype=np.uint8) % 251
+def _interrupted(p2p, size, first):
+    """Rank 1's frame of `size` bytes arrives in two parts; between them another thread's receive of
+    rank 2's frame runs on the same stepper. Returns (what the first step got, the state it saved,
+    a function receiving the rest and returning the step's result and whether the bytes are right)."""
+    big = np.arange(size, dtype=np.uint8) % 251
     small = np.full(64, 9, dtype=np.uint8)
     conn1, end1 = _pair()
     conn2, end2 = _pair()
     hdr1, hdr2 = _frame(1, big), _frame(2, small)
     out1, out2 = np.zeros_like(big), np.zeros_like(small)
     deadline = time.monotonic() + 10
-    end1.sendall(hdr1 + big[:1500].tobytes())
+    end1.sendall(hdr1 + big[:first].tobytes())
     got = p2p.recv_step(conn1, hdr1, out1.ctypes.data, big.nbytes, deadline, "recv", 1, False)
-    assert got == len(hdr1) + 1500  # stopped midway: the sender is slow
-    saved = p2p.save_step()
+    assert got == len(hdr1) + first  # stopped midway: the sender is slow
+    saved = p2p.save_step()  # (as _io.P2PFast does before letting the lock go)
     end2.sendall(hdr2 + small.tobytes())  # another thread's whole receive, on the shared stepper
     assert p2p.recv_step(conn2, hdr2, out2.ctypes.data, small.nbytes, deadline, "recv", 2, False) is None
     assert np.array_equal(out2, small)
-    end1.sendall(big[1500:].tobytes())
-    if restore:
-        p2p.restore_step(saved)
-    got = p2p.recv_step(conn1, hdr1, out1.ctypes.data, big.nbytes, deadline, "recv", 1, True)
-    for s in (conn1.sock, end1, conn2.sock, end2):
-        s.close()
-    return got, out1, big
+
+    def rest(step):
+        end1.sendall(big[first:].tobytes())
+        result = step(conn1, hdr1, out1.ctypes.data, big.nbytes, deadline)
+        for sock in (conn1.sock, end1, conn2.sock, end2):
+            sock.close()
+        return result, np.array_equal(out1, big)
+    return got, saved, rest
+
+
+def _resume(p2p):
+    return lambda conn, hdr, addr, nbytes, deadline: p2p.recv_step(conn, hdr, addr, nbytes, deadline, "recv", 1, True)
 
 
 def test_a_receive_resumes_from_its_saved_state():
-    got, out, big = _steps(_p2p(), restore=True)
-    assert got is None and np.array_equal(out, big)
+    p2p = _p2p()
+    _, saved, rest = _interrupted(p2p, 4000, 1500)
+    p2p.restore_step(saved)
+    assert rest(_resume(p2p)) == (None, True)
 
 
 def test_without_it_the_other_receive_state_misreads_the_frame():
-    got, out, big = _steps(_p2p(), restore=False)
-    assert got is not None or not np.array_equal(out, big)  # (the hazard the saved state removes)
+    p2p = _p2p()
+    _, _, rest = _interrupted(p2p, 4000, 1500)
+    assert rest(_resume(p2p)) != (None, True)  # (the hazard the saved state removes)
 
 
 def test_the_engine_resumes_a_blocking_receive_from_the_state_it_saved():
@@ -95,19 +104,7 @@ def test_the_engine_resumes_a_blocking_receive_from_the_state_it_saved():
 
     p2p = _p2p()
     p2p.ep = types.SimpleNamespace(notices=types.SimpleNamespace(current=None))
-    big = np.arange(3000, dtype=np.uint8) % 253
-    small = np.full(16, 5, dtype=np.uint8)
-    conn1, end1 = _pair()
-    conn2, end2 = _pair()
-    hdr1, hdr2 = _frame(1, big), _frame(2, small)
-    out1, out2 = np.zeros_like(big), np.zeros_like(small)
-    deadline = time.monotonic() + 10
-    end1.sendall(hdr1 + big[:1000].tobytes())
-    got = p2p.recv_step(conn1, hdr1, out1.ctypes.data, big.nbytes, deadline, "recv", 1, False)
-    saved = p2p.save_step()  # (as _io.P2PFast does before letting the lock go)
-    end2.sendall(hdr2 + small.tobytes())
-    assert p2p.recv_step(conn2, hdr2, out2.ctypes.data, small.nbytes, deadline, "recv", 2, False) is None
-    end1.sendall(big[1000:].tobytes())
-    assert _Engine(p2p)._step_frame(conn1, hdr1, out1.ctypes.data, big.nbytes, deadline, "recv", 1,
-                                    first=got, saved=saved) is None
-    assert np.array_equal(out1, big)
+    got, saved, rest = _interrupted(p2p, 3000, 1000)
+    engine = _Engine(p2p)
+    assert rest(lambda conn, hdr, addr, nbytes, deadline: engine._step_frame(
+        conn, hdr, addr, nbytes, deadline, "recv", 1, first=got, saved=saved)) == (None, True)
