@@ -128,7 +128,6 @@ class FastPaths:
         with self.lock:
             conn.header = header
             conn.busy = False
-            conn.last = time.monotonic()
             self._header_done(conn)
             self._mark(conn)
 

@@ -84,7 +84,7 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self.poller = self.p2p.poller() if self.p2p is not None else None
         # incoming connections whose senders were asked to close them: read on until their last
         # frames come (the engine is not idle meanwhile), so their descriptors go at once
-        self._closing = self.p2p.closing if self.p2p is not None else {}
+        self._closing = self.p2p.closing if self.p2p is not None else set()
         if transport is not None:  # receivers over their incoming limit ask over the coordinator
             transport.ep.notices.on_close_asked = self._on_close_asked
 

@@ -335,7 +335,7 @@ class PointToPoint:
         self.retired = 0  # outgoing connections closed for being idle (COMMLIB_DEBUG, tests)
         self.asked = set()  # world ranks whose receivers asked us to close our connection to them
         self.asks = 0  # senders this rank asked to close their connections to it (COMMLIB_DEBUG, tests)
-        self.closing = {}  # Incoming -> when its sender was asked to close it, until it ends (or ASK_AGAIN_S)
+        self.closing = set()  # Incoming whose senders were asked to close them, until they end (or ASK_AGAIN_S)
         self._ask_at = 0.0  # ask_idle looks again from then
 
     def fast_path(self, engine, ctx, limit, dtype_code, bf16, header):
@@ -420,15 +420,14 @@ class PointToPoint:
         """Forget the asks of ASK_AGAIN_S ago whose connections have not ended (their senders kept
         them): the receiver need not read on for their last frames."""
         now = time.monotonic()
-        for c, when in list(self.closing.items()):
-            if now - when >= ASK_AGAIN_S or c.eof:
-                del self.closing[c]
+        self.closing.difference_update([c for c in self.closing if now - c.asked >= ASK_AGAIN_S or c.eof])
 
     def ask_idle(self, conns):
         """The receiver's side of the limit: with more than max_connections incoming connections
         (`conns`, Incoming), ask the senders of the least recently used idle ones (nothing read for
         idle_s, nothing unread, not asked in the last ASK_AGAIN_S) to close them, in one message
-        to the coordinator. Looks at most every ASK_EVERY_S; returns the world ranks asked."""
+        to the coordinator. After a look that asks none, the next is ASK_EVERY_S later; returns
+        the world ranks asked."""
         now = time.monotonic()
         if len(conns) <= self.max_connections or now < self._ask_at:
             return []
@@ -447,7 +446,8 @@ class PointToPoint:
         while oldest and len(srcs) < excess:
             c = heapq.heappop(oldest)[2]
             if not c.pending() and not self.ep.waiting_behind(CH_P2P, c.src):
-                c.asked = self.closing[c] = now
+                c.asked = now
+                self.closing.add(c)
                 srcs.append(c.src)
         if srcs:
             self._ask_at = 0.0
@@ -465,7 +465,7 @@ class PointToPoint:
         """Incoming `conn` ended between frames (its sender's FLAG_BYE, or its end of stream):
         forget it; True when the sender's next connection takes its place."""
         conn.stop()
-        self.closing.pop(conn, None)
+        self.closing.discard(conn)
         if self._in.get(conn.src) is conn:
             del self._in[conn.src]
         return self.ep.retire_in(SHARED_GID, CH_P2P, conn.src, conn.sock)

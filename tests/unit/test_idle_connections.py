@@ -44,7 +44,7 @@ def _channel(peers, limit, idle_s, used):
     `used[peer]` seconds ago; {peer: the receiving end}."""
     p2p = PointToPoint.__new__(PointToPoint)
     p2p.rank, p2p.ep, p2p.retired = 0, _Endpoint(), 0
-    p2p.asked, p2p.asks, p2p._ask_at, p2p.closing = set(), 0, 0.0, {}
+    p2p.asked, p2p.asks, p2p._ask_at, p2p.closing = set(), 0, 0.0, set()
     p2p._conn_lock = threading.Lock()
     p2p.max_connections, p2p.idle_s = limit, idle_s
     p2p._out, p2p.used, ends = {}, {}, {}
@@ -203,3 +203,14 @@ def test_a_sender_never_wraps_a_connection_being_closed():
     closer.join(5)
     opener.join(5)
     assert got and got[0].sock is not old and got[0].sock is p2p.ep.current and p2p._out[1] is got[0]
+
+
+def test_asks_expire_in_the_set_the_engine_watches():
+    p2p, _ = _channel([], limit=1, idle_s=0.0, used={})
+    conns, _ = _incoming([1, 2, 3], {1: 3.0, 2: 2.0, 3: 1.0})
+    watched = p2p.closing  # (the engine's idle() looks at this very set)
+    assert p2p.ask_idle(conns.values()) == [1, 2] and watched == {conns[1], conns[2]}
+    conns[1].asked -= p2p_module.ASK_AGAIN_S  # its sender kept it: the ask lapses
+    conns[2].eof = True  # its last frame came
+    p2p.expire_asks()
+    assert p2p.closing is watched and not watched
