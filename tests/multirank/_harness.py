@@ -8,11 +8,13 @@ kills the whole group if it outlives its timeout, and returns
 otherwise, so a hang inside commlib surfaces as CommTimeout long before the
 test's own timeout.
 """
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -84,3 +86,106 @@ def rank_lines(out, marker):
         if m:
             found[int(m.group(1))] = m.group(2)
     return found
+
+
+# ---- batched case files (cases/_batch.py): one job per (case file, n, transport), an item per check
+
+sys.path.insert(0, CASES)
+import _batch  # noqa: E402  (cases/_batch.py: the checks' registry and the rank-side runner)
+
+TEST_TIMEOUT = float(os.environ.get("COMMLIB_TEST_TIMEOUT") or 60)  # every job's COMMLIB_TIMEOUT
+_JOBS = {}  # key -> BatchJob, in this pytest process (xdist --dist loadfile keeps a file's items together)
+SELECTED = {}  # key -> names of the checks this session runs (conftest's pytest_collection_finish)
+
+
+class BatchJob:
+    """One `commrun -n N _batch.py CASE ...` job and what each rank reported of each check."""
+
+    def __init__(self, case, n, names, env, timeout, tmp):
+        report_dir = tmp / f"{os.path.splitext(case)[0]}-n{n}-{os.environ.get('COMMLIB_TRANSPORT', '')}"
+        report_dir.mkdir(parents=True, exist_ok=True)
+        self.case, self.n, self.names = case, n, list(names)
+        argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "_batch.py"), case, str(SEED),
+                str(report_dir), *self.names]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, env=base_env({"COMMLIB_TIMEOUT": str(TEST_TIMEOUT), **(env or {})}),
+                                cwd=CASES, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            self.out, self.err = proc.communicate(timeout=timeout)
+            self.killed = None
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.out, self.err = proc.communicate()
+            self.killed = f"the job did not finish within {timeout:.0f} s (process group killed)"
+        self.rc, self.seconds = proc.returncode, time.monotonic() - t0
+        self.records = {}  # rank -> list of records
+        for r in range(n):
+            path = report_dir / f"rank{r}.jsonl"
+            lines = path.read_text().splitlines() if path.exists() else []
+            self.records[r] = [json.loads(line) for line in lines if line.strip()]
+
+    def _context(self):
+        return (f"--- job: commrun -n {self.n} _batch.py {self.case} (seed {SEED}), exit code {self.rc}, "
+                f"{self.seconds:.1f} s{'; ' + self.killed if self.killed else ''}\n"
+                f"--- stdout (tail)\n{_tail(self.out)}\n--- stderr (tail)\n{_tail(self.err)}")
+
+    def verdict(self, name):
+        """Fail (pytest.fail) unless every rank reported `name` passed; the message names the ranks."""
+        problems, ended = [], []
+        for r in range(self.n):
+            recs = self.records[r]
+            end = next((x for x in recs if x.get("check") == name and x["event"] in ("end", "hung")), None)
+            started = any(x.get("check") == name and x["event"] == "start" for x in recs)
+            if end is None:
+                last = next((x["check"] for x in reversed(recs) if x["event"] == "start"), None)
+                if started:
+                    problems.append(f"rank {r}: started, never ended (the job ended: {self.killed or 'rank died'})")
+                else:
+                    ended.append(f"rank {r}: not run (the job ended in check {last!r})" if last else
+                                 f"rank {r}: not run (the rank reported nothing: it failed before its first check)")
+                continue
+            if end["event"] == "hung":
+                problems.append(f"rank {r}: hung: {end['error']}\n{end['stacks']}")
+                continue
+            for f in end["failures"][:_batch_max_reported()]:
+                problems.append(f"rank {r}: {f}")
+            if len(end["failures"]) > _batch_max_reported():
+                problems.append(f"rank {r}: ... {len(end['failures'])} failures in all")
+            if end.get("raised"):
+                problems.append(f"rank {r}: raised\n{end['raised']}")
+            if end.get("lost"):
+                problems.append(f"rank {r}: {end['lost']} (later checks were not run)")
+        if problems or ended:
+            pytest.fail(f"{self.case} check {name} at n={self.n}:\n" + "\n".join(problems + ended) + "\n"
+                        + self._context(), pytrace=False)
+
+
+def _batch_max_reported():
+    return int(os.environ.get("MULTIRANK_MAX_REPORTED", "30"))
+
+
+def batch_key(case, n, transport, env):
+    return (case, n, transport, tuple(sorted((env or {}).items())))
+
+
+def batched(case, ns, *, env=None, timeout=600, doc=None):
+    """A test function with an item per (n, check) of cases/CASE; the checks of one (n, transport) run in
+    one job, started by the first of its items this process runs. `timeout` bounds the job (and the item
+    that starts it); each check's own deadline is its `timeout` in the case file."""
+    specs = _batch.load(os.path.join(CASES, case))
+    params = [pytest.param(n, s.name, id=f"{n}-{s.name}") for n in ns for s in specs if s.applies(n)]
+
+    @pytest.mark.batch(case=case, env=env)
+    @pytest.mark.timeout(timeout + 30)
+    @pytest.mark.parametrize("n,check", params)
+    def test(n, check, transport, tmp_path_factory):
+        key = batch_key(case, n, transport, env)
+        job = _JOBS.get(key)
+        if job is None:
+            names = SELECTED.get(key) or [check]
+            job = _JOBS[key] = BatchJob(case, n, names, env, timeout, tmp_path_factory.mktemp("batch"))
+        job.verdict(check)
+
+    test.__doc__ = doc or f"Each check of cases/{case}, at each group size."
+    return test

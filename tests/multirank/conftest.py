@@ -51,3 +51,17 @@ def pytest_generate_tests(metafunc):
 def transport(request, monkeypatch):
     monkeypatch.setenv("COMMLIB_TRANSPORT", request.param)
     return request.param
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "batch(case, env): an item per check of a batched case file (_harness.batched)")
+
+
+def pytest_collection_finish(session):
+    """The checks each batched job runs: those of its (case, n, transport) that this session selected."""
+    for item in session.items:
+        mark = item.get_closest_marker("batch")
+        if mark is not None and hasattr(item, "callspec"):
+            p = item.callspec.params
+            key = _harness.batch_key(mark.kwargs["case"], p["n"], p.get("transport", ""), mark.kwargs["env"])
+            _harness.SELECTED.setdefault(key, []).append(p["check"])

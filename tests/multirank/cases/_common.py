@@ -149,7 +149,8 @@ def digest(a):
 
 
 class Checks:
-    """Counting and reporting checks; subclasses set name, rank, size, checks and failures."""
+    """Counting, comparing and reporting checks; subclasses set name, rank, size, seed, checks, failures
+    and digests (the (label, digest) of results that must agree on every rank)."""
 
     def fail(self, label, message):
         self.failures.append(f"{label}: {message}")
@@ -161,21 +162,6 @@ class Checks:
         if not cond:
             self.fail(label, message)
         return bool(cond)
-
-
-class Checker(Checks):
-    """Collects check results for one rank; see the module docstring."""
-
-    def __init__(self, name):
-        self.name = name
-        self.g = cl.init()
-        self.rank, self.size = self.g.rank(), self.g.size()
-        self.seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-        self.args = sys.argv[2:]
-        self.checks = 0
-        self.failures = []
-        self.digests = []  # (label, digest) of results that must agree on every rank
-        self.t0 = time.monotonic()
 
     def rng(self, *label):
         return rng_for(self.seed, *label)
@@ -229,6 +215,34 @@ class Checker(Checks):
         except Exception as err:
             self.fail(label, f"raised {type(err).__name__}: {err}")
             raise
+
+
+class Check(Checks):
+    """The state of one check of a batched case file (_batch.py): its group, seed and results."""
+
+    def __init__(self, name, group, seed):
+        self.name = name
+        self.g = group
+        self.rank, self.size = group.rank(), group.size()
+        self.seed = seed
+        self.checks = 0
+        self.failures = []
+        self.digests = []
+
+
+class Checker(Checks):
+    """Collects check results for one rank; see the module docstring."""
+
+    def __init__(self, name):
+        self.name = name
+        self.g = cl.init()
+        self.rank, self.size = self.g.rank(), self.g.size()
+        self.seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+        self.args = sys.argv[2:]
+        self.checks = 0
+        self.failures = []
+        self.digests = []  # (label, digest) of results that must agree on every rank
+        self.t0 = time.monotonic()
 
     def finish(self):
         """Cross-rank digest comparison, summary line, exit code."""

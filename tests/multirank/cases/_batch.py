@@ -1,0 +1,245 @@
+"""Batched case files: one `commrun` job runs many checks and reports each one on its own.
+
+A batched case file defines check functions with the `check` decorator and does nothing else at
+import (no collective, no `cl.init()`):
+
+    from _batch import check
+
+    @check
+    def all_gather_every_dtype(c):          # c: a Check (see below), fresh for each check
+        ...c.equal(cl.all_gather(x, group=c.g), want, "label")...
+
+    @check(params=["ring", "doubling"], min_n=2, env=lambda algo: {"COMMLIB_ALGO_ALL_REDUCE": algo})
+    def forced(c, algo): ...                # checks "forced[ring]" and "forced[doubling]"
+
+The job is `commrun -n N _batch.py CASE.py SEED REPORT_DIR [NAME ...]` (every check that applies
+at N when no name is given). Every rank runs the named checks in the case file's order. Around each
+one it writes JSON lines to REPORT_DIR/rank<R>.jsonl: `start`, then `end` with the check's
+failures, its traceback if it raised, and its time; the pytest side (tests/multirank/_batch_jobs.py)
+turns them into one test item per check.
+
+Between two checks the ranks exchange their outcomes on a control group (a sub-group of the world
+that no check touches): the results every rank recorded with `c.equal` must be bit-identical
+across ranks. A check whose exception left some ranks behind (it raised on some ranks and not on
+others) has lost the collective schedule: it is reported, and the job stops with every later
+check reported "not run". A check that outlives its deadline (`timeout`, scaled by
+COMMLIB_TEST_TIMEOUT_SCALE) writes `hung` with every thread's stack and ends the rank, so the
+launcher stops the job: it names itself instead of holding the job until the test's own timeout.
+
+A check with `env` runs with those variables set and a fresh group `c.g` made after them (so a
+group-level choice such as a forced algorithm or COMMLIB_CHUNK_BYTES takes effect), then the
+variables are restored.
+"""
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
+DEFAULT_TIMEOUT = 120.0  # seconds a check may take before it counts as hung (times SCALE)
+EXIT_HUNG = 70  # a rank's exit code when one of its checks outlived its deadline
+
+
+class Spec:
+    """One check of a case file: its function, parameter and where it applies."""
+
+    def __init__(self, fn, param, has_param, min_n, max_n, env, timeout, order):
+        self.fn, self.param, self.has_param = fn, param, has_param
+        self.min_n, self.max_n = min_n, max_n
+        self.env = env(param) if callable(env) else dict(env or {})
+        self.timeout = timeout
+        self.order = order
+        self.name = f"{fn.__name__}[{param}]" if has_param else fn.__name__
+
+    def applies(self, n):
+        return self.min_n <= n and (self.max_n is None or n <= self.max_n)
+
+    def run(self, c):
+        return self.fn(c, self.param) if self.has_param else self.fn(c)
+
+
+_REGISTRY = []
+
+
+def check(fn=None, *, params=None, min_n=1, max_n=None, env=None, timeout=DEFAULT_TIMEOUT):
+    """Register fn(c) (or fn(c, param) for each of `params`) as checks of this case file.
+
+    min_n/max_n: the group sizes it runs at; env: variables (a dict, or a function of the
+    parameter returning one) set while it runs, on a fresh group; timeout: seconds before it
+    counts as hung (times COMMLIB_TEST_TIMEOUT_SCALE).
+    """
+    def register(f):
+        for p in (params if params is not None else [None]):
+            _REGISTRY.append(Spec(f, p, params is not None, min_n, max_n, env, timeout, len(_REGISTRY)))
+        return f
+    return register(fn) if fn is not None else register
+
+
+def load(path):
+    """The checks of the case file at `path`, in file order (importing it registers them)."""
+    del _REGISTRY[:]
+    name = "_batchcase_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    found = list(_REGISTRY)
+    names = [s.name for s in found]
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        raise ValueError(f"{path}: checks registered twice: {dup}")
+    return found
+
+
+class Report:
+    """This rank's JSON-lines report, flushed line by line (a killed job keeps what was written)."""
+
+    def __init__(self, directory, rank):
+        self.f = open(os.path.join(directory, f"rank{rank}.jsonl"), "a", buffering=1)
+        self.lock = threading.Lock()
+
+    def write(self, **record):
+        with self.lock:
+            self.f.write(json.dumps(record) + "\n")
+            self.f.flush()
+            os.fsync(self.f.fileno())
+
+
+def _stacks():
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+                     for ident, frame in frames.items() if ident != threading.get_ident())
+
+
+class Watchdog:
+    """Ends the rank when the running check outlives its deadline, after reporting it as hung."""
+
+    def __init__(self, report):
+        self.report = report
+        self.cond = threading.Condition()
+        self.current = None  # (name, deadline, seconds)
+        threading.Thread(target=self._watch, name="batch-watchdog", daemon=True).start()
+
+    def arm(self, name, seconds):
+        with self.cond:
+            self.current = (name, time.monotonic() + seconds, seconds)
+            self.cond.notify()
+
+    def disarm(self):
+        with self.cond:
+            self.current = None
+            self.cond.notify()
+
+    def _watch(self):
+        with self.cond:
+            while True:
+                if self.current is None:
+                    self.cond.wait()
+                    continue
+                name, deadline, seconds = self.current
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self.cond.wait(left)
+                    continue
+                self.report.write(event="hung", check=name,
+                                  error=f"still running after its deadline of {seconds:.0f} s", stacks=_stacks())
+                print(f"check {name} hung: still running after {seconds:.0f} s; ending this rank", flush=True)
+                os._exit(EXIT_HUNG)
+
+
+def main(argv):
+    import commlib as cl
+    from _common import Check
+
+    case, seed, report_dir, wanted = argv[0], int(argv[1]), argv[2], argv[3:]
+    specs = load(case if os.path.isabs(case) else os.path.join(HERE, case))
+    world = cl.init()
+    n, rank = world.size(), world.rank()
+    known = {s.name: s for s in specs}
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SystemExit(f"{case}: no check named {unknown}")
+    todo = [known[w] for w in wanted] if wanted else [s for s in specs if s.applies(n)]
+    todo.sort(key=lambda s: s.order)
+    report = Report(report_dir, rank)
+    report.write(event="plan", checks=[s.name for s in todo], size=n)
+    dog = Watchdog(report)
+    control = world.subgroup(list(range(n)), ("batch-control",))
+    failed = 0
+    for i, spec in enumerate(todo):
+        report.write(event="start", check=spec.name)
+        saved = {k: os.environ.get(k) for k in spec.env}
+        os.environ.update(spec.env)
+        _reset_choices()
+        group = world.subgroup(list(range(n)), ("batch", i)) if spec.env else world
+        c = Check(spec.name, group, seed)
+        t0 = time.monotonic()
+        dog.arm(spec.name, spec.timeout * SCALE)
+        raised = kind = None
+        try:
+            spec.run(c)
+        except Exception as err:
+            raised = "".join(traceback.format_exception(err))
+            kind = "comm" if isinstance(err, cl.CommError) else "other"
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reset_choices()
+        took = time.monotonic() - t0
+        # Every rank's outcome and recorded digests, on the control group (the check's own traffic
+        # cannot be in its way): results must be bit-identical across ranks.
+        sync_error = None
+        try:
+            everyone = cl.all_gather_obj((kind, [d for _, d in c.digests]), group=control)
+        except Exception as err:
+            sync_error = f"exchanging outcomes after the check failed: {type(err).__name__}: {err}"
+            everyone = None
+        dog.disarm()
+        if everyone is not None:
+            counts = {len(d) for _, d in everyone}
+            if len(counts) > 1 and raised is None:
+                c.fail("digest count", f"ranks recorded {[len(d) for _, d in everyone]} results")
+            elif raised is None:
+                for j, (label, mine) in enumerate(c.digests):
+                    c.checks += 1
+                    others = [r for r, (_, d) in enumerate(everyone) if d[j] != mine]
+                    if others:
+                        c.fail(label, f"result bytes differ across ranks (this rank differs from ranks {others})")
+        raisers = [r for r, (x, _) in enumerate(everyone) if x] if everyone is not None else []
+        comm_error = everyone is not None and any(x == "comm" for x, _ in everyone)
+        lost = sync_error or (f"the collective schedule may be lost: ranks {raisers} of {n} raised"
+                              + (", a commlib error among them" if comm_error else "")
+                              if 0 < len(raisers) < n or comm_error else None)
+        report.write(event="end", check=spec.name, checks=c.checks, failures=c.failures, raised=raised,
+                     seconds=round(took, 3), lost=lost)
+        failed += bool(c.failures or raised or sync_error)
+        if lost:
+            report.write(event="stopped", after=spec.name)
+            print(f"rank {rank}: stopping after {spec.name}: later checks not run", flush=True)
+            cl.finalize()
+            os._exit(1)
+    report.write(event="done", failed=failed)
+    cl.finalize()
+    sys.exit(1 if failed else 0)
+
+
+def _reset_choices():
+    """Forget the COMMLIB_ALGO_* values commlib read (once a process) so the next group reads them again."""
+    from commlib import _algorithms
+    _algorithms._forced.clear()
+
+
+if __name__ == "__main__":
+    import _batch  # the module case files register with (this file runs as __main__, a module of its own)
+
+    _batch.main(sys.argv[1:])
