@@ -165,22 +165,29 @@ def _batch_max_reported():
     return int(os.environ.get("MULTIRANK_MAX_REPORTED", "30"))
 
 
-def batch_key(case, n, transport, env):
-    return (case, n, transport, tuple(sorted((env or {}).items())))
+def batch_key(item):
+    """(case, n, transport, env) of a batched item: the items of one key share a job."""
+    mark, p = item.get_closest_marker("batch"), item.callspec.params
+    return mark.kwargs["case"], p["n"], p.get("transport", ""), tuple(sorted((mark.kwargs["env"] or {}).items()))
 
 
-def batched(case, ns, *, env=None, timeout=600, doc=None):
+def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
     """A test function with an item per (n, check) of cases/CASE; the checks of one (n, transport) run in
-    one job, started by the first of its items this process runs. `timeout` bounds the job (and the item
-    that starts it); each check's own deadline is its `timeout` in the case file."""
+    one job, started by the first of its items this process runs. `only`: the checks (names, or their
+    functions' names) to take, where not all that apply at those sizes. `timeout` bounds the job (and the
+    item that starts it); each check's own deadline is its `timeout` in the case file."""
     specs = _batch.load(os.path.join(CASES, case))
+    if only is not None:
+        specs = [s for s in specs if s.name in only or s.fn.__name__ in only]
     params = [pytest.param(n, s.name, id=f"{n}-{s.name}") for n in ns for s in specs if s.applies(n)]
+    if not params:
+        raise ValueError(f"{case}: no check applies at n in {ns}" + (f" among {only}" if only else ""))
 
     @pytest.mark.batch(case=case, env=env)
     @pytest.mark.timeout(timeout + 30)
     @pytest.mark.parametrize("n,check", params)
-    def test(n, check, transport, tmp_path_factory):
-        key = batch_key(case, n, transport, env)
+    def test(n, check, request, tmp_path_factory):
+        key = batch_key(request.node)
         job = _JOBS.get(key)
         if job is None:
             names = SELECTED.get(key) or [check]

@@ -60,8 +60,5 @@ def pytest_configure(config):
 def pytest_collection_finish(session):
     """The checks each batched job runs: those of its (case, n, transport) that this session selected."""
     for item in session.items:
-        mark = item.get_closest_marker("batch")
-        if mark is not None and hasattr(item, "callspec"):
-            p = item.callspec.params
-            key = _harness.batch_key(mark.kwargs["case"], p["n"], p.get("transport", ""), mark.kwargs["env"])
-            _harness.SELECTED.setdefault(key, []).append(p["check"])
+        if item.get_closest_marker("batch") is not None and hasattr(item, "callspec"):
+            _harness.SELECTED.setdefault(_harness.batch_key(item), []).append(item.callspec.params["check"])

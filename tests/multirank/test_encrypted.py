@@ -12,10 +12,11 @@ import sys
 
 import pytest
 
-from _harness import base_env
+from _harness import base_env, batched
 
 pytestmark = pytest.mark.timeout(150)
 SEALED = {"COMMLIB_TRANSPORT": "tcp", "COMMLIB_ENCRYPT": "1"}
+TRANSPORTS = ("tcp",)  # sealing applies to TCP only: one parameter, not the suite's shm and socket
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +26,9 @@ def transport(monkeypatch):
     return "tcp"
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_collectives_are_right_encrypted(n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "collectives.py", "full", env=SEALED), n, "collectives over sealed TCP")
+test_collectives_are_right_encrypted = batched(
+    "collectives.py", [2, 3, 4], env=SEALED, only=["all_gather", "reduce_scatter", "broadcast", "barrier"],
+    doc="all_gather, reduce_scatter, broadcast and barrier over sealed TCP (cases/collectives.py).")
 
 
 @pytest.mark.parametrize("n", [2, 3])

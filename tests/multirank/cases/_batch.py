@@ -50,15 +50,17 @@ EXIT_HUNG = 70  # a rank's exit code when one of its checks outlived its deadlin
 class Spec:
     """One check of a case file: its function, parameter and where it applies."""
 
-    def __init__(self, fn, param, has_param, min_n, max_n, env, timeout, order):
+    def __init__(self, fn, param, has_param, min_n, max_n, ns, env, timeout, order):
         self.fn, self.param, self.has_param = fn, param, has_param
-        self.min_n, self.max_n = min_n, max_n
+        self.min_n, self.max_n, self.ns = min_n, max_n, ns
         self.env = env(param) if callable(env) else dict(env or {})
         self.timeout = timeout
         self.order = order
         self.name = f"{fn.__name__}[{param}]" if has_param else fn.__name__
 
     def applies(self, n):
+        if self.ns is not None:
+            return n in self.ns
         return self.min_n <= n and (self.max_n is None or n <= self.max_n)
 
     def run(self, c):
@@ -68,16 +70,16 @@ class Spec:
 _REGISTRY = []
 
 
-def check(fn=None, *, params=None, min_n=1, max_n=None, env=None, timeout=DEFAULT_TIMEOUT):
+def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeout=DEFAULT_TIMEOUT):
     """Register fn(c) (or fn(c, param) for each of `params`) as checks of this case file.
 
-    min_n/max_n: the group sizes it runs at; env: variables (a dict, or a function of the
+    min_n/max_n: the group sizes it runs at (or ns, a list of them); env: variables (a dict, or a function of the
     parameter returning one) set while it runs, on a fresh group; timeout: seconds before it
     counts as hung (times COMMLIB_TEST_TIMEOUT_SCALE).
     """
     def register(f):
         for p in (params if params is not None else [None]):
-            _REGISTRY.append(Spec(f, p, params is not None, min_n, max_n, env, timeout, len(_REGISTRY)))
+            _REGISTRY.append(Spec(f, p, params is not None, min_n, max_n, ns, env, timeout, len(_REGISTRY)))
         return f
     return register(fn) if fn is not None else register
 

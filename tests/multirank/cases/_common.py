@@ -8,7 +8,9 @@ collective schedule; `Checker.finish()` prints a summary line, compares the
 digests of every recorded result across ranks (they must be bit-identical) and
 exits non-zero when anything failed.
 """
+import functools
 import hashlib
+import inspect
 import os
 import sys
 import threading
@@ -217,12 +219,35 @@ class Checks:
             raise
 
 
+class OnGroup:
+    """commlib's module functions with `group=` bound to one group: a check's `c.cl`, so a check body
+    written against `cl.all_gather(x)` runs on the group its runner made for it."""
+
+    def __init__(self, group):
+        self._group = group
+        self._bound = {}
+
+    def __getattr__(self, name):
+        f = getattr(cl, name)
+        if not callable(f) or isinstance(f, type):
+            return f
+        if name not in self._bound:
+            try:
+                takes = "group" in inspect.signature(f).parameters
+            except (TypeError, ValueError):  # no signature to read: called as it is
+                takes = False
+            self._bound[name] = functools.partial(f, group=self._group) if takes else f
+        return self._bound[name]
+
+
 class Check(Checks):
-    """The state of one check of a batched case file (_batch.py): its group, seed and results."""
+    """The state of one check of a batched case file (_batch.py): its group (`g`, and `cl`, commlib's
+    functions on it), seed and results."""
 
     def __init__(self, name, group, seed):
         self.name = name
         self.g = group
+        self.cl = OnGroup(group)
         self.rank, self.size = group.rank(), group.size()
         self.seed = seed
         self.checks = 0

@@ -80,7 +80,7 @@ def matrix(c, dtypes, ops, sizes_for):
         for oi, op in enumerate(ops):
             for si, size in enumerate(sizes_for(op, dt)):
                 if n == 1 and op in ("land", "lor") and dt.kind != "b":
-                    continue  # logical.py covers land/lor on a single rank
+                    continue  # logical_ops_give_0_1 (all_reduce.py) covers land/lor on a single rank
                 label = f"all_reduce {op} {dname(dt)} size={size}"
                 x_all = inputs(c, (op, dname(dt), size), dt, (size,), kind_for(op))
                 if not legal(op, dt):
@@ -130,7 +130,7 @@ def zero_d_every_dtype_and_op(c):
     for dt in DTYPES:
         for op in OPS:
             if n == 1 and op in ("land", "lor") and dt.kind != "b":
-                continue  # logical.py
+                continue  # logical_ops_give_0_1 covers it
             xs = [v.reshape(()) for v in inputs(c, ("0d", op, dname(dt)), dt, (1,), kind_for(op))]
             if not legal(op, dt):
                 c.raises(ValueError, f"0-d {op} {dname(dt)} (illegal pair)", cl.all_reduce, xs[me], op)

@@ -33,7 +33,7 @@ for dt in DTYPES:
                 c.raises(ValueError, f"all_reduce {op} {label} (illegal pair)", cl.all_reduce, x, op)
                 continue
             if op in ("land", "lor") and dt.kind != "b":
-                continue  # logical.py covers land/lor on a single rank
+                continue  # logical_ops_give_0_1 (all_reduce.py) covers land/lor on a single rank
             xo = gen(c.rng("x", dname(dt), shape, op), dt, shape, kind_for(op))
             c.equal(cl.all_reduce(xo, op), expected_reduce([xo], op), f"all_reduce {op} {label}")
             y = xo.copy()
