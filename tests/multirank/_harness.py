@@ -10,11 +10,14 @@ test's own timeout.
 """
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import zlib
 
 import pytest
 
@@ -90,9 +93,6 @@ def rank_lines(out, marker):
 
 # ---- batched case files (cases/_batch.py): one job per (case file, n, transport), an item per check
 
-sys.path.insert(0, CASES)
-import _batch  # noqa: E402  (cases/_batch.py: the checks' registry and the rank-side runner)
-
 TEST_TIMEOUT = float(os.environ.get("COMMLIB_TEST_TIMEOUT") or 60)  # every job's COMMLIB_TIMEOUT
 _JOBS = {}  # key -> BatchJob, in this pytest process (xdist --dist loadfile keeps a file's items together)
 SELECTED = {}  # key -> names of the checks this session runs (conftest's pytest_collection_finish)
@@ -165,6 +165,36 @@ def _batch_max_reported():
     return int(os.environ.get("MULTIRANK_MAX_REPORTED", "30"))
 
 
+def checks_of(case):
+    """The checks of cases/CASE (_batch.py --list, run in a plain process: importing a case may start
+    commlib, which the pytest process must not); kept in a temporary file while the case, the runner
+    and the checkers are unchanged."""
+    path = os.path.join(CASES, case)
+    stamp = zlib.crc32(repr([(os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in
+                             [path] + [os.path.join(CASES, f) for f in ("_batch.py", "_common.py", "_mpicase.py")]]
+                            ).encode())
+    cache = pathlib.Path(tempfile.gettempdir()) / f"commlib-batch-lists-{os.getuid()}" / f"{case}-{stamp:08x}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    p = subprocess.run([sys.executable, os.path.join(CASES, "_batch.py"), "--list", path], env=base_env(),
+                       cwd=CASES, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"cannot list the checks of {case}: exit code {p.returncode}\n{_tail(p.stderr)}")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(p.stdout)
+    os.replace(tmp, cache)
+    return json.loads(p.stdout)
+
+
+def _applies(spec, n):
+    if spec["ns"] is not None:
+        return n in spec["ns"]
+    return spec["min_n"] <= n and (spec["max_n"] is None or n <= spec["max_n"])
+
+
 def batch_key(item):
     """(case, n, transport, env) of a batched item: the items of one key share a job."""
     mark, p = item.get_closest_marker("batch"), item.callspec.params
@@ -176,10 +206,10 @@ def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
     one job, started by the first of its items this process runs. `only`: the checks (names, or their
     functions' names) to take, where not all that apply at those sizes. `timeout` bounds the job (and the
     item that starts it); each check's own deadline is its `timeout` in the case file."""
-    specs = _batch.load(os.path.join(CASES, case))
+    specs = checks_of(case)
     if only is not None:
-        specs = [s for s in specs if s.name in only or s.fn.__name__ in only]
-    params = [pytest.param(n, s.name, id=f"{n}-{s.name}") for n in ns for s in specs if s.applies(n)]
+        specs = [s for s in specs if s["name"] in only or s["function"] in only]
+    params = [pytest.param(n, s["name"], id=f"{n}-{s['name']}") for n in ns for s in specs if _applies(s, n)]
     if not params:
         raise ValueError(f"{case}: no check applies at n in {ns}" + (f" among {only}" if only else ""))
 

@@ -5,7 +5,7 @@ import pytest
 from _harness import BatchJob
 
 TRANSPORTS = ("shm",)
-FIRST = ["passes", "records_a_failure_on_rank_1", "raises_everywhere", "differs_across_ranks",
+FIRST = ["passes", "part.planted_on_rank_1", "records_a_failure_on_rank_1", "raises_everywhere", "differs_across_ranks",
          "passes_after_failures", "raises_on_rank_0_only", "after_a_lost_schedule"]
 
 
@@ -19,6 +19,8 @@ def _failure(job, name):
 def test_each_failure_is_reported_on_its_own_check(tmp_path):
     job = BatchJob("batch_selftest.py", 3, FIRST, {"COMMLIB_TIMEOUT": "3"}, 100, tmp_path)
     job.verdict("passes")
+    msg = _failure(job, "part.planted_on_rank_1")
+    assert "rank 1: section label: planted on rank 1" in msg and "rank 0:" not in msg.split("--- job")[0]
     msg = _failure(job, "records_a_failure_on_rank_1")
     assert "rank 1: planted mismatch" in msg and "rank 0:" not in msg.split("--- job")[0]
     msg = _failure(job, "raises_everywhere")

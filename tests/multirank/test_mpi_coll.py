@@ -1,8 +1,7 @@
 """commlib.MPI, the mpi4py-compatible layer, through the real launcher (cases/mpi_coll.py, cases/mpi_comm.py).
 
-Each part is one launch per world size (1 to 4) and groups many checks; a failed
-run lists its `FAIL rank R label: message` lines. The parts are listed in the
-cases' docstrings. The case scripts also run unchanged under real mpi4py
+One job per (case file, world size 1 to 4, transport) runs every section of the case
+(listed in its docstring) as a check of its own: an item `PART.SECTION`. The case scripts also run unchanged under real mpi4py
 (COMMLIB_TEST_MPI=mpi4py, under mpirun), which is how they were validated; the
 few checks of values the spec fixes but Open MPI does not share run under
 commlib only.
@@ -20,29 +19,15 @@ import time
 import psutil
 import pytest
 
+from _harness import batched
+
 # COMMLIB_TEST_MPI pinned: a developer who exported it for mpirun runs still tests commlib here.
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
-PARTS = [
-    ("mpi_coll.py", "reduce"),
-    ("mpi_coll.py", "gather"),
-    ("mpi_coll.py", "scan"),
-    ("mpi_coll.py", "vector"),
-    ("mpi_coll.py", "objects"),
-    ("mpi_coll.py", "persistent"),
-    ("mpi_coll.py", "errors"),
-    ("mpi_comm.py", "comm"),
-    ("mpi_comm.py", "topo"),
-    ("mpi_comm.py", "ops"),
-    ("mpi_comm.py", "env"),
-]
 ABORT_S = 10.0  # "quickly": well under COMMLIB_TIMEOUT, so an abort that waits for a timeout fails
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("script,part", PARTS, ids=[f"{s[:-3]}-{p}" for s, p in PARTS])
-def test_mpi_part(script, part, n, run, assert_ranks_ok):
-    assert_ranks_ok(run(n, script, part, env=ENV, timeout=120), n, f"{script} {part}")
+test_mpi_coll = batched("mpi_coll.py", [1, 2, 3, 4], env=ENV)
+test_mpi_comm = batched("mpi_comm.py", [1, 2, 3, 4], env=ENV)
 
 
 @pytest.mark.timeout(90)

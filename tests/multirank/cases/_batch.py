@@ -70,23 +70,37 @@ class Spec:
 _REGISTRY = []
 
 
-def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeout=DEFAULT_TIMEOUT):
+def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeout=DEFAULT_TIMEOUT, name=None):
     """Register fn(c) (or fn(c, param) for each of `params`) as checks of this case file.
 
     min_n/max_n: the group sizes it runs at (or ns, a list of them); env: variables (a dict, or a function of the
     parameter returning one) set while it runs, on a fresh group; timeout: seconds before it
-    counts as hung (times COMMLIB_TEST_TIMEOUT_SCALE).
+    counts as hung (times COMMLIB_TEST_TIMEOUT_SCALE); name: the check's name (default: fn's).
     """
     def register(f):
         for p in (params if params is not None else [None]):
-            _REGISTRY.append(Spec(f, p, params is not None, min_n, max_n, ns, env, timeout, len(_REGISTRY)))
+            spec = Spec(f, p, params is not None, min_n, max_n, ns, env, timeout, len(_REGISTRY))
+            if name is not None:
+                spec.name = f"{name}[{p}]" if params is not None else name
+            _REGISTRY.append(spec)
         return f
     return register(fn) if fn is not None else register
 
 
-def load(path):
-    """The checks of the case file at `path`, in file order (importing it registers them)."""
+def sections(parts, checker):
+    """Register the sections of a case written as `PARTS = {part: [fn, ...]}` (fn() checks through
+    `checker`, an _mpicase.Checker): each section is a check named "PART.FN", its failures
+    recorded in the running check's results."""
+    for part, fns in parts.items():
+        for fn in fns:
+            check(name=f"{part}.{fn.__name__}")(lambda c, fn=fn: checker.into(c, fn))
+
+
+def load(path, seed=0):
+    """The checks of the case file at `path`, in file order (importing it registers them). A case
+    that reads its seed as sys.argv[1], as a standalone rank program does, finds `seed` there."""
     del _REGISTRY[:]
+    sys.argv = [path, str(seed)]
     name = "_batchcase_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -157,12 +171,21 @@ class Watchdog:
                 os._exit(EXIT_HUNG)
 
 
+def listing(path):
+    """What the pytest side needs of each check, as JSON (printed by `_batch.py --list CASE`)."""
+    return [{"name": s.name, "function": s.fn.__name__, "min_n": s.min_n, "max_n": s.max_n, "ns": s.ns}
+            for s in load(path)]
+
+
 def main(argv):
+    if argv[0] == "--list":  # in a plain process: no launcher, so importing a case touches no peer
+        print(json.dumps(listing(argv[1])))
+        return
     import commlib as cl
     from _common import Check
 
     case, seed, report_dir, wanted = argv[0], int(argv[1]), argv[2], argv[3:]
-    specs = load(case if os.path.isabs(case) else os.path.join(HERE, case))
+    specs = load(case if os.path.isabs(case) else os.path.join(HERE, case), seed)
     world = cl.init()
     n, rank = world.size(), world.rank()
     known = {s.name: s for s in specs}

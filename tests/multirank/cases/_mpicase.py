@@ -23,9 +23,20 @@ class Checker:
         self.rank = (comm if comm is not None else MPI.COMM_WORLD).Get_rank()
         self.count = 0
         self.failed = 0
+        self.sink = None  # the running check of a batched job (_batch.sections), which records failures too
+
+    def into(self, check, fn):
+        """Run section fn() as the batched check `check` (a _common.Check): its checks count there."""
+        self.sink = check
+        try:
+            fn()
+        finally:
+            self.sink = None
 
     def ok(self, cond, label, msg=""):
         self.count += 1
+        if self.sink is not None:
+            return self.sink.ok(cond, label, msg or "check failed")
         if not cond:
             self.failed += 1
             print(f"FAIL rank {self.rank} {label}: {msg or 'check failed'}", flush=True)

@@ -5,12 +5,24 @@ import time
 import numpy as np
 
 import commlib as cl
-from _batch import check
+from _batch import check, sections
+from _mpicase import MPI, Checker
 
 
 @check
 def passes(c):
     c.equal(cl.all_reduce(np.arange(5)), np.arange(5) * c.size, "sum")
+
+
+# A case written as sections (the mpi*.py cases): each is a check whose Checker failures count there.
+ck = Checker()
+
+
+def planted_on_rank_1():
+    ck.ok(MPI.COMM_WORLD.Get_rank() != 1, "section label", "planted on rank 1")
+
+
+sections({"part": [planted_on_rank_1]}, ck)
 
 
 @check
@@ -57,3 +69,4 @@ def hangs_on_rank_0(c):
 @check
 def after_the_hang(c):
     cl.barrier()
+

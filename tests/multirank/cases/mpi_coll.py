@@ -20,9 +20,11 @@ import zlib
 
 import numpy as np
 
+from _batch import sections
 from _mpicase import MPI, Checker
 
-SEED, PART = int(sys.argv[1]), sys.argv[2]
+SEED = int(sys.argv[1])
+PART = sys.argv[2] if len(sys.argv) > 2 else None  # none when _batch.py runs every section as a check
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 ck = Checker(comm)
@@ -804,3 +806,5 @@ if __name__ == "__main__":
     ck.run(PARTS[PART])
     comm.Barrier()
     ck.finish()
+else:  # a batched job (_batch.py): each section is a check
+    sections(PARTS, ck)

@@ -19,9 +19,11 @@ import time
 
 import numpy as np
 
+from _batch import sections
 from _mpicase import MPI, USING_MPI4PY, Checker
 
-SEED, PART = int(sys.argv[1]), sys.argv[2]
+SEED = int(sys.argv[1])
+PART = sys.argv[2] if len(sys.argv) > 2 else None  # none when _batch.py runs every section as a check
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 ck = Checker(comm)
@@ -512,3 +514,5 @@ if __name__ == "__main__":
     ck.finish()
     if PART == "env":
         MPI.Finalize()  # explicit Finalize at the end of a script must be harmless
+else:  # a batched job (_batch.py): each section is a check
+    sections(PARTS, ck)
