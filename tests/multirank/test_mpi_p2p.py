@@ -1,7 +1,7 @@
 """commlib.MPI (the mpi4py-compatible layer): point-to-point and requests through the real launcher.
 
-cases/mpi_p2p.py holds the checks; each part below is one launch per world
-size, and its docstring lists the sections. The case was validated against
+cases/mpi_p2p.py holds the checks: one job per world size and transport runs each
+section of each part below as an item `PART.SECTION`. The case was validated against
 mpi4py 4.1.2 on Open MPI (COMMLIB_TEST_MPI=mpi4py under mpirun). A failed
 run names the section and check of every failing rank.
 
@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from _harness import batched
+
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
 PARTS = {
     "bufspec": "message-argument forms, in-place receives, zero-length messages, Sendrecv(_replace)",
@@ -23,11 +25,8 @@ PARTS = {
 }
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("part", list(PARTS))
-def test_mpi_p2p(part, n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "mpi_p2p.py", part, env=ENV, timeout=120), n, f"MPI p2p {part}: {PARTS[part]}")
+test_mpi_p2p = batched("mpi_p2p.py", [1, 2, 3, 4], env=ENV,
+                               doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
 
 
 PENDING = '''\

@@ -1,7 +1,7 @@
 """Non-blocking requests and i-collectives through the real launcher (cases/nonblocking.py).
 
-Each part is one launch per world size; a part's sections and checks are
-listed in the case's docstring, and a failed run names the section and check.
+One job per world size and transport runs each section of each part below as an
+item `PART.SECTION` (the case's docstring lists them).
 COMMLIB_TIMEOUT is 10 s here (the longest legitimate wait in the case is
 under 1 s): a request stuck behind another surfaces as CommTimeout, not as a
 hang, and the harness kills the job if it outlives its own limit.
@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from _harness import batched
+
 ENV = {"COMMLIB_TIMEOUT": "10"}
 PARTS = {
     "p2p": "ring/halo/fan-in with wait_any/100 outstanding requests",
@@ -23,11 +25,8 @@ PARTS = {
 EXIT_S = 20.0  # "promptly": an exit that waits out the group timeout (25 s or 60 s below) fails
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("part", list(PARTS))
-def test_nonblocking(part, n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "nonblocking.py", part, env=ENV, timeout=120), n, f"non-blocking {part}: {PARTS[part]}")
+test_nonblocking = batched("nonblocking.py", [1, 2, 3, 4], env=ENV,
+                                   doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
 
 
 @pytest.mark.timeout(60)

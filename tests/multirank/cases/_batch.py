@@ -89,8 +89,8 @@ def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeo
 
 def sections(parts, checker):
     """Register the sections of a case written as `PARTS = {part: [fn, ...]}` (fn() checks through
-    `checker`, an _mpicase.Checker): each section is a check named "PART.FN", its failures
-    recorded in the running check's results."""
+    `checker`, an _mpicase.Checker or a _common.Checker): each section is a check named "PART.FN",
+    what it checks recorded in the running check's results."""
     for part, fns in parts.items():
         for fn in fns:
             check(name=f"{part}.{fn.__name__}")(lambda c, fn=fn: checker.into(c, fn))

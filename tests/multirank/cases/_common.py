@@ -168,6 +168,17 @@ class Checks:
     def rng(self, *label):
         return rng_for(self.seed, *label)
 
+    def into(self, check, fn):
+        """Run section fn() as the batched check `check` (a Check, see _batch.sections): the failures,
+        digests and count of what fn checks through this object are that check's."""
+        saved = self.failures, self.digests, self.checks
+        self.failures, self.digests, self.checks = check.failures, check.digests, 0
+        try:
+            fn()
+        finally:
+            check.checks += self.checks
+            self.failures, self.digests, self.checks = saved
+
     def equal(self, actual, expected, label, record=True):
         """Exact comparison; the result's bytes are also recorded for the cross-rank check."""
         self.checks += 1

@@ -29,6 +29,7 @@ import traceback
 
 import numpy as np
 
+from _batch import sections
 from _mpicase import MPI, USING_MPI4PY, Checker
 
 comm = MPI.COMM_WORLD
@@ -1243,4 +1244,7 @@ def main():
     c.finish()
 
 
-main()
+if __name__ == "__main__":
+    main()
+else:  # a batched job (_batch.py): each section is a check
+    sections(PARTS, c)

@@ -22,6 +22,7 @@ import traceback
 import numpy as np
 
 import commlib as cl
+from _batch import sections
 from _common import Checker, expected_reduce, gen
 
 c = Checker("nonblocking")
@@ -579,17 +580,24 @@ def run_section(name):
         return False
 
 
-wanted = c.args or ["p2p", "sync", "coll"]
-names = [s for a in wanted for s in PARTS.get(a, [a])]
-unknown = [s for s in names if s not in SECTIONS]
-if unknown:
-    raise SystemExit(f"unknown section(s) {unknown}; parts {PARTS}")
-for i, name in enumerate(names):
-    if not run_section(name):
-        rest = names[i + 1:]
-        if rest:
-            c.fail("skipped", f"sections {rest} not run: the group is unusable after section {name}")
-        break
-if not any(f.startswith(("section ", "skipped")) for f in c.failures):
-    c.finish()  # compares the digests of the same-on-every-rank results across ranks
-c._exit()  # after an exception the ranks' records differ: skip the cross-rank comparison
+def main():
+    wanted = c.args or ["p2p", "sync", "coll"]
+    names = [s for a in wanted for s in PARTS.get(a, [a])]
+    unknown = [s for s in names if s not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"unknown section(s) {unknown}; parts {PARTS}")
+    for i, name in enumerate(names):
+        if not run_section(name):
+            rest = names[i + 1:]
+            if rest:
+                c.fail("skipped", f"sections {rest} not run: the group is unusable after section {name}")
+            break
+    if not any(f.startswith(("section ", "skipped")) for f in c.failures):
+        c.finish()  # compares the digests of the same-on-every-rank results across ranks
+    c._exit()  # after an exception the ranks' records differ: skip the cross-rank comparison
+
+
+if __name__ == "__main__":
+    main()
+else:  # a batched job (_batch.py): each section is a check ("exit" leaves requests pending: its own job)
+    sections({part: [SECTIONS[name] for name in names] for part, names in PARTS.items() if part != "exit"}, c)
