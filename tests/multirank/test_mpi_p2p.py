@@ -26,7 +26,7 @@ PARTS = {
 
 
 test_mpi_p2p = batched("mpi_p2p.py", [1, 2, 3, 4], env=ENV,
-                               doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
+                       doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
 
 
 PENDING = '''\

@@ -26,7 +26,7 @@ EXIT_S = 20.0  # "promptly": an exit that waits out the group timeout (25 s or 6
 
 
 test_nonblocking = batched("nonblocking.py", [1, 2, 3, 4], env=ENV,
-                                   doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
+                           doc="\n".join(f"{part}: {what}" for part, what in PARTS.items()))
 
 
 @pytest.mark.timeout(60)
