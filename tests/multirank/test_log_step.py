@@ -5,17 +5,7 @@ n = 5..8 run on a 2-core machine oversubscribed; the Bruck (non-power-of-two) an
 recursive-doubling (power-of-two) all-gather and Rabenseifner's fold for the ranks
 above a power of two each get several group sizes.
 """
-import pytest
+from _harness import batched
 
-NS = [1, 2, 3, 4, 5, 6, 7, 8]
-
-
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("n", NS)
-@pytest.mark.parametrize("ag, ar", [("pairwise", "ring"), ("bruck", "rabenseifner"), ("", "doubling")])
-def test_forced(n, ag, ar, assert_ranks_ok, run):
-    env = {"COMMLIB_ALGO_ALL_REDUCE": ar}
-    if ag:
-        env["COMMLIB_ALGO_ALL_GATHER"] = ag
-    assert_ranks_ok(run(n, "log_step.py", env=env, timeout=230), n,
-                    f"COMMLIB_ALGO_ALL_GATHER={ag or '(default)'} COMMLIB_ALGO_ALL_REDUCE={ar}")
+# Each check of cases/log_step.py runs with each pair of forced algorithms; one job per (n, transport).
+test_forced = batched("log_step.py", [1, 2, 3, 4, 5, 6, 7, 8])

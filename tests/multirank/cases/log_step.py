@@ -1,31 +1,37 @@
-"""all_gather (out=, recycled results) and all_reduce for a job run with an algorithm forced.
+"""all_gather (out=, recycled results) and all_reduce with an algorithm forced.
 
-usage: log_step.py SEED
-Run with COMMLIB_ALGO_ALL_GATHER / COMMLIB_ALGO_ALL_REDUCE set (or neither: the default
-choice). Every dtype at sizes 0, 1, 13, 1021 (and 0-d), a few large odd sizes, all_gather's
+A batched case file (_batch.py): each check runs once for each pair of COMMLIB_ALGO_ALL_GATHER /
+COMMLIB_ALGO_ALL_REDUCE in FORCED (all_gather's default choice in the last), on a group made
+under them. Every dtype at sizes 0, 1, 13, 1021 (and 0-d), a few large odd sizes, all_gather's
 out= (into a new array, in place from this rank's block, every bad out raising ValueError on
 every rank), and results that must survive later calls.
 """
 import numpy as np
 
-import commlib as cl
-from _common import DTYPES, Checker, dname, expected_reduce, gen, kind_for, legal
+from _batch import check
+from _common import DTYPES, dname, expected_reduce, gen, kind_for, legal
 
-c = Checker("log_step")
-n, me = c.size, c.rank
 SIZES = (0, 1, 13, 1021)
+FORCED = ["pairwise-ring", "bruck-rabenseifner", "default-doubling"]  # all_gather-all_reduce
 
 
-def inputs(label, dt, shape, kind="any"):
-    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(n)]
+def forced_env(pair):
+    ag, ar = pair.split("-")
+    return {"COMMLIB_ALGO_ALL_REDUCE": ar, **({"COMMLIB_ALGO_ALL_GATHER": ag} if ag != "default" else {})}
 
 
-def all_gather_checks():
+def inputs(c, label, dt, shape, kind="any"):
+    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(c.size)]
+
+
+@check(params=FORCED, env=forced_env)
+def all_gather(c, pair):
+    n, me, cl = c.size, c.rank, c.cl
     for dt in DTYPES:
-        xs = [v.reshape(()) for v in inputs(("ag0d", dname(dt)), dt, (1,))]
+        xs = [v.reshape(()) for v in inputs(c, ("ag0d", dname(dt)), dt, (1,))]
         c.equal(cl.all_gather(xs[me]), np.stack(xs), f"all_gather 0-d {dname(dt)}")
         for size in SIZES:
-            xs = inputs(("ag", dname(dt), size), dt, (size,))
+            xs = inputs(c, ("ag", dname(dt), size), dt, (size,))
             want = np.concatenate(xs)
             c.equal(cl.all_gather(xs[me]), want, f"all_gather {dname(dt)} size={size}")
             y = np.full(n * size, 1, dt)
@@ -38,15 +44,17 @@ def all_gather_checks():
             c.ok(got is z, f"all_gather in place {dname(dt)}", "did not return out")
             c.equal(z, want, f"all_gather in place {dname(dt)} size={size}")
     for dt, size in ((np.dtype(np.uint8), 65537), (np.dtype(np.float32), 30001), (np.dtype(np.complex128), 4099)):
-        xs = inputs(("agbig", dname(dt), size), dt, (size,))
+        xs = inputs(c, ("agbig", dname(dt), size), dt, (size,))
         c.equal(cl.all_gather(xs[me]), np.concatenate(xs), f"all_gather large {dname(dt)} size={size}")
-    xs = inputs(("agnd",), np.dtype(np.int16), (3, 4, 5))
+    xs = inputs(c, ("agnd",), np.dtype(np.int16), (3, 4, 5))
     y = np.empty((3 * n, 4, 5), np.int16)
     c.ok(cl.all_gather(xs[me], out=y) is y, "all_gather out= 3-d", "did not return out")
     c.equal(y, np.concatenate(xs), "all_gather out= 3-d")
 
 
-def bad_out_checks():
+@check(params=FORCED, env=forced_env)
+def bad_out(c, pair):
+    n, me, cl = c.size, c.rank, c.cl
     x = np.arange(6, dtype=np.float32).reshape(2, 3) + me
     bad = {"wrong shape": np.empty((2 * n, 2), np.float32), "flat": np.empty(6 * n, np.float32),
            "wrong dtype": np.empty((2 * n, 3), np.float64),
@@ -63,8 +71,10 @@ def bad_out_checks():
                                               for r in range(n)]), "all_gather after the errors")
 
 
-def recycled_result_checks():
+@check(params=FORCED, env=forced_env)
+def recycled_result(c, pair):
     """Results from 1 MiB up come from recycled buffers: one the caller holds is never reused."""
+    n, me, cl = c.size, c.rank, c.cl
     size = (1 << 20) // n + 5
     first = [np.full(size, r + 1, np.uint8) for r in range(n)]
     a = cl.all_gather(first[me])
@@ -79,13 +89,15 @@ def recycled_result_checks():
     c.equal(np.frombuffer(mv, np.uint8), np.concatenate(first) + 2, "held memoryview unchanged by later calls")
 
 
-def all_reduce_checks():
+@check(params=FORCED, env=forced_env)
+def all_reduce(c, pair):
+    n, me, cl = c.size, c.rank, c.cl
     for dt in DTYPES:
         for op in ("sum", "max", "bxor"):
             if not legal(op, dt):
                 continue
             for size in SIZES + ((65537,) if op == "sum" else ()):
-                xs = inputs(("ar", dname(dt), op, size), dt, (size,), kind_for(op))
+                xs = inputs(c, ("ar", dname(dt), op, size), dt, (size,), kind_for(op))
                 want = expected_reduce(xs, op)
                 c.equal(cl.all_reduce(xs[me], op), want, f"all_reduce {op} {dname(dt)} size={size}")
                 x = xs[me].copy()
@@ -93,11 +105,11 @@ def all_reduce_checks():
                 c.equal(x, want, f"all_reduce {op} {dname(dt)} size={size} in place")
 
 
-def split_and_object_checks():
+@check(params=FORCED, env=forced_env)
+def split_and_object(c, pair):
     """split's (color, key) gather and all_gather_obj's frames take the all-gather's schedule."""
-    from commlib._api.objects import all_gather_obj
-
-    g = cl.init()
+    n, me, cl = c.size, c.rank, c.cl
+    g = c.g
     for trial in range(3):
         rng = np.random.default_rng(1000 + trial)  # the same draw on every rank
         colors = rng.integers(-1, 3, n)
@@ -115,12 +127,5 @@ def split_and_object_checks():
     for what, size_of in (("near-equal", lambda r: 1000 + 7 * r), ("uneven", lambda r: 300 + 5000 * (r == n - 1)),
                           ("one large", lambda r: 20 if r else 3000)):
         objs = [{"rank": r, "blob": bytes([r % 251]) * size_of(r)} for r in range(n)]
-        c.ok(all_gather_obj(objs[me]) == objs, f"all_gather_obj {what} frames", "wrong objects")
+        c.ok(cl.all_gather_obj(objs[me]) == objs, f"all_gather_obj {what} frames", "wrong objects")
 
-
-all_gather_checks()
-split_and_object_checks()
-bad_out_checks()
-recycled_result_checks()
-all_reduce_checks()
-c.finish()
