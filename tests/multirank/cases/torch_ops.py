@@ -18,7 +18,8 @@ usage: torch_ops.py SEED PART
   PART all      everything above, in that order
 
 env: TORCH_TEST_BACKEND  "commlib" (default; `import commlib.torch` registers it) or "gloo"
-     TORCH_TEST_WATCHDOG seconds after which a rank dumps its stacks and exits (default 120)
+     TORCH_TEST_WATCHDOG seconds after which a rank dumps its stacks and exits (default 120; run
+                         as a batched case file, _batch.py, each part is a check with its own deadline)
 
 Every rank rebuilds every rank's inputs from (seed, rank, label) and computes the expected
 result with numpy itself. Checks are collected rather than raised; an unexpected exception
@@ -39,13 +40,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from _batch import check
 from _common import BF16, LOW_PRECISION, dname, digest, expected_reduce, gen, rng_for, same
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 if BACKEND == "commlib":
     import commlib.torch  # noqa: F401,E402  (registers the "commlib" backend)
 
-faulthandler.dump_traceback_later(float(os.environ.get("TORCH_TEST_WATCHDOG", "120")), exit=True)
 warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor & co. are "deprecated"
 warnings.filterwarnings("ignore", message=".*not part of group.*")
 warnings.filterwarnings("ignore", message=".*[Nn]on-member.*")
@@ -126,7 +127,7 @@ class Checker:
                                                                            else ranks)]
 
     def fail(self, label, message):
-        self.failures.append(label)
+        self.failures.append(f"{label}: {message}")
         if len(self.failures) <= MAX_REPORTED:
             print(f"FAIL rank {self.rank} [{BACKEND} {self.part} n={self.size}] {label}: {message}", flush=True)
 
@@ -181,6 +182,17 @@ class Checker:
 
     def skip(self, feature):
         self.skipped.add(feature)
+
+    def into(self, check, fn):
+        """Run fn() as the batched check `check` (a _common.Check, see _batch.py): what fn checks through
+        this object counts there."""
+        saved = self.failures, self.digests, self.checks
+        self.failures, self.digests, self.checks = check.failures, check.digests, 0
+        try:
+            fn()
+        finally:
+            check.checks += self.checks
+            self.failures, self.digests, self.checks = saved
 
     def finish(self):
         try:
@@ -1170,6 +1182,7 @@ PARTS = {"reduce": part_reduce, "gather": part_gather, "p2p": part_p2p, "async":
 
 
 def main():
+    faulthandler.dump_traceback_later(float(os.environ.get("TORCH_TEST_WATCHDOG", "120")), exit=True)
     part = sys.argv[2] if len(sys.argv) > 2 else "all"
     dist.init_process_group(BACKEND)
     c = Checker(part)
@@ -1178,5 +1191,20 @@ def main():
     c.finish()
 
 
+_batched = []  # the Checker of a batched job, made (with the process group) by its first check
+
+
+def _as_check(part):
+    def run(c):
+        if not _batched:
+            dist.init_process_group(BACKEND)
+            _batched.append(Checker("batched"))
+        _batched[0].into(c, lambda: part(_batched[0]))
+    return run
+
+
 if __name__ == "__main__":
     main()
+else:  # a batched job (_batch.py): each part is a check (the runner's deadline is the watchdog)
+    for _name, _part in PARTS.items():
+        check(name=_name)(_as_check(_part))
