@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from _harness import batched
+
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
@@ -18,31 +20,9 @@ pytest.importorskip("torch", reason="torch is not installed: the torch.distribut
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("n", [1, 2, 4])
-@pytest.mark.parametrize("part", ["mlp", "cnn", "hooks"])
-def test_ddp(part, n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "torch_train.py", part, env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
-                    f"DDP {part} on backend {BACKEND} vs the single-process reference")
-
-
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("part", ["fsdp2", "fsdp1", "shard"])
-def test_fsdp(part, n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "torch_train.py", part, env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
-                    f"FSDP {part} on backend {BACKEND} vs the single-process reference")
-
-
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_ddp_uneven_inputs_static_graph_unused_parameters(n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "torch_train.py", "uneven", "graph", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
-                    f"DDP under Join, static_graph, find_unused_parameters on {BACKEND}")
-
-
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_distributed_checkpoint(n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "torch_train.py", "dcp", env={"TORCH_TEST_BACKEND": BACKEND}, timeout=150), n,
-                    f"torch.distributed.checkpoint of an FSDP2 model on backend {BACKEND}")
+# DDP (mlp, cnn, hooks at 1, 2 and 4 ranks; uneven and graph: DDP under Join, static_graph,
+# find_unused_parameters, at 1 to 4), FSDP (fsdp2, fsdp1, shard at 2 and 4) and
+# torch.distributed.checkpoint of an FSDP2 model (dcp, at 2 to 4): one job per n, each part an item.
+test_torch_train = batched("torch_train.py", [1, 2, 3, 4], env={"TORCH_TEST_BACKEND": BACKEND},
+                           doc=f"Each part of cases/torch_train.py on backend {BACKEND} vs the single-process "
+                               "reference.")
