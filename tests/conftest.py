@@ -59,14 +59,25 @@ def no_segment_left_behind():
 
 
 _FIGURES = {}  # name -> values: figures the fault suite's tests measured (tests/faults/conftest.py)
+_BATCH_JOBS = []  # (seconds, description, checks) of each batched multi-rank job (tests/multirank/_harness.py)
 
 
 def pytest_runtest_logreport(report):
+    if report.when != "teardown":  # the last report of an item holds every property it was given, once
+        return
     for _, (name, value) in (p for p in report.user_properties if p[0] == "fault-figure"):
         _FIGURES.setdefault(name, []).append(value)
+    _BATCH_JOBS.extend(value for key, value in report.user_properties if key == "batch-job")
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _BATCH_JOBS:
+        jobs = sorted(_BATCH_JOBS, reverse=True)
+        terminalreporter.section("batched multi-rank jobs")
+        terminalreporter.write_line(f"{len(jobs)} jobs ran {sum(j[2] for j in jobs)} checks in "
+                                    f"{sum(j[0] for j in jobs):.0f} s; the slowest:")
+        for seconds, what, checks in jobs[:10]:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {what} ({checks} checks)")
     if not _FIGURES:
         return
     terminalreporter.section("fault-suite figures")

@@ -222,6 +222,8 @@ def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
         if job is None:
             names = SELECTED.get(key) or [check]
             job = _JOBS[key] = BatchJob(case, n, names, env, timeout, tmp_path_factory.mktemp("batch"))
+            request.node.user_properties.append(("batch-job", (round(job.seconds, 1), f"{case} n={n} {key[2]}"
+                                                 + "".join(f" {k}={v}" for k, v in key[3]), len(names))))
         job.verdict(check)
 
     test.__doc__ = doc or f"Each check of cases/{case}, at each group size."
