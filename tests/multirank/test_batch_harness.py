@@ -5,8 +5,8 @@ import pytest
 from _harness import BatchJob
 
 TRANSPORTS = ("shm",)
-FIRST = ["passes", "part.planted_on_rank_1", "records_a_failure_on_rank_1", "raises_everywhere", "differs_across_ranks",
-         "passes_after_failures", "raises_on_rank_0_only", "after_a_lost_schedule"]
+FIRST = ["passes", "part.planted_on_rank_1", "batch_selftest_program", "records_a_failure_on_rank_1", "raises_everywhere", "differs_across_ranks",
+         "passes_after_failures", "records_nothing", "raises_on_rank_0_only", "after_a_lost_schedule"]
 
 
 def _failure(job, name):
@@ -21,6 +21,8 @@ def test_each_failure_is_reported_on_its_own_check(tmp_path):
     job.verdict("passes")
     msg = _failure(job, "part.planted_on_rank_1")
     assert "rank 1: section label: planted on rank 1" in msg and "rank 0:" not in msg.split("--- job")[0]
+    msg = _failure(job, "batch_selftest_program")
+    assert "rank 1: program label: planted on rank 1 of a program" in msg and "rank 0:" not in msg.split("--- job")[0]
     msg = _failure(job, "records_a_failure_on_rank_1")
     assert "rank 1: planted mismatch" in msg and "rank 0:" not in msg.split("--- job")[0]
     msg = _failure(job, "raises_everywhere")
@@ -28,6 +30,7 @@ def test_each_failure_is_reported_on_its_own_check(tmp_path):
     msg = _failure(job, "differs_across_ranks")
     assert "result bytes differ across ranks" in msg
     job.verdict("passes_after_failures")  # the job went on after three failed checks
+    assert "the check ran without recording a single result" in _failure(job, "records_nothing")
     msg = _failure(job, "raises_on_rank_0_only")
     assert "RuntimeError: planned on rank 0 alone" in msg and "(later checks were not run)" in msg
     msg = _failure(job, "after_a_lost_schedule")

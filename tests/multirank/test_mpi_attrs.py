@@ -1,16 +1,10 @@
-"""Attributes and keyvals, error handlers, error classes and Info through the real launcher
-(cases/mpi_attrs.py), and ERRORS_ARE_FATAL stopping a job whose other ranks wait."""
+"""ERRORS_ARE_FATAL stopping a job whose other ranks wait (cases/mpi_attrs.py fatal; the rest of the
+program runs in test_mpi_layer.py's jobs)."""
 import time
 
 import pytest
 
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"n{n}")
-def test_attributes_and_handlers(n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "mpi_attrs.py", env=ENV, timeout=100), n, "MPI attributes and error handlers")
 
 
 @pytest.mark.timeout(120)

@@ -33,6 +33,7 @@ variables are restored.
 import importlib.util
 import json
 import os
+import runpy
 import sys
 import threading
 import time
@@ -68,6 +69,12 @@ class Spec:
 
 
 _REGISTRY = []
+_running = []  # the Check being run (a rank program's checker made during it records there: running())
+
+
+def running():
+    """The batched check this process is running, or None (a standalone rank program)."""
+    return _running[-1] if _running else None
 
 
 def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeout=DEFAULT_TIMEOUT, name=None):
@@ -85,6 +92,26 @@ def check(fn=None, *, params=None, min_n=1, max_n=None, ns=None, env=None, timeo
             _REGISTRY.append(spec)
         return f
     return register(fn) if fn is not None else register
+
+
+def script(filename, *args, **options):
+    """Register the rank program cases/FILENAME, run whole (as `python FILENAME SEED ARGS...` would) as
+    one check named after it: what its checker records counts there, its finish() returns instead of
+    exiting, and a non-zero exit fails the check. `options` are check()'s."""
+    path = os.path.join(HERE, filename)
+
+    def run(c):
+        saved = sys.argv
+        sys.argv = [path, str(c.seed), *map(str, args)]
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as err:
+            if err.code not in (0, None):
+                c.fail("exit", f"{filename} exited with {err.code!r}")
+        finally:
+            sys.argv = saved
+    run.__name__ = os.path.splitext(filename)[0]
+    check(**options)(run)
 
 
 def sections(parts, checker):
@@ -209,11 +236,16 @@ def main(argv):
         t0 = time.monotonic()
         dog.arm(spec.name, spec.timeout * SCALE)
         raised = kind = None
+        _running.append(c)
         try:
             spec.run(c)
         except Exception as err:
             raised = "".join(traceback.format_exception(err))
             kind = "comm" if isinstance(err, cl.CommError) else "other"
+        finally:
+            _running.pop()
+        if raised is None and c.checks == 0:  # plumbing that lost the results would otherwise pass
+            c.fail("no result", "the check ran without recording a single result")
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

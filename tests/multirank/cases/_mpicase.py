@@ -9,6 +9,8 @@ import traceback
 
 import numpy as np
 
+import _batch
+
 USING_MPI4PY = os.environ.get("COMMLIB_TEST_MPI", "") == "mpi4py"
 if USING_MPI4PY:
     from mpi4py import MPI  # noqa: F401
@@ -23,7 +25,7 @@ class Checker:
         self.rank = (comm if comm is not None else MPI.COMM_WORLD).Get_rank()
         self.count = 0
         self.failed = 0
-        self.sink = None  # the running check of a batched job (_batch.sections), which records failures too
+        self.sink = _batch.running()  # the check of a batched job (_batch.py) this one records into, if any
 
     def into(self, check, fn):
         """Run section fn() as the batched check `check` (a _common.Check): its checks count there."""
@@ -82,6 +84,8 @@ class Checker:
                 self.ok(False, fn.__name__, f"raised {type(e).__name__}: {e}{where}")
 
     def finish(self):
+        if self.sink is not None:  # a rank program run whole as a batched check: its runner reports
+            return
         if self.failed:
             print(f"rank {self.rank}: {self.failed} of {self.count} checks FAILED", flush=True)
             sys.stdout.flush()

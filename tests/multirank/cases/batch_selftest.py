@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 import commlib as cl
-from _batch import check, sections
+from _batch import check, script, sections
 from _mpicase import MPI, Checker
 
 
@@ -23,6 +23,7 @@ def planted_on_rank_1():
 
 
 sections({"part": [planted_on_rank_1]}, ck)
+script("batch_selftest_program.py")  # a rank program run whole as a check
 
 
 @check
@@ -45,6 +46,11 @@ def differs_across_ranks(c):
 @check
 def passes_after_failures(c):
     c.equal(cl.all_gather(np.array([c.rank])), np.arange(c.size), "all_gather")
+
+
+@check
+def records_nothing(c):
+    cl.barrier()
 
 
 @check(timeout=30)
