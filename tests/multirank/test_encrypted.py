@@ -31,10 +31,9 @@ test_collectives_are_right_encrypted = batched(
     doc="all_gather, reduce_scatter, broadcast and barrier over sealed TCP (cases/collectives.py).")
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_point_to_point_is_right_encrypted(n, assert_ranks_ok, run):
-    assert_ranks_ok(run(n, "p2p.py", env=SEALED), n, "send/recv/probe over sealed TCP")
-    assert_ranks_ok(run(n, "send_first.py", env=SEALED), n, "16 MiB blocking sends over sealed TCP")
+test_point_to_point_is_right_encrypted = batched(
+    "p2p_programs.py", [2, 3], env=SEALED, only=["p2p", "send_first"],
+    doc="send/recv/probe and 16 MiB blocking sends over sealed TCP (cases/p2p.py, cases/send_first.py).")
 
 
 ROUTES = """
