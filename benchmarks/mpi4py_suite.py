@@ -58,7 +58,16 @@ def count_verdicts(text):
     """{"passed", "failed", "skipped"} of unittest's verbose lines in `text` (rank 0's stream), each test
     once. A test's verdict may come on a later line than its name: whatever else writes to rank 0's
     stdout meanwhile (a spawned child shares it) ends the line `test_x (...) ... ` before its `ok`."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    total = {"passed": 0, "failed": 0, "skipped": 0}
+    for counts in count_verdicts_by_module(text).values():
+        for k in total:
+            total[k] += counts[k]
+    return total
+
+
+def count_verdicts_by_module(text):
+    """count_verdicts() for each test module whose tests `text` reports: {module: counts}."""
+    by_module = {}
     seen, pending = set(), None
     for line in text.splitlines():
         m = re.match(r"^(test\w+) \(([\w.]+)\)", line)
@@ -73,8 +82,27 @@ def count_verdicts(text):
             continue
         seen.add(key)
         word = v.group(1)
+        counts = by_module.setdefault(key[1].split(".")[0], {"passed": 0, "failed": 0, "skipped": 0})
         counts["passed" if word in ("ok", "expected failure") else "skipped" if word == "skipped" else "failed"] += 1
-    return counts
+    return by_module
+
+
+def run_modules(testdir, modules, n, timeout):
+    """Every module in one `commrun -n N --mpi4py runtests.py -v MODULE...` job (unittest's own way of
+    running a suite): {"by_module": {module: counts}, "rc", "seconds", "timed_out", "last"}, where
+    "last" is the last test rank 0 started (where a job that timed out was)."""
+    argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
+            os.path.join(testdir, "runtests.py"), "-v", *modules]
+    t = time.monotonic()
+    try:
+        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as exc:
+        out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124
+    text = _rank0(out)
+    started = re.findall(r"^(test\w+ \([\w.]+\))", text, re.M)
+    return {"by_module": count_verdicts_by_module(text), "rc": rc, "seconds": round(time.monotonic() - t, 1),
+            "timed_out": rc == 124, "last": started[-1] if started else None}
 
 
 def main():

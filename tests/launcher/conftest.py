@@ -60,3 +60,12 @@ def commrun(commrun_env, tmp_path, request):
     mode = getattr(request, "param", "exec")
     return Commrun(commrun_env, tmp_path, ("--fork",) if mode == "fork" else ())
 
+
+
+def pytest_collection_finish(session):
+    """The mpi4py modules each job of test_mpi4py_suite.py runs: those this session selected, by n."""
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.endswith("test_mpi4py_suite") and hasattr(item, "callspec"):
+            p = item.callspec.params
+            module.SELECTED.setdefault(p.get("n", 2), []).append(p["module"])
