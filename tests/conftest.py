@@ -23,6 +23,11 @@ import pytest  # noqa: E402
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "quick: the edit loop's slice of the suite (`pytest -m quick`, ~2 minutes)")
+    _compile(config)
+
+
+def _compile(config):
     """Byte-compile the source tree once (in xdist's controller): every job starts one interpreter
     a rank, and where PYTHONDONTWRITEBYTECODE is set (or the tree is not writable) each of them
     compiled commlib from source again, about 120 ms of CPU a rank (0.9 s against 0.65 s for a
@@ -31,6 +36,30 @@ def pytest_configure(config):
         return
     for part in ("commlib", "launcher", "tests"):
         compileall.compile_dir(str(REPO / part), quiet=1)
+
+
+# The quick tier (`pytest -m quick`, about 2 minutes on 2 cores): every unit test, the batched multi-rank
+# checks of these case files at 2 ranks over shared memory, and these whole files of the other suites.
+QUICK_CASES = {"all_reduce.py", "collectives.py", "mpi_coll.py", "mpi_comm.py", "mpi_p2p.py", "nonblocking.py",
+               "p2p_programs.py", "mpi_layer.py"}
+QUICK_FILES = {"tests/multirank/test_batch_harness.py", "tests/launcher/test_commrun.py", "tests/faults/test_abort.py"}
+
+
+def _quick(item):
+    path = pathlib.Path(str(item.fspath)).relative_to(REPO).as_posix()
+    if path.startswith("tests/unit/") or path in QUICK_FILES:
+        return True
+    batch = item.get_closest_marker("batch")
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (batch is not None and batch.kwargs["case"] in QUICK_CASES and not (batch.kwargs.get("env") or {}).get(
+        "COMMLIB_TRANSPORT") and params.get("n") == 2 and params.get("transport") == "shm")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _quick(item):
+            item.add_marker(pytest.mark.quick)
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -16,11 +16,13 @@ def test_mixed_small_groups(n, assert_ranks_ok, run):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["shm"], indirect=True)  # a size-1 group makes no connection
 def test_size_one_under_commrun(assert_ranks_ok, run):
     assert_ranks_ok(run(1, "single.py"), 1, "size-1 group under commrun")
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["shm"], indirect=True)  # a size-1 group makes no connection
 def test_size_one_without_launcher(assert_ranks_ok, run_plain):
     """commlib.init() with no launcher: a singleton group; init(strict=True) raises CommError."""
     result = run_plain("single.py")
@@ -29,13 +31,15 @@ def test_size_one_without_launcher(assert_ranks_ok, run_plain):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
 @pytest.mark.parametrize("n", [2, 3])
 def test_mixed_over_tcp(n, assert_ranks_ok, run):
     """The same job with COMMLIB_TRANSPORT=tcp: the TCP path (used between hosts) on one host."""
-    assert_ranks_ok(run(n, "mixed.py", env={"COMMLIB_TRANSPORT": "tcp"}), n, "mixed job over TCP")
+    assert_ranks_ok(run(n, "mixed.py"), n, "mixed job over TCP")
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["shm"], indirect=True)  # the job's own setting below replaces it
 def test_bad_transport_setting_is_a_clear_error(run):
     code, out, err = run(2, "mixed.py", env={"COMMLIB_TRANSPORT": "carrier-pigeon"})
     assert code != 0
@@ -62,13 +66,12 @@ def test_transport_choice_is_real(transport, run):
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("transport", ["shm"], indirect=True)  # a shared-memory setting
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_single_copy_from_the_peers_memory(n, assert_ranks_ok, run, transport):
+def test_single_copy_from_the_peers_memory(n, assert_ranks_ok, run):
     """COMMLIB_SHM_SINGLE_COPY=1 (by default only pieces above 8 MiB where ranks outnumber cores): every
     collective and point-to-point call of the mixed job, pieces above 64 KiB copied once straight from
     the sender's memory, and the simplest ring."""
-    if transport != "shm":
-        pytest.skip("single copy is a shared-memory setting")
     env = {"COMMLIB_SHM_SINGLE_COPY": "1"}
     assert_ranks_ok(run(n, "mixed.py", env=env, timeout=120), n, "mixed job with single copy")
     assert_ranks_ok(run(n, "simplest.py", env=env, timeout=120), n, "irecv-first ring with single copy")

@@ -22,8 +22,9 @@ def test_32_ranks_start_together_under_commrun(assert_ranks_ok, run):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
 def test_16_ranks_start_together_over_tcp(assert_ranks_ok, run):
-    assert_ranks_ok(run(16, "startup.py", env={"COMMLIB_TRANSPORT": "tcp"}, timeout=190), 16,
+    assert_ranks_ok(run(16, "startup.py", timeout=190), 16,
                     "16 ranks over TCP: init, all_reduce, barrier")
 
 
