@@ -33,9 +33,16 @@ def pytest_runtest_makereport(item, call):
         report.user_properties += [("fault-figure", figure) for figure in take_figures()]
 
 
-@pytest.fixture(autouse=True, params=["shm", "socket"])
+def pytest_generate_tests(metafunc):
+    """Every test here runs over both same-host transports: shared memory (the default; "shm" makes a
+    connection without it an error instead of a quiet fallback) and Unix sockets; a module of a
+    front-end built on the API (torch: nothing of its own knows the transport) sets
+    TRANSPORTS = ("shm",) and runs over the default one only, as in tests/multirank."""
+    if "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", getattr(metafunc.module, "TRANSPORTS", ("shm", "socket")), indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def transport(request, monkeypatch):
-    """Every test here runs over both same-host transports: shared memory (the default; "shm" makes
-    a connection without it an error instead of a quiet fallback) and Unix sockets."""
     monkeypatch.setenv("COMMLIB_TRANSPORT", request.param)
     return request.param

@@ -30,6 +30,8 @@ import time
 import psutil
 import pytest
 
+TRANSPORTS = ("shm",)  # a front-end on the API: the transports' own faults are the rest of this suite's
+
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
 
 from faultlib import REPO, record_figure  # noqa: E402
