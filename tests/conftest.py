@@ -55,11 +55,23 @@ def _quick(item):
         "COMMLIB_TRANSPORT") and params.get("n") == 2 and params.get("transport") == "shm")
 
 
+# The one setting every limit of the suite scales with: pytest-timeout's here, and the jobs', commlib's
+# waits in them, a batched check's deadline and the fault suite's waits (multirank/_harness.py,
+# faults/faultlib.py, multirank/cases/_batch.py). Raise it on a machine slower or busier than 2 cores.
+SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _quick(item):
             item.add_marker(pytest.mark.quick)
+        if SCALE != 1:
+            mark = item.get_closest_marker("timeout")
+            limit = float(mark.args[0] if mark and mark.args else mark.kwargs.get("timeout", 0) if mark
+                          else config.getini("timeout") or 0)
+            if limit:
+                item.add_marker(pytest.mark.timeout(limit * SCALE), append=False)
 
 
 def pytest_xdist_auto_num_workers(config):

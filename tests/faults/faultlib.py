@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # the suite's one setting (see tests/conftest.py)
 
 PRELUDE = '''\
 import json, os, signal, sys, time
@@ -125,7 +126,7 @@ class Job:
 
     def wait_ranks(self, timeout=30):
         """The {rank: Process} map once all n ranks exist."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SCALE
         while time.monotonic() < deadline:
             ranks = self.rank_procs()
             if len(ranks) == self.n:
@@ -138,7 +139,7 @@ class Job:
 
     def wait_for(self, predicate, timeout, what):
         """Poll predicate(job) until it is truthy; fail (with the output) after `timeout`."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SCALE
         while time.monotonic() < deadline:
             value = predicate(self)
             if value:
@@ -153,6 +154,7 @@ class Job:
 
     def wait(self, timeout):
         """commrun's exit code; on timeout kill the whole tree and fail the test."""
+        timeout *= SCALE
         try:
             self.returncode = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

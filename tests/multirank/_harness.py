@@ -4,7 +4,7 @@ A case (cases/*.py) is a rank program whose exit code is the verdict; each
 rank prints `rank R: K checks ok [...]` when every check passed. `run()`
 starts `python -m commrun -n N case.py SEED ...` in its own process group,
 kills the whole group if it outlives its timeout, and returns
-(returncode, stdout, stderr). COMMLIB_TIMEOUT is 60 s unless a test says
+(returncode, stdout, stderr). COMMLIB_TIMEOUT is 60 s (times COMMLIB_TEST_TIMEOUT_SCALE) unless a test says
 otherwise, so a hang inside commlib surfaces as CommTimeout long before the
 test's own timeout.
 """
@@ -25,6 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "cases")
 REPO = os.path.dirname(os.path.dirname(HERE))
 SEED = int(os.environ.get("MULTIRANK_SEED", "20240"))
+# The one setting every limit of the suite scales with (pytest-timeout's, the jobs', commlib's waits in them,
+# a batched check's deadline, the fault suite's waits): raise it on a machine slower or busier than 2 cores.
+SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
 # Settings a developer may have exported that would change what a case exercises.
 _SCRUB = ("COMMLIB_ALGO_", "COMMLIB_CHUNK_BYTES", "COMMLIB_SPIN_US", "COMMLIB_RANK", "COMMLIB_SIZE",
           "COMMLIB_COORDINATOR", "COMMLIB_SECRET", "COMMLIB_LOCAL_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
@@ -34,7 +37,7 @@ _SCRUB = ("COMMLIB_ALGO_", "COMMLIB_CHUNK_BYTES", "COMMLIB_SPIN_US", "COMMLIB_RA
 
 def base_env(extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
-    env["COMMLIB_TIMEOUT"] = "60"
+    env["COMMLIB_TIMEOUT"] = str(60 * SCALE)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -42,6 +45,7 @@ def base_env(extra=None):
 
 
 def _communicate(argv, env, timeout, cwd=CASES):
+    timeout *= SCALE
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -93,7 +97,7 @@ def rank_lines(out, marker):
 
 # ---- batched case files (cases/_batch.py): one job per (case file, n, transport), an item per check
 
-TEST_TIMEOUT = float(os.environ.get("COMMLIB_TEST_TIMEOUT") or 60)  # every job's COMMLIB_TIMEOUT
+TEST_TIMEOUT = 60 * SCALE  # every batched job's COMMLIB_TIMEOUT
 _JOBS = {}  # key -> BatchJob, in this pytest process (xdist --dist loadfile keeps a file's items together)
 SELECTED = {}  # key -> names of the checks this session runs (conftest's pytest_collection_finish)
 
@@ -107,7 +111,7 @@ class BatchJob:
         self.case, self.n, self.names = case, n, list(names)
         argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "_batch.py"), case, str(SEED),
                 str(report_dir), *self.names]
-        t0 = time.monotonic()
+        t0, timeout = time.monotonic(), timeout * SCALE
         proc = subprocess.Popen(argv, env=base_env({"COMMLIB_TIMEOUT": str(TEST_TIMEOUT), **(env or {})}),
                                 cwd=CASES, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
