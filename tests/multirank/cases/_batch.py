@@ -244,8 +244,6 @@ def main(argv):
             kind = "comm" if isinstance(err, cl.CommError) else "other"
         finally:
             _running.pop()
-        if raised is None and c.checks == 0:  # plumbing that lost the results would otherwise pass
-            c.fail("no result", "the check ran without recording a single result")
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -257,23 +255,25 @@ def main(argv):
         # cannot be in its way): results must be bit-identical across ranks.
         sync_error = None
         try:
-            everyone = cl.all_gather_obj((kind, [d for _, d in c.digests]), group=control)
+            everyone = cl.all_gather_obj((kind, [d for _, d in c.digests], c.checks), group=control)
         except Exception as err:
             sync_error = f"exchanging outcomes after the check failed: {type(err).__name__}: {err}"
             everyone = None
         dog.disarm()
         if everyone is not None:
-            counts = {len(d) for _, d in everyone}
+            if raised is None and not any(k for _, _, k in everyone):  # lost plumbing would otherwise pass
+                c.fail("no result", "the check ran without recording a single result on any rank")
+            counts = {len(d) for _, d, _ in everyone}
             if len(counts) > 1 and raised is None:
-                c.fail("digest count", f"ranks recorded {[len(d) for _, d in everyone]} results")
+                c.fail("digest count", f"ranks recorded {[len(d) for _, d, _ in everyone]} results")
             elif raised is None:
                 for j, (label, mine) in enumerate(c.digests):
                     c.checks += 1
-                    others = [r for r, (_, d) in enumerate(everyone) if d[j] != mine]
+                    others = [r for r, (_, d, _) in enumerate(everyone) if d[j] != mine]
                     if others:
                         c.fail(label, f"result bytes differ across ranks (this rank differs from ranks {others})")
-        raisers = [r for r, (x, _) in enumerate(everyone) if x] if everyone is not None else []
-        comm_error = everyone is not None and any(x == "comm" for x, _ in everyone)
+        raisers = [r for r, (x, _, _) in enumerate(everyone) if x] if everyone is not None else []
+        comm_error = everyone is not None and any(x == "comm" for x, _, _ in everyone)
         lost = sync_error or (f"the collective schedule may be lost: ranks {raisers} of {n} raised"
                               + (", a commlib error among them" if comm_error else "")
                               if 0 < len(raisers) < n or comm_error else None)
