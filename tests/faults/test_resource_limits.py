@@ -141,8 +141,9 @@ if r == 1:                              # what a memory or process limit does to
 t0 = t_wall()
 try:
     cl.barrier()                        # rank 1 refuses threads from here on
-    if r == 1:
-        cl.recv((4,), np.float64, 0)
+    if r == 1:                          # a posted receive nobody waits on is the progress thread's work:
+        req = cl.irecv((4,), np.float64, 0)  # (a blocking recv may finish on the one-call path, no thread)
+        req.wait()
         cl.barrier()
     elif r == 0:
         cl.send(np.ones(4), 1)
