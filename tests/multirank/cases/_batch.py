@@ -30,6 +30,7 @@ A check with `env` runs with those variables set and a fresh group `c.g` made af
 group-level choice such as a forced algorithm or COMMLIB_CHUNK_BYTES takes effect), then the
 variables are restored.
 """
+import contextlib
 import importlib.util
 import json
 import os
@@ -228,58 +229,23 @@ def main(argv):
     failed = 0
     for i, spec in enumerate(todo):
         report.write(event="start", check=spec.name)
-        saved = {k: os.environ.get(k) for k in spec.env}
-        os.environ.update(spec.env)
-        _reset_choices()
-        group = world.subgroup(list(range(n)), ("batch", i)) if spec.env else world
-        c = Check(spec.name, group, seed)
-        t0 = time.monotonic()
         dog.arm(spec.name, spec.timeout * SCALE)
-        raised = kind = None
-        _running.append(c)
-        try:
-            spec.run(c)
-        except Exception as err:
-            raised = "".join(traceback.format_exception(err))
-            kind = "comm" if isinstance(err, cl.CommError) else "other"
-        finally:
-            _running.pop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        _reset_choices()
-        took = time.monotonic() - t0
-        # Every rank's outcome and recorded digests, on the control group (the check's own traffic
-        # cannot be in its way): results must be bit-identical across ranks.
-        sync_error = None
+        with _variables(spec.env):
+            c = Check(spec.name, world.subgroup(list(range(n)), ("batch", i)) if spec.env else world, seed)
+            t0 = time.monotonic()
+            raised, kind = _run(spec, c, cl.CommError)
+            took = time.monotonic() - t0
+        # Every rank's outcome, count and digests, on the control group (the check's own traffic cannot
+        # be in its way): results must be bit-identical across ranks.
         try:
             everyone = cl.all_gather_obj((kind, [d for _, d in c.digests], c.checks), group=control)
+            lost = _judge(c, everyone, raised)
         except Exception as err:
-            sync_error = f"exchanging outcomes after the check failed: {type(err).__name__}: {err}"
-            everyone = None
+            lost = f"exchanging outcomes after the check failed: {type(err).__name__}: {err}"
         dog.disarm()
-        if everyone is not None:
-            if raised is None and not any(k for _, _, k in everyone):  # lost plumbing would otherwise pass
-                c.fail("no result", "the check ran without recording a single result on any rank")
-            counts = {len(d) for _, d, _ in everyone}
-            if len(counts) > 1 and raised is None:
-                c.fail("digest count", f"ranks recorded {[len(d) for _, d, _ in everyone]} results")
-            elif raised is None:
-                for j, (label, mine) in enumerate(c.digests):
-                    c.checks += 1
-                    others = [r for r, (_, d, _) in enumerate(everyone) if d[j] != mine]
-                    if others:
-                        c.fail(label, f"result bytes differ across ranks (this rank differs from ranks {others})")
-        raisers = [r for r, (x, _, _) in enumerate(everyone) if x] if everyone is not None else []
-        comm_error = everyone is not None and any(x == "comm" for x, _, _ in everyone)
-        lost = sync_error or (f"the collective schedule may be lost: ranks {raisers} of {n} raised"
-                              + (", a commlib error among them" if comm_error else "")
-                              if 0 < len(raisers) < n or comm_error else None)
         report.write(event="end", check=spec.name, checks=c.checks, failures=c.failures, raised=raised,
                      seconds=round(took, 3), lost=lost)
-        failed += bool(c.failures or raised or sync_error)
+        failed += bool(c.failures or raised or lost)
         if lost:
             report.write(event="stopped", after=spec.name)
             print(f"rank {rank}: stopping after {spec.name}: later checks not run", flush=True)
@@ -288,6 +254,59 @@ def main(argv):
     report.write(event="done", failed=failed)
     cl.finalize()
     sys.exit(1 if failed else 0)
+
+
+def _run(spec, c, comm_error):
+    """Run one check: (its traceback or None, "comm" for a commlib error, "other", or None)."""
+    _running.append(c)
+    try:
+        spec.run(c)
+        return None, None
+    except Exception as err:
+        return "".join(traceback.format_exception(err)), "comm" if isinstance(err, comm_error) else "other"
+    finally:
+        _running.pop()
+
+
+def _judge(c, everyone, raised):
+    """Add to c what the ranks' outcomes (kind, digests, count) say; returns why the job cannot go on, or None.
+
+    Nothing recorded on any rank is a failure (plumbing that lost the results would otherwise pass);
+    so are results whose bytes differ across ranks. A check that raised on some ranks only, or raised a
+    commlib error (a timeout, a lost peer, a mismatch: messages may be left behind), ends the job."""
+    if raised is None and not any(k for _, _, k in everyone):
+        c.fail("no result", "the check ran without recording a single result on any rank")
+    if raised is None and len({len(d) for _, d, _ in everyone}) > 1:
+        c.fail("digest count", f"ranks recorded {[len(d) for _, d, _ in everyone]} results")
+    elif raised is None:
+        for j, (label, mine) in enumerate(c.digests):
+            c.checks += 1
+            others = [r for r, (_, d, _) in enumerate(everyone) if d[j] != mine]
+            if others:
+                c.fail(label, f"result bytes differ across ranks (this rank differs from ranks {others})")
+    raisers = [r for r, (kind, _, _) in enumerate(everyone) if kind]
+    comm_error = any(kind == "comm" for kind, _, _ in everyone)
+    if 0 < len(raisers) < len(everyone) or comm_error:
+        return (f"the collective schedule may be lost: ranks {raisers} of {len(everyone)} raised"
+                + (", a commlib error among them" if comm_error else ""))
+    return None
+
+
+@contextlib.contextmanager
+def _variables(env):
+    """os.environ with `env` set (and the COMMLIB_ALGO_* values commlib read forgotten), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    _reset_choices()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reset_choices()
 
 
 def _reset_choices():
