@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+TRANSPORTS = ("shm",)  # what is tested is how ranks find each other from a launcher's variables (conftest.py)
+
 pytestmark = pytest.mark.timeout(90)
 
 CASE = textwrap.dedent("""

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+TRANSPORTS = ("shm",)  # what is tested is the stand-in's import and launch, not the transport (conftest.py)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+TRANSPORTS = ("shm",)  # a pool on the MPI layer: the transports' own paths are the batched suites' (conftest.py)
+
 import _harness
 
 ENV = {"COMMLIB_TIMEOUT": "30"}

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+TRANSPORTS = ("shm",)  # example programs of the API: the transports' own paths are the batched suites' (conftest.py)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from _batch import check
+from _batch import check, script
 from _common import DTYPES, OPS, dname, expected_reduce, gen, kind_for, legal
 from commlib import _algorithms  # its `note` hook: which algorithm each call chose
 
@@ -340,3 +340,11 @@ def broadcast_and_reduce_ten_ranks(c):
 def gather_scatter_ten_ranks(c):
     """gather and scatter take the binomial tree beyond 8 ranks, to and from every root."""
     gather_scatter_checks(c)
+
+
+# Rank programs run whole as checks: out= of reduce, reduce_scatter, gather and scatter (written into and
+# returned; a wrong one a ValueError on every rank, and the group goes on), and groups sharing the
+# collective connections (one each way per peer for every group; another group's message read first
+# parked for it, crossed orders up to 2.4 MB; two groups' collectives at once in two threads).
+script("out_args.py", max_n=4)
+script("shared_connections.py", min_n=2, max_n=4, timeout=200)
