@@ -137,6 +137,7 @@ sys.exit(1 if total_bad else 0)
 
 @pytest.mark.timeout(180)
 def test_soak_8_ranks_mixed_operations(jobs):
+    """Over 20 s by design: a soak of 8 ranks on 2 cores, every operation mixed for STEPS steps."""
     job = jobs(SOAK, N_RANKS, env={"COMMLIB_TIMEOUT": "120"}, args=[STEPS]).start()
     rc = job.wait(170)
     reports = job.by_rank("steps")

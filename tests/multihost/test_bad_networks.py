@@ -135,6 +135,7 @@ def test_collectives_are_right_over_a_bad_link(shape, tmp_path):
 
 
 def test_three_hosts_over_a_jittery_lossy_link(tmp_path):
+    """Over 20 s: 10 ms delay, 10 ms jitter and 2 % loss on every link make each collective slow by design."""
     with ShapedFabric(3, "10.73", delay=0.01, jitter=0.01, loss=0.02, seed=5) as f:
         argv, env = _job(f, tmp_path, 2, 60, hosts=3)
         rc, out, err, _ = run_job(argv, env, 200)

@@ -230,5 +230,6 @@ def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
                                                  + "".join(f" {k}={v}" for k, v in key[3]), len(names))))
         job.verdict(check)
 
-    test.__doc__ = doc or f"Each check of cases/{case}, at each group size."
+    test.__doc__ = ((doc or f"Each check of cases/{case}, at each group size.")
+                    + "\n\nThe first item of a job runs the whole job: its time (over 20 s for some) is the job's.")
     return test

@@ -57,6 +57,7 @@ def test_actors_form_a_group(n, over, monkeypatch):
 
 @pytest.mark.timeout(240)
 def test_actor_killed_mid_collective_then_restarted():
+    """Over 20 s: a Ray cluster, an actor killed and Ray's restart of it (about 20 s on 2 cores)."""
     rc, out = run_ray("ray_actor_killed.py", 3)
     assert rc == 0 and "restarted ok: 3" in out, f"exit {rc}\n{out[-6000:]}"
     lost = [line for line in out.splitlines() if line.startswith("survivor ")]
@@ -66,6 +67,9 @@ def test_actor_killed_mid_collective_then_restarted():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n, crash", [(2, False), (3, True)])
 def test_ray_train_torch_trainer_on_commlib(n, crash):
+    """A Ray Train TorchTrainer whose workers' process group is commlib's (with crash: one worker dies
+    mid-step and the survivors raise commlib's error). Over 20 s: a Ray cluster, torch in every worker and
+    Train's own set-up and teardown (30-50 s on 2 cores)."""
     pytest.importorskip("torch")
     rc, out = run_ray("ray_train.py", n, *(["crash"] if crash else []), timeout=260)
     assert rc == 0 and f"ray train ok: {n} workers, backend commlib" in out, f"exit {rc}\n{out[-8000:]}"
@@ -106,6 +110,7 @@ def test_example_actors_as_documented():
 
 @pytest.mark.timeout(300)
 def test_example_train_ddp_as_documented():
+    """examples/ray/train_ddp.py as the docs run it. Over 20 s: a Ray cluster and torch in every worker."""
     pytest.importorskip("torch")
     rc, out = run_example("examples/ray/train_ddp.py", "2", timeout=260)
     assert rc == 0, f"exit {rc}\n{out[-6000:]}"

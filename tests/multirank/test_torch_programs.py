@@ -52,5 +52,6 @@ def test_collectives_example(n):
 @pytest.mark.parametrize("script", ["ddp_train.py", "fsdp_train.py"])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_training_matches_one_process(n, script, serial_weight_sum):
+    """Over 20 s at 4 ranks for FSDP: torch in every rank and FSDP's wrapping on 2 cores oversubscribed."""
     got = float(_results(n, script)["weight_sum"])
     assert got == pytest.approx(serial_weight_sum, rel=1e-6, abs=1e-6), (script, n)
