@@ -136,7 +136,10 @@ except cl.CommError as e:
     job = jobs(body, n, env={"COMMLIB_TIMEOUT": "30"}).start()
     job.wait(45)
     t_fin = job.by_rank("t_finalize")[1]["t_finalize"]
-    survivor_reports(job, 1, t_fin, bound=2.0, names="rank 1")
+    # The bound tells "learnt from the finalize" from "waited out COMMLIB_TIMEOUT" (30 s): the survivors
+    # start 0.3 s after it, and on 2 cores with four test workers beside them the news took 2.18 s once
+    # (a 2 s bound then failed), so the bound leaves room for a loaded machine.
+    survivor_reports(job, 1, t_fin, bound=5.0, names="rank 1")
     for r, rec in job.by_rank("etype").items():
         assert "finalize" in rec["msg"], f"rank {r}: PeerLost does not say rank 1 called finalize(): {rec['msg']}"
     after = job.by_rank("after")[1]

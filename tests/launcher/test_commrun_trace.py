@@ -15,7 +15,7 @@ SLOW_RANK = """
     x = np.ones(1000)
     for i in range(3):
         if r == 1:
-            time.sleep(0.1)  # everyone waits for rank 1
+            time.sleep(0.3)  # everyone waits for rank 1 (well beyond a loaded machine's scheduling delays)
         cl.all_sum(x)
     if r == 0:
         cl.send(x, 1)
@@ -52,8 +52,9 @@ def test_the_slow_rank_is_the_one_everyone_waited_for(commrun, tmp_path):
         for e in sums:
             assert e["args"]["last_rank"] == 1 and e["args"]["wait_us"] > 50_000, e
             assert e["dur"] > 50_000 and e["args"]["bytes"] == 8000
-    for e in calls(slices, 1, "all_sum")[:3]:
-        assert e["args"]["wait_us"] == 0 and e["dur"] < 50_000
+    waited = min(e["dur"] for rank in (0, 2) for e in calls(slices, rank, "all_sum")[:3])
+    for e in calls(slices, 1, "all_sum")[:3]:  # the last to come waits for nobody: shorter than any other's
+        assert e["args"]["wait_us"] == 0 and e["dur"] < waited, (e, waited)
     send, = calls(slices, 0, "send")
     recv, = calls(slices, 1, "recv_like")
     assert send["args"]["peer"] == 1 and recv["args"]["peer"] == 0
@@ -164,7 +165,7 @@ def test_mpi_calls_carry_their_mpi_names(commrun):
         x, y = np.ones(100), np.empty(100)
         for i in range(2):
             if r == 1:
-                time.sleep(0.05)
+                time.sleep(0.3)  # well beyond a loaded machine's scheduling delays
             comm.Allreduce(x, y, op=MPI.SUM)
         comm.allreduce(r)
         if r == 0:
