@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from _batch import check
-from _common import BF16, LOW_PRECISION, dname, digest, expected_reduce, gen, rng_for, same
+from _common import BF16, LOW_PRECISION, Checks, dname, digest, expected_reduce, gen, rng_for, same
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 if BACKEND == "commlib":
@@ -107,7 +107,9 @@ def empty(shape, dtn):
 
 
 # ----------------------------------------------------------------------------- checker
-class Checker:
+class Checker(Checks):
+    """torch tensors against numpy; into() (a batched check) and raises() from _common.Checks."""
+
     def __init__(self, part):
         self.part = part
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
@@ -182,17 +184,6 @@ class Checker:
 
     def skip(self, feature):
         self.skipped.add(feature)
-
-    def into(self, check, fn):
-        """Run fn() as the batched check `check` (a _common.Check, see _batch.py): what fn checks through
-        this object counts there."""
-        saved = self.failures, self.digests, self.checks
-        self.failures, self.digests, self.checks = check.failures, check.digests, 0
-        try:
-            fn()
-        finally:
-            check.checks += self.checks
-            self.failures, self.digests, self.checks = saved
 
     def finish(self):
         try:
