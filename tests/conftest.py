@@ -61,19 +61,8 @@ def _quick(item):
 SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
 
 
-# The longest files first (xdist's --dist loadfile hands out files in collection order): a long one
-# started last is the whole run's tail. Seconds on 2 cores, 2026-11-29; the rest keep their order.
-LONGEST_FIRST = ["tests/launcher/test_mpi4py_suite.py", "tests/multirank/test_ray.py",
-                 "tests/launcher/test_torch_suite.py", "tests/multihost/test_bad_networks.py",
-                 "tests/multihost/test_namespace_hosts.py", "tests/faults/test_early_exit.py",
-                 "tests/faults/test_mismatch_travel.py", "tests/faults/test_deadlines.py",
-                 "tests/multirank/test_torch_programs.py", "tests/launcher/test_docs_blocks.py"]
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(pathlib.Path(str(item.fspath)).relative_to(REPO).as_posix(), len(rank)))
     for item in items:
         if _quick(item):
             item.add_marker(pytest.mark.quick)
