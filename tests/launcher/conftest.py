@@ -61,7 +61,6 @@ def commrun(commrun_env, tmp_path, request):
     return Commrun(commrun_env, tmp_path, ("--fork",) if mode == "fork" else ())
 
 
-
 def pytest_collection_finish(session):
     """The mpi4py modules each job of test_mpi4py_suite.py runs: those this session selected, by n."""
     for item in session.items:

@@ -44,18 +44,27 @@ def base_env(extra=None):
     return env
 
 
-def _communicate(argv, env, timeout, cwd=CASES):
+def _spawn(argv, env, timeout, cwd=CASES):
+    """Run argv in its own process group, killed whole past `timeout` (times SCALE) seconds:
+    (returncode, stdout, stderr, None or why it was killed)."""
     timeout *= SCALE
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err, None
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"{' '.join(argv[1:])} did not finish within {timeout} s (process group killed)\n"
+        return proc.returncode, out, err, f"did not finish within {timeout:.0f} s (process group killed)"
+
+
+def _communicate(argv, env, timeout, cwd=CASES):
+    rc, out, err, killed = _spawn(argv, env, timeout, cwd)
+    if killed:
+        pytest.fail(f"{' '.join(argv[1:])} {killed}\n"
                     f"--- stdout (tail)\n{_tail(out)}\n--- stderr (tail)\n{_tail(err)}")
-    return proc.returncode, out, err
+    return rc, out, err
 
 
 def run(n, script, *args, env=None, timeout=120, seed=SEED):
@@ -97,7 +106,6 @@ def rank_lines(out, marker):
 
 # ---- batched case files (cases/_batch.py): one job per (case file, n, transport), an item per check
 
-TEST_TIMEOUT = 60 * SCALE  # every batched job's COMMLIB_TIMEOUT
 _JOBS = {}  # key -> BatchJob, in this pytest process (xdist --dist loadfile keeps a file's items together)
 SELECTED = {}  # key -> names of the checks this session runs (conftest's pytest_collection_finish)
 
@@ -111,18 +119,10 @@ class BatchJob:
         self.case, self.n, self.names = case, n, list(names)
         argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "_batch.py"), case, str(SEED),
                 str(report_dir), *self.names]
-        t0, timeout = time.monotonic(), timeout * SCALE
-        proc = subprocess.Popen(argv, env=base_env({"COMMLIB_TIMEOUT": str(TEST_TIMEOUT), **(env or {})}),
-                                cwd=CASES, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        try:
-            self.out, self.err = proc.communicate(timeout=timeout)
-            self.killed = None
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            self.out, self.err = proc.communicate()
-            self.killed = f"the job did not finish within {timeout:.0f} s (process group killed)"
-        self.rc, self.seconds = proc.returncode, time.monotonic() - t0
+        t0 = time.monotonic()
+        self.rc, self.out, self.err, killed = _spawn(argv, base_env(env), timeout)
+        self.killed = killed and f"the job {killed}"
+        self.seconds = time.monotonic() - t0
         self.records = {}  # rank -> list of records
         for r in range(n):
             path = report_dir / f"rank{r}.jsonl"
