@@ -124,6 +124,23 @@ def sections(parts, checker):
             check(name=f"{part}.{fn.__name__}")(lambda c, fn=fn: checker.into(c, fn))
 
 
+def parts(named, make_checker, ns=None, **options):
+    """Register each part of a case written as `PARTS = {name: part}` (part(checker) checks through a
+    checker with into(), as _common.Checks has) as a check named NAME. The checker, and whatever
+    make_checker() sets up with it (a process group), is made once, by the first check that runs.
+    ns: {name: group sizes} where a part runs at some only; `options` are check()'s."""
+    made = []
+
+    def as_check(part):
+        def run(c):
+            if not made:
+                made.append(make_checker())
+            made[0].into(c, lambda: part(made[0]))
+        return run
+    for name, part in named.items():
+        check(name=name, **({"ns": ns[name]} if ns and name in ns else {}), **options)(as_check(part))
+
+
 def load(path, seed=0):
     """The checks of the case file at `path`, in file order (importing it registers them). A case
     that reads its seed as sys.argv[1], as a standalone rank program does, finds `seed` there."""

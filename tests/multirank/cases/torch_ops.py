@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from _batch import check
+from _batch import parts
 from _common import BF16, LOW_PRECISION, Checks, dname, digest, expected_reduce, gen, rng_for, same
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
@@ -1182,20 +1182,12 @@ def main():
     c.finish()
 
 
-_batched = []  # the Checker of a batched job, made (with the process group) by its first check
-
-
-def _as_check(part):
-    def run(c):
-        if not _batched:
-            dist.init_process_group(BACKEND)
-            _batched.append(Checker("batched"))
-        _batched[0].into(c, lambda: part(_batched[0]))
-    return run
+def _batched_checker():
+    dist.init_process_group(BACKEND)
+    return Checker("batched")
 
 
 if __name__ == "__main__":
     main()
 else:  # a batched job (_batch.py): each part is a check (the runner's deadline is the watchdog)
-    for _name, _part in PARTS.items():
-        check(name=_name)(_as_check(_part))
+    parts(PARTS, _batched_checker)

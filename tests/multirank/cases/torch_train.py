@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from _batch import check
+from _batch import parts
 from _common import Checks
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
@@ -590,23 +590,15 @@ def main():
     run_parts("torch_train", PARTS, GROUPS, ["ddp", "fsdp"])
 
 
-_batched = []  # the checker of a batched job, made (with the process group) by its first check
-
-
-def _as_check(part):
-    def run(c):
-        if not _batched:
-            torch.set_num_threads(1)  # a shared 2-core machine
-            _batched.append(TorchChecker("torch_train batched"))
-        _batched[0].into(c, lambda: part(_batched[0]))
-    return run
+def _batched_checker():
+    torch.set_num_threads(1)  # a shared 2-core machine
+    return TorchChecker("torch_train batched")
 
 
 WHERE = {"mlp": [1, 2, 4], "cnn": [1, 2, 4], "hooks": [1, 2, 4], "fsdp2": [2, 4], "fsdp1": [2, 4], "shard": [2, 4],
-         "dcp": [2, 3, 4]}  # the group sizes each part runs at (the others: 1 to 4)
+         "dcp": [2, 3, 4]}  # the group sizes each part runs at (the others: every size the test asks)
 
 if __name__ == "__main__":
     main()
 elif __name__.startswith("_batchcase_"):  # a batched job (_batch.py): each part is a check (not when imported)
-    for _name, _part in PARTS.items():
-        check(name=_name, ns=WHERE.get(_name, [1, 2, 3, 4]), timeout=150)(_as_check(_part))
+    parts(PARTS, _batched_checker, ns=WHERE, timeout=150)
