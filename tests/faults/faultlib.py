@@ -28,6 +28,13 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # the suite's one setting (see tests/conftest.py)
+STRESS = bool(os.environ.get("COMMLIB_STRESS_RUNS"))  # the long forms of the soak-like tests (README: tiers)
+
+
+def stressed(usual, stress):
+    """How many steps, repeats or iterations a soak-like test runs: `usual` in the suite, `stress` with
+    COMMLIB_STRESS_RUNS set (the form each had before the suite had to fit in 15 minutes)."""
+    return stress if STRESS else usual
 
 PRELUDE = '''\
 import json, os, signal, sys, time

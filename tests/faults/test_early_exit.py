@@ -210,9 +210,14 @@ LATE_FINALIZE = """
 how = sys.argv[1]
 g = cl.init(); r = g.rank()
 if r == 1:
+    open("rank1-leaving", "w").close()
     emit(leaving=True)
-    sys.exit(0)                 # rank 1 is done at once
-time.sleep(2.0)                 # rank 0 is still busy long after rank 1 has gone
+    sys.exit(0)                 # rank 1 is done at once: its exit waits in finalize for rank 0's
+deadline = time.monotonic() + 20
+while not os.path.exists("rank1-leaving") and time.monotonic() < deadline:
+    time.sleep(0.01)
+emit(rank1_leaving=os.path.exists("rank1-leaving"))
+time.sleep(0.5)                 # not synchronisation: rank 0 is still busy well after rank 1 began to leave
 try:
     if how == "finalize":
         cl.finalize()
@@ -229,7 +234,8 @@ LATE_FINALIZE_RUNS = int(os.environ.get("COMMLIB_STRESS_RUNS") or 3)  # the race
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("how", ["finalize", "atexit"])
 def test_late_finalize_after_peer_left(jobs, how):
-    """Bug C: n=2, rank 1 exits right after init, rank 0 sleeps 2 s then finalizes: a clean job (3 runs)."""
+    """Bug C: n=2, rank 1 exits right after init; rank 0 waits until rank 1 has begun to leave and 0.5 s
+    more, then finalizes: a clean job (3 runs)."""
     for run in range(LATE_FINALIZE_RUNS):
         job = jobs(LATE_FINALIZE, 2, env=JOB_ENV, args=[how]).start()
         rc = job.wait(40)
@@ -239,5 +245,6 @@ def test_late_finalize_after_peer_left(jobs, how):
         assert rec["finalized"], where + f"rank 0's finalize() raised {rec['etype']}: {rec['msg']}\n" \
             + _describe(job, rc)
         assert rc == 0, where + _describe(job, rc)
-        assert job.elapsed >= 2.0, where + f"the job ended after {job.elapsed:.1f} s, before rank 0's 2 s sleep"
+        assert job.by_rank("rank1_leaving").get(0) == {"rank1_leaving": True}, where + "rank 1 never left\n" \
+            + _describe(job, rc)
         job.assert_no_leftovers()

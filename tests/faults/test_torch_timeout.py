@@ -17,12 +17,13 @@ SCRUB = ("COMMLIB_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MA
 
 
 @pytest.mark.timeout(90)
-def test_init_process_group_timeout_bounds_a_collective():
+def test_init_process_group_timeout_bounds_a_collective(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
     timeout_s, late_s = 3.0, 12.0
-    proc = subprocess.run([sys.executable, "-m", "commrun", "-n", "2", os.path.join(HERE, "torch_timeout_case.py"),
-                           str(timeout_s), str(late_s)], env=env, capture_output=True, text=True, timeout=80)
+    argv = [sys.executable, "-m", "commrun", "-n", "2", os.path.join(HERE, "torch_timeout_case.py"), str(timeout_s),
+            str(late_s)]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=80)
     m = re.search(r"rank 0: RuntimeError after ([\d.]+) s: (\w+): (.*)", proc.stdout)
     assert m, f"rank 0 did not raise a RuntimeError:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     waited, kind = float(m.group(1)), m.group(2)
