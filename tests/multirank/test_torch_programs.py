@@ -3,6 +3,7 @@
 collectives.py checks its own results on every rank and rank 0 reports them;
 ddp_train.py and fsdp_train.py must end with the weights a single process
 gets on the whole batches, computed here serially (same model, same data).
+The three run one after another in one job per size (cases/torch_examples.py), each as __main__.
 """
 import os
 import re
@@ -18,15 +19,39 @@ import _harness  # noqa: E402
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
 EXAMPLES = os.path.join(_harness.REPO, "examples", "torch")
+SCRIPTS = ("collectives.py", "ddp_train.py", "fsdp_train.py")
 _RESULT = re.compile(r"^\[0\] RESULT (\S+) (.*)$")
+_SECTION = re.compile(r"^\[0\] EXAMPLE (\S+)$")
+_JOBS = {}  # n -> (exit code, {script: [rank 0's lines]}, stdout, stderr): every example of a size in one job
+
+
+def _job(n):
+    """All the examples at size n in one commrun job (cases/torch_examples.py runs each as __main__)."""
+    if n not in _JOBS:
+        argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(_harness.CASES, "torch_examples.py"),
+                *(os.path.join(EXAMPLES, s) for s in SCRIPTS)]
+        rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "60"}), 300)
+        sections, current = {}, None
+        for line in out.splitlines():
+            m = _SECTION.match(line)
+            if m:
+                current = m.group(1)
+                sections[current] = []
+            elif current is not None and line.startswith("[0] "):
+                sections[current].append(line)
+        _JOBS[n] = rc, sections, out, err
+    return _JOBS[n]
 
 
 def _results(n, script):
-    argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(EXAMPLES, script)]
-    rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "60"}), 150)
-    assert rc == 0, f"{script} n={n}: exit code {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
-    found = dict(m.groups() for m in map(_RESULT.match, out.splitlines()) if m)
-    assert found, f"{script} n={n}: no RESULT line\n{_harness._tail(out)}"
+    rc, sections, out, err = _job(n)
+    report = f"{script} n={n} (the job of every example: exit code {rc})\n{_harness._tail(out)}\n{_harness._tail(err)}"
+    lines = sections.get(script)
+    assert lines is not None, f"{script} never started\n{report}"
+    failed = [line for line in out.splitlines() if re.match(rf"^\[\d+\] EXAMPLE-FAILED {re.escape(script)}:", line)]
+    assert not failed, f"{failed}\n{report}"
+    found = dict(m.groups() for m in map(_RESULT.match, lines) if m)
+    assert found, f"{script} n={n}: no RESULT line\n{report}"
     return found
 
 
@@ -41,17 +66,18 @@ def serial_weight_sum():
     return sum(p.double().sum().item() for p in net.parameters())
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_collectives_example(n):
+    """Over 20 s: the first item of a size runs the job of all three examples (torch in every rank, FSDP's
+    wrapping; 20-40 s at 4 ranks on 2 cores)."""
     got = _results(n, "collectives.py")
     assert got == {"sum": f"{n * (n + 1) // 2}", "all_ranks_ok": "True"}
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("script", ["ddp_train.py", "fsdp_train.py"])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_training_matches_one_process(n, script, serial_weight_sum):
-    """Over 20 s at 4 ranks for FSDP: torch in every rank and FSDP's wrapping on 2 cores oversubscribed."""
     got = float(_results(n, script)["weight_sum"])
     assert got == pytest.approx(serial_weight_sum, rel=1e-6, abs=1e-6), (script, n)

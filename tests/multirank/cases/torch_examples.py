@@ -1,0 +1,38 @@
+"""The torch examples named on the command line, run one after another in each rank as
+`python EXAMPLE` would run them (runpy, as __main__): one job for all of them at a size.
+
+usage: commrun -n N torch_examples.py EXAMPLE.py...
+Before each example every rank prints `EXAMPLE NAME`; one that raises or exits non-zero prints
+`EXAMPLE-FAILED NAME: ERROR` (its traceback on stderr) and the next one still runs. Exits 1 if any
+failed.
+"""
+import os
+import runpy
+import sys
+import traceback
+
+
+def main(paths):
+    failed = 0
+    for path in paths:
+        name = os.path.basename(path)
+        print(f"EXAMPLE {name}", flush=True)
+        sys.argv = [path]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python EXAMPLE` puts its directory first
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                failed += 1
+                print(f"EXAMPLE-FAILED {name}: exited with {exc.code!r}", flush=True)
+        except Exception as exc:  # reported, and the next example still runs
+            failed += 1
+            traceback.print_exc()
+            print(f"EXAMPLE-FAILED {name}: {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            sys.path.pop(0)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
