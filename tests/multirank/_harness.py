@@ -233,3 +233,31 @@ def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
     test.__doc__ = ((doc or f"Each check of cases/{case}, at each group size.")
                     + "\n\nThe first item of a job runs the whole job: its time (over 20 s for some) is the job's.")
     return test
+
+
+_EXAMPLE_MARK = re.compile(r"^\[(\d+)\] EXAMPLE (\S+)$")
+_RANK_LINE = re.compile(r"^\[(\d+)\] (.*)$")
+
+
+def examples_job(n, paths, env, timeout):
+    """Run the example programs `paths` one after another in one `commrun -n N` job (cases/run_examples.py:
+    each as __main__, as `python EXAMPLE` would). (exit code, {example file name: [(rank, line)] of what
+    its ranks printed}, {example file name: [why it failed, per rank that failed]}, stdout, stderr)."""
+    argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "run_examples.py"), *paths]
+    rc, out, err = _communicate(argv, base_env(env), timeout)
+    printed, failed, current = {}, {}, {}
+    for line in out.splitlines():
+        m = _EXAMPLE_MARK.match(line)
+        if m:
+            current[int(m.group(1))] = m.group(2)
+            printed.setdefault(m.group(2), [])
+            continue
+        m = _RANK_LINE.match(line)
+        if not m or int(m.group(1)) not in current:
+            continue
+        rank, text, name = int(m.group(1)), m.group(2), current[int(m.group(1))]
+        if text.startswith(f"EXAMPLE-FAILED {name}:"):
+            failed.setdefault(name, []).append(f"rank {rank}: {text}")
+        printed[name].append((rank, text))
+    return rc, printed, failed, out, err
+

@@ -1,5 +1,8 @@
-"""examples/tensor_parallel_mlp.py through the real launcher: its loss curve on a ("dp", "tp") mesh must
-equal one process training the whole model on the whole batch (recomputed here, serially)."""
+"""examples/tensor_parallel_mlp.py, fft2d_pencil.py and zero_sharded_sgd.py through the real launcher, those
+of a size one after another in one job (cases/run_examples.py, each as __main__): tensor_parallel_mlp's loss
+curve on a ("dp", "tp") mesh must equal one process training the whole model on the whole batch (recomputed
+here, serially); the FFT must match NumPy's; ZeRO's losses must be one process's."""
+import importlib.util
 import os
 import sys
 
@@ -11,62 +14,70 @@ import _harness  # noqa: E402
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-EXAMPLE = os.path.join(_harness.REPO, "examples", "tensor_parallel_mlp.py")
+EXAMPLES = os.path.join(_harness.REPO, "examples")
+SIZES = {  # example -> the sizes it runs at
+    "tensor_parallel_mlp.py": (1, 2, 3, 4, 6),
+    "fft2d_pencil.py": (2, 3, 4),
+    "zero_sharded_sgd.py": (2, 3, 4),
+}
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+_JOBS = {}  # n -> _harness.examples_job(): the examples of a size in one job
+
+
+def _results(n, name):
+    """{key: text} of the example's `RESULT key text` lines (any rank's), from the job of size n."""
+    if n not in _JOBS:
+        wanted = [e for e, ns in SIZES.items() if n in ns and (HAS_TORCH or e != "zero_sharded_sgd.py")]
+        _JOBS[n] = _harness.examples_job(n, [os.path.join(EXAMPLES, e) for e in wanted], {"COMMLIB_TIMEOUT": "30"},
+                                         300)
+    rc, printed, failed, out, err = _JOBS[n]
+    report = f"{name} n={n} (the job of the examples of a size: exit code {rc})\n{_harness._tail(out)}\n" \
+             f"{_harness._tail(err)}"
+    assert name in printed, f"{name} never started\n{report}"
+    assert name not in failed, f"{failed[name]}\n{report}"
+    found = dict(line.split("RESULT ", 1)[1].split(" ", 1) for _rank, line in printed[name] if "RESULT " in line)
+    assert found, report
+    return found
+
+
+def _example_module(name):
+    sys.path.insert(0, EXAMPLES)
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(EXAMPLES)
 
 
 @pytest.fixture(scope="module")
 def reference():
-    sys.path.insert(0, os.path.dirname(EXAMPLE))
-    try:
-        import tensor_parallel_mlp
-    finally:
-        sys.path.remove(os.path.dirname(EXAMPLE))
-    return tensor_parallel_mlp.serial()
+    return _example_module("tensor_parallel_mlp").serial()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 6])
 def test_tensor_parallel_mlp_matches_one_process(n, reference):
-    rc, out, err = _harness._communicate([sys.executable, "-m", "commrun", "-n", str(n), EXAMPLE],
-                                         _harness.base_env({"COMMLIB_TIMEOUT": "30"}), 100)
-    assert rc == 0, f"exit {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
-    line = next((ln for ln in out.splitlines() if "RESULT losses " in ln), None)
-    assert line, _harness._tail(out)
-    losses = [float(v) for v in line.split("RESULT losses ", 1)[1].split()]
+    """Over 20 s at some sizes: the first item of a size runs the job of all its examples (torch in every
+    rank for ZeRO's)."""
+    found = _results(n, "tensor_parallel_mlp.py")
+    losses = [float(v) for v in found["losses"].split()]
     assert len(losses) == len(reference)
     np.testing.assert_allclose(losses, reference, rtol=1e-9, atol=1e-12)
     assert losses[-1] < losses[0] / 5  # it trains
-    assert "RESULT matches_one_process True" in out  # the example's own check
+    assert found["matches_one_process"] == "True"  # the example's own check
 
 
-def _results(n, name):
-    """{key: text} of the example's `RESULT key text` lines, run at n ranks."""
-    path = os.path.join(_harness.REPO, "examples", name)
-    rc, out, err = _harness._communicate([sys.executable, "-m", "commrun", "-n", str(n), path],
-                                         _harness.base_env({"COMMLIB_TIMEOUT": "30"}), 100)
-    assert rc == 0, f"exit {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
-    found = dict(ln.split("RESULT ", 1)[1].split(" ", 1) for ln in out.splitlines() if "RESULT " in ln)
-    assert found, _harness._tail(out)
-    return found
-
-
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_fft2d_pencil_matches_numpy(n):
     assert float(_results(n, "fft2d_pencil.py")["max_abs_error"]) < 1e-9
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_zero_sharded_sgd_matches_one_process(n):
     pytest.importorskip("torch")
-    sys.path.insert(0, os.path.join(_harness.REPO, "examples"))
-    try:
-        import zero_sharded_sgd
-    finally:
-        sys.path.pop(0)
     found = _results(n, "zero_sharded_sgd.py")
     assert found["matches_one_process"] == "True"  # the example's own check
     losses = [float(v) for v in found["losses"].split()]
-    np.testing.assert_allclose(losses, zero_sharded_sgd.serial(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(losses, _example_module("zero_sharded_sgd").serial(), rtol=1e-9, atol=1e-12)
     assert losses[-1] < losses[0] / 50  # it trains

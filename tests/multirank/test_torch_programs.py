@@ -3,7 +3,7 @@
 collectives.py checks its own results on every rank and rank 0 reports them;
 ddp_train.py and fsdp_train.py must end with the weights a single process
 gets on the whole batches, computed here serially (same model, same data).
-The three run one after another in one job per size (cases/torch_examples.py), each as __main__.
+The three run one after another in one job per size (cases/run_examples.py), each as __main__.
 """
 import os
 import re
@@ -20,37 +20,19 @@ TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (con
 
 EXAMPLES = os.path.join(_harness.REPO, "examples", "torch")
 SCRIPTS = ("collectives.py", "ddp_train.py", "fsdp_train.py")
-_RESULT = re.compile(r"^\[0\] RESULT (\S+) (.*)$")
-_SECTION = re.compile(r"^\[0\] EXAMPLE (\S+)$")
-_JOBS = {}  # n -> (exit code, {script: [rank 0's lines]}, stdout, stderr): every example of a size in one job
-
-
-def _job(n):
-    """All the examples at size n in one commrun job (cases/torch_examples.py runs each as __main__)."""
-    if n not in _JOBS:
-        argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(_harness.CASES, "torch_examples.py"),
-                *(os.path.join(EXAMPLES, s) for s in SCRIPTS)]
-        rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "60"}), 300)
-        sections, current = {}, None
-        for line in out.splitlines():
-            m = _SECTION.match(line)
-            if m:
-                current = m.group(1)
-                sections[current] = []
-            elif current is not None and line.startswith("[0] "):
-                sections[current].append(line)
-        _JOBS[n] = rc, sections, out, err
-    return _JOBS[n]
+_RESULT = re.compile(r"^RESULT (\S+) (.*)$")
+_JOBS = {}  # n -> _harness.examples_job(): every example of a size in one job
 
 
 def _results(n, script):
-    rc, sections, out, err = _job(n)
+    if n not in _JOBS:
+        paths = [os.path.join(EXAMPLES, s) for s in SCRIPTS]
+        _JOBS[n] = _harness.examples_job(n, paths, {"COMMLIB_TIMEOUT": "60"}, 300)
+    rc, printed, failed, out, err = _JOBS[n]
     report = f"{script} n={n} (the job of every example: exit code {rc})\n{_harness._tail(out)}\n{_harness._tail(err)}"
-    lines = sections.get(script)
-    assert lines is not None, f"{script} never started\n{report}"
-    failed = [line for line in out.splitlines() if re.match(rf"^\[\d+\] EXAMPLE-FAILED {re.escape(script)}:", line)]
-    assert not failed, f"{failed}\n{report}"
-    found = dict(m.groups() for m in map(_RESULT.match, lines) if m)
+    assert script in printed, f"{script} never started\n{report}"
+    assert script not in failed, f"{failed[script]}\n{report}"
+    found = dict(m.groups() for rank, line in printed[script] if rank == 0 and (m := _RESULT.match(line)))
     assert found, f"{script} n={n}: no RESULT line\n{report}"
     return found
 

@@ -1,7 +1,8 @@
-"""The torch examples named on the command line, run one after another in each rank as
-`python EXAMPLE` would run them (runpy, as __main__): one job for all of them at a size.
+"""The example programs named on the command line, run one after another in each rank as
+`python EXAMPLE` would run them (runpy, as __main__): one job for all of them at a size
+(_harness.examples_job reads the output back, example by example).
 
-usage: commrun -n N torch_examples.py EXAMPLE.py...
+usage: commrun -n N run_examples.py EXAMPLE.py...
 Before each example every rank prints `EXAMPLE NAME`; one that raises or exits non-zero prints
 `EXAMPLE-FAILED NAME: ERROR` (its traceback on stderr) and the next one still runs. Exits 1 if any
 failed.
