@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from _harness import SCALE
+
 TRANSPORTS = ("shm",)  # what is tested is how ranks find each other from a launcher's variables (conftest.py)
 
 pytestmark = pytest.mark.timeout(90)
@@ -79,16 +81,20 @@ def test_coordinator_host_waits_for_ranks_still_working(tmp_path):
     case = tmp_path / "late.py"
     case.write_text(textwrap.dedent("""
         import time, numpy as np, commlib as cl
+        WAIT_S = @WAIT_S@
         g = cl.init(strict=True); r = g.rank()
         cl.barrier()
         if r == 0:
             print("rank 0 done"); raise SystemExit(0)
-        time.sleep(1.0)   # rank 0 has finalized by now
+        deadline = time.monotonic() + WAIT_S
+        while not g.channel.ep.notices.finishing(0):  # rank 0's program has ended: it is in finalize()
+            assert time.monotonic() < deadline, f"rank 0 was not in finalize() after {WAIT_S} s"
+            time.sleep(0.005)
         peer = 3 - r
         got = cl.sendrecv(np.full(4, r), dst=peer, src=peer)
         assert (got == peer).all()
         print(f"rank {r} ok after rank 0 left")
-    """))
+    """).replace("@WAIT_S@", str(20 * SCALE)))
     n, port = 3, _free_port()
     envs = [dict(_clean_env(), RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                  COMMLIB_SECRET="cd" * 32, COMMLIB_TIMEOUT="30") for r in range(n)]
@@ -179,8 +185,6 @@ OWN_PROCESS = textwrap.dedent("""
         if sys.argv[1] == "kill":
             sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-    else:
-        time.sleep(0.3)
     t = time.monotonic()
     try:
         cl.all_reduce(np.ones(4))
@@ -211,7 +215,7 @@ def test_rank_0_runs_the_coordinator_in_a_process_that_outlives_it(how, tmp_path
             line = next(line for line in outs[r][1].splitlines() if line.startswith(f"rank {r} "))
             assert "PeerLost" in line and "rank 0 closed its coordinator connection without saying goodbye" in line, line
             assert float(line.split("after ")[1].split(" s")[0]) < 5, line
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10 * SCALE
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"the coordinator process {pid} outlived the job"
         time.sleep(0.05)

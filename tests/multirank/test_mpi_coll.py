@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from _harness import batched
+from _harness import SCALE, batched
 
 # COMMLIB_TEST_MPI pinned: a developer who exported it for mpirun runs still tests commlib here.
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
@@ -70,10 +70,10 @@ def test_abort(n, mode, run):
     assert rc != 0, f"commrun exited 0 after Abort(7)\n{report}"
     assert rc == 7, f"commrun should exit with the Abort error code 7\n{report}"
     assert took < ABORT_S, f"Abort took {took:.1f} s to stop the job (limit {ABORT_S} s)\n{report}"
-    deadline = time.monotonic() + 5.0
-    while True:  # bounded: ranks get 5 s to disappear after commrun returned
+    deadline = time.monotonic() + 5.0 * SCALE
+    while True:  # bounded: ranks get 5 s (times SCALE) to disappear after commrun returned
         left = sorted(set(p for p in pids.values() if _alive(p)) | set(_case_processes(str(seed))))
         if not left or time.monotonic() > deadline:
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert not left, f"rank processes survived the abort: {left}\n{report}"

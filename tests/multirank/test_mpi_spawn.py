@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from _harness import SCALE
+
 ENV = {"COMMLIB_TIMEOUT": "30", "COMMLIB_TEST_MPI": "commlib"}
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
 
@@ -17,6 +19,17 @@ def _leftovers():
     procs = [line for line in out.splitlines() if "mpi_spawn.py child" in line or "futures._spawned" in line]
     shm = [f for f in os.listdir("/dev/shm") if f.startswith("commlib")]
     return procs, shm
+
+
+def _settled_leftovers(seconds=5.0):
+    """_leftovers() once there are none, or as they still are after `seconds` (times SCALE): a killed
+    worker's process may take a moment to be reaped after the job has returned."""
+    deadline = time.monotonic() + seconds * SCALE
+    while True:
+        left = _leftovers()
+        if left == ([], []) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 @pytest.mark.timeout(200)
@@ -31,8 +44,7 @@ def test_killed_worker_fails_its_futures_and_leaves_nothing(assert_ranks_ok, run
     t0 = time.monotonic()
     assert_ranks_ok(run(1, "mpi_spawn.py", "kill", env=ENV, timeout=100), 1, "MPI Spawn, a worker killed")
     assert time.monotonic() - t0 < 60
-    time.sleep(0.5)
-    assert _leftovers() == ([], [])
+    assert _settled_leftovers() == ([], [])
 
 
 @pytest.mark.timeout(120)

@@ -92,7 +92,7 @@ if r == 0:
     except cl.PeerLost as e:
         print(f"rank 0: PeerLost after {time.monotonic() - t:.2f} s: {e}", flush=True)
 elif r == 1 and received:
-    time.sleep(0.3)
+    time.sleep(0.3)  # a late receiver: rank 0 waits in the issend meanwhile (what is tested, not synchronisation)
     got = cl.recv((4,), np.float64, 0, tag=5)
     assert got.tolist() == [0.0, 1.0, 2.0, 3.0]
 print(f"rank {r}: leaving", flush=True)

@@ -68,7 +68,7 @@ def after_a_lost_schedule(c):
 @check(timeout=1)
 def hangs_on_rank_0(c):
     if c.rank == 0:
-        time.sleep(60)
+        time.sleep(60)  # the hang under test: the watchdog ends it at its 1 s deadline
     cl.barrier()
 
 

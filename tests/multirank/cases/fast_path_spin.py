@@ -30,7 +30,7 @@ c.ok(g.fast is not None and fd is not None, "armed", f"fast={g.fast} fd={fd}")
 def rounds(late_s, k):
     for i in range(k):
         if me == 1 and late_s:
-            time.sleep(late_s)
+            time.sleep(late_s)  # the late peer under test: rank 0 must learn its waits (not synchronisation)
         c.equal(cl.all_reduce(np.full(2, me + i, np.float64)), np.full(2, 2 * i + 1.0), f"all_reduce {late_s} #{i}")
 
 

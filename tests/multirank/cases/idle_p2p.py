@@ -7,9 +7,10 @@ taken every byte of it)
 - Manager and workers: rank 0 sends each worker a task in turn (blocking sends of 7 B to 300 kB,
   an issend every third round) and takes their answers; its connection to each worker closes
   while it talks to the next, and opens again next round.
-- A receiver that is not reading: rank 1 takes a message and then sleeps; meanwhile rank 0 closes
-  that connection (its last frame unread on rank 1) and sends three more (one of 300 kB) on a new
-  one, which waits behind the old until rank 1 reads the old to its end, then closes it again
+- A receiver that is not reading: rank 1 takes a message, then makes no commlib call until the new
+  connection below is waiting; meanwhile rank 0 closes that connection (its last frame unread on
+  rank 1) and sends three more (one of 300 kB) on a new one, which waits behind the old until
+  rank 1 reads the old to its end, then closes it again
   and sends once more (over TCP a third connection, behind the second). Rank 1 receives all in
   order.
 - Two threads on two groups, each rank alternating between two destinations (sendrecv), so
@@ -26,6 +27,7 @@ import numpy as np
 
 import commlib as cl
 from commlib._transport import CH_P2P, shm
+from _batch import SCALE
 from _common import Checker, in_threads
 
 c = Checker("idle_p2p")
@@ -33,6 +35,7 @@ n, me, w = c.size, c.rank, c.g
 ep, engine = w.channel.ep, w.engine
 p2p = engine.p2p
 SIZES = (7, 5000, 300_000 // 8)
+WAIT_S = 10.0 * SCALE  # deadline of the polling loops below
 
 
 def value(k, size, who):
@@ -79,9 +82,14 @@ if n >= 3:
     elif me == 1:
         c.equal(cl.recv(3, np.float64, 0, tag=100), value(100, 3, 1), "before the close", record=False)
         cl.send(np.zeros(1), 0, tag=100)
-        time.sleep(0.6)
-        waiting = sum(len(q) for key, q in ep._next.items() if key[1] == CH_P2P)
-        c.ok(waiting >= 1, "the new connection waits behind the old", f"{waiting} waiting")
+        deadline = time.monotonic() + WAIT_S
+        while True:  # not reading (no commlib call) until rank 0's new connection is queued behind the old
+            with ep._cond:
+                waiting = sum(len(q) for key, q in ep._next.items() if key[1] == CH_P2P)
+            if waiting >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        c.ok(waiting >= 1, "the new connection waits behind the old", f"{waiting} waiting after {WAIT_S:.0f} s")
         for t, size in ((1, 5), (2, 300_000 // 8), (3, 9), (4, 4)):
             c.equal(cl.recv(size, np.float64, 0, tag=100 + t), value(100 + t, size, 1),
                     f"message {t} after the reconnect", record=False)
@@ -118,7 +126,7 @@ if n >= 3:
         for worker in range(1, n):
             c.equal(cl.recv(2, np.float64, worker, tag=200), value(200, 2, worker), f"worker {worker}'s report",
                     record=False)
-        asks_before, deadline = p2p.asks, time.monotonic() + 10
+        asks_before, deadline = p2p.asks, time.monotonic() + WAIT_S
         while True:  # reading on (a probe services the connections): their last frames come in
             cl.iprobe(1, tag=201)
             with ep._cond:

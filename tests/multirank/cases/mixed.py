@@ -34,7 +34,7 @@ for rnd in range(3):
             src = gen(c.rng("bc", rnd, root, size), F32, (size,))
             x = src.copy() if me == root else np.zeros(size, F32)
             c.equal(cl.broadcast(x, root), src, f"round {rnd} broadcast root={root} size={size}")
-    time.sleep(0.02 * ((me + rnd) % n))
+    time.sleep(0.02 * ((me + rnd) % n))  # staggered entry, what is tested: no rank leaves before the last enters
     entered = time.time()
     cl.barrier()
     left = time.time()

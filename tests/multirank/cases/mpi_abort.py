@@ -10,7 +10,6 @@ Reaching any line after the blocking call is a failure: Abort must stop every ra
 """
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -22,10 +21,12 @@ rank, size = comm.Get_rank(), comm.Get_size()
 print(f"pid rank {rank} {os.getpid()}", flush=True)
 comm.Barrier()  # every rank is up (and has printed its pid) before anyone aborts
 if rank == size - 1:
-    time.sleep(0.5)  # let the others block first
+    for _ in range(size - 1):  # every other rank is at its blocking call (one statement from it): abort now
+        comm.recv(source=MPI.ANY_SOURCE, tag=98)
     comm.Abort(7)
     print(f"FAIL rank {rank} abort: Abort(7) returned", flush=True)
     sys.exit(3)
+comm.send(rank, size - 1, tag=98)  # a small standard-mode send: it does not wait for the receive
 if MODE == "recv":
     comm.recv(source=size - 1, tag=99)
 elif MODE == "barrier":

@@ -453,7 +453,7 @@ def environment():
     ck.equal(tuple(MPI.Get_abi_version()), (-1, -1), "Get_abi_version()")
     ck.ok(isinstance(MPI.Get_library_version(), str), "Get_library_version() is a str")
     t0 = MPI.Wtime()
-    time.sleep(0.02)
+    time.sleep(0.02)  # the interval Wtime is checked against (sleep lasts at least that long)
     t1 = MPI.Wtime()
     ck.ok(isinstance(t0, float) and 0.015 <= t1 - t0 < 5.0, "Wtime seconds, monotonic", f"{t0} -> {t1}")
     ticks = [MPI.Wtime() for _ in range(1000)]

@@ -54,7 +54,7 @@ def workers_size(_):
 
 
 def slow(x):
-    time.sleep(0.05)
+    time.sleep(0.05)  # a task's work: 40 of them keep the workers busy while shutdown cancels the rest
     return x
 
 

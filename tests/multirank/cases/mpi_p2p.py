@@ -439,7 +439,7 @@ def truncate():
                MPI.ERR_TRUNCATE)
     if n >= 2 and me < 2:  # a blocking Recv waiting when the longer message comes in
         if me == 0:
-            time.sleep(0.2)
+            time.sleep(0.2)  # a late sender, what is tested: rank 1 is already blocked in Recv when it comes
             comm.Send(vals(me, T + 4, 5), 1, T + 4)
         else:
             raises(lambda: comm.Recv(np.zeros(3), 0, T + 4), MPI.Exception,
@@ -703,7 +703,7 @@ def obj_sync():
     eq(r.wait(), obj_for(left, T), "ssend matched by a posted irecv")
 
     reqs = [comm.issend(obj_for(me, T + 1), right, T + 1)]
-    time.sleep(0.05)
+    time.sleep(0.05)  # time a wrong issend would have to complete: no receive is posted before the barrier
     c.equal(MPI.Request.Testall(reqs), False, "Testall on issend before the receive is posted")
     c.ok(bool(reqs[0]), "issend request still active before the receive")
     comm.Barrier()  # only now does anyone post the receive
@@ -1057,7 +1057,7 @@ def null_and_cancel():
 def ssend_order():
     T = 2500
     r = comm.Issend(vals(me, T, 4), right, T)
-    time.sleep(0.05)
+    time.sleep(0.05)  # time a wrong Issend would have to complete: no receive is posted before the barrier
     c.equal(r.Test(), False, "Issend incomplete before the receive is posted")
     c.equal(MPI.Request.Testall([r]), False, "Testall on Issend before the receive")
     c.ok(bool(r), "Issend request still active")
@@ -1074,15 +1074,18 @@ def ssend_order():
     arr(x, vals(me, T + 1, 2), "Ssend to self with a posted Irecv")
 
     if n >= 2:
-        comm.Barrier()
-        delay = 0.4
+        # The receiver posts its receive `delay` after it hears from the sender, which is after the
+        # sender took t0: the Ssend cannot complete before t0 + delay, however loaded the machine.
+        delay = 0.25
         if me % 2 == 0 and me + 1 < n:
             t0 = time.monotonic()
+            comm.send("go", me + 1, T + 3)  # a small standard-mode send: never waits for the receiver
             comm.Ssend(vals(me, T + 2, 3), me + 1, T + 2)
             dt = time.monotonic() - t0
-            c.ok(dt >= delay / 2, "Ssend waits for the receive (posted 0.4 s later)", f"returned after {dt:.3f} s")
+            c.ok(dt >= delay, f"Ssend waits for the receive (posted {delay} s later)", f"returned after {dt:.3f} s")
         elif me % 2 == 1:
-            time.sleep(delay)
+            comm.recv(None, me - 1, T + 3)
+            time.sleep(delay)  # the late receiver under test: the Ssend must wait for it
             y = np.zeros(3)
             comm.Recv(y, me - 1, T + 2)
             arr(y, vals(me - 1, T + 2, 3), "Ssend data")

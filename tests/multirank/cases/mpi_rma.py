@@ -9,8 +9,9 @@ Sections:
   pscw      Get and Accumulate between Start/Complete and Post/Wait (each rank exposes its window
             to its left neighbour and accesses its right one)
   passive   passive target while the target sleeps in time.sleep: the others' Lock/Accumulate/Get/
-            Unlock complete meanwhile (the timing check is commlib's own: MPICH progresses only
-            where its transport allows)
+            Unlock complete meanwhile, then a second epoch puts a flag the target waits for, reading
+            its own memory between sleeps (the check is commlib's own: MPICH progresses only where
+            its transport allows, so there the target makes MPI calls while it waits)
   shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
             is left in /dev/shm (commlib's own check)
   sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
@@ -30,6 +31,7 @@ import time
 
 import numpy as np
 
+import _batch
 from _mpicase import MPI, USING_MPI4PY, Checker
 
 if USING_MPI4PY:
@@ -42,6 +44,7 @@ me, n = comm.Get_rank(), comm.Get_size()
 right, left = (me + 1) % n, (me - 1) % n
 c = Checker()
 NTASKS = 23
+PASSIVE_WAIT_S = 10.0 * _batch.SCALE  # how long the passive target computes at most, waiting for the others
 
 
 def counter():
@@ -106,26 +109,34 @@ def pscw():
 
 
 def passive():
-    buf = np.zeros(n, np.float64)
+    buf = np.zeros(2 * n, np.float64)  # [rank r's value] * n, then [1.0 once rank r's epoch has ended] * n
     win = MPI.Win.Create(buf, buf.itemsize, comm=comm)
     comm.Barrier()
     if me == 0:
-        time.sleep(1.0)  # computing: no MPI call while the others use this window
+        # computing (time.sleep, no MPI call) until every other rank's flag is in this memory: each
+        # puts it in an epoch it opens only once its first one has ended, so those ended meanwhile
+        deadline = time.monotonic() + PASSIVE_WAIT_S
+        while not np.all(buf[n + 1:] == 1.0) and time.monotonic() < deadline:
+            if USING_MPI4PY:
+                comm.Iprobe(MPI.ANY_SOURCE, 999)  # MPICH progresses a passive target only in MPI calls
+            time.sleep(0.001)
+        if not USING_MPI4PY:
+            c.ok(bool(np.all(buf[n + 1:] == 1.0)), "passive: the epochs complete while the target sleeps",
+                 f"after {PASSIVE_WAIT_S:.0f} s the flags of ranks 1 to {n - 1} were {buf[n + 1:].tolist()}")
         win.Lock(0)  # then read what they left (the lock waits for any epoch still open)
-        seen = buf.copy()
+        seen = buf[:n].copy()
         win.Unlock(0)
     else:
-        t0 = time.perf_counter()
         win.Lock(0, MPI.LOCK_SHARED)
         win.Accumulate(np.array([float(me)]), 0, (me, 1, MPI.DOUBLE), MPI.REPLACE)
         win.Flush(0)
         back = np.empty(1)
         win.Get(back, 0, (me, 1, MPI.DOUBLE))
         win.Unlock(0)
-        took = time.perf_counter() - t0
         c.equal(back[0], float(me), "passive: Get sees the rank's own Accumulate")
-        if not USING_MPI4PY:
-            c.ok(took < 0.8, "passive: the epoch completes while the target sleeps", f"took {took:.2f} s")
+        win.Lock(0, MPI.LOCK_SHARED)
+        win.Put(np.ones(1), 0, (n + me, 1, MPI.DOUBLE))
+        win.Unlock(0)
     comm.Barrier()
     if me == 0:
         c.equal(seen, np.arange(n, dtype=np.float64), "passive: every rank's value arrived")

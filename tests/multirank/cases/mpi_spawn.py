@@ -108,7 +108,7 @@ def pool(c, comm):
 def die_in_task(x):
     if x == 3:
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(0.05)
+    time.sleep(0.05)  # a task's work: others are still queued or running when a worker dies
     return x
 
 

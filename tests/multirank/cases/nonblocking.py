@@ -87,12 +87,13 @@ def fanin():
             seen.append(int(src))
         c.ok(sorted(seen) == senders, f"{label}: every sender's message arrived once", f"got {seen}")
 
-    # Round 1: ANY_SOURCE, fixed tag; the senders start in reverse rank order.
+    # Round 1: ANY_SOURCE, fixed tag; the senders start in reverse rank order. (The staggered starts
+    # below only vary the order the messages come in; every order is right, so none is synchronisation.)
     if me == 0:
         reqs = [cl.irecv((6,), np.int64, cl.ANY_SOURCE, tag=3000, status=True) for _ in senders]
     sends = []
     if me in senders:
-        time.sleep(0.03 * ((n - me) % n))
+        time.sleep(0.03 * ((n - me) % n))  # staggered start: an arrival order, not synchronisation
         sends.append(cl.isend(payload(me, 1), 0, tag=3000))
     if me == 0:
         collect(reqs, [None] * len(reqs), 1, 6, "fan-in ANY_SOURCE")
@@ -101,7 +102,7 @@ def fanin():
     if me == 0:
         reqs = [cl.irecv((big,), np.int64, cl.ANY_SOURCE, cl.ANY_TAG, status=True) for _ in senders]
     if me in senders:
-        time.sleep(0.03 * (me - 1) if n > 1 else 0)
+        time.sleep(0.03 * (me - 1) if n > 1 else 0)  # staggered start: an arrival order, not synchronisation
         sends.append(cl.isend(payload(me, 2, big), 0, tag=3100 + me))
     if me == 0:
         collect(reqs, [None] * len(reqs), 2, big, "fan-in ANY_SOURCE/ANY_TAG 72 KB")
@@ -111,7 +112,7 @@ def fanin():
         srcs = list(senders)
         reqs = [cl.irecv((6,), np.int64, s, tag=3200) for s in srcs]
     if me in senders:
-        time.sleep(0.03 * ((n - me) % n))
+        time.sleep(0.03 * ((n - me) % n))  # staggered start: an arrival order, not synchronisation
         sends.append(cl.isend(payload(me, 3), 0, tag=3200))
     if me == 0:
         collect(reqs, srcs, 3, 6, "fan-in per-source receives")
@@ -251,7 +252,7 @@ def issend():
     if n == 1:
         s = cl.issend(x, 0, tag=4001)
         c.ok(not s.test(), "issend to self: test() False before the receive is posted", "test() is True")
-        time.sleep(0.2)
+        time.sleep(0.2)  # the time a wrong issend would have to complete on its own: nothing to wait for
         c.ok(not s.test(), "issend to self: test() False 0.2 s later", "test() is True")
         c.equal(cl.irecv((128,), np.int64, 0, tag=4001).wait(), x, "issend to self: data", record=False)
         c.ok(poll(s.test), "issend to self completes once received", "test() stayed False")
@@ -262,25 +263,31 @@ def issend():
         c.equal(cl.irecv((128,), np.int64, 0, tag=4002).wait(), x, "isend to self: data", record=False)
         return
     x0 = np.arange(128, dtype=np.int64)
-    # Rank 1 posts its receive 0.5 s after it hears from rank 0 (which is after rank 0 called issend).
+    # Rank 1 posts its receive LATE_S after it hears from rank 0, which is after rank 0 took t0 and called
+    # issend: no receive exists before t0 + LATE_S, however loaded the machine, so a test() that returned
+    # True before then, or a wait() that returned sooner, is wrong (no margin needed).
+    LATE_S = 0.3
     if me == 0:
         t0 = time.monotonic()
         s = cl.issend(x, 1, tag=4001)
         go = cl.isend(np.array([1], np.int64), 1, tag=4002)
         early = []
-        while time.monotonic() - t0 < 0.25:
-            early.append(s.test())
+        while True:
+            done = s.test()
+            if time.monotonic() - t0 >= LATE_S:  # (measured after test() returned)
+                break
+            early.append(done)
             time.sleep(0.01)
         c.ok(not any(early), "issend: test() False while the receiver has not posted its receive",
-             f"test() was True {sum(early)} of {len(early)} times within 0.25 s")
+             f"test() was True {sum(early)} of {len(early)} times within {LATE_S} s")
         is_none(s.wait(), "issend wait()")
         took = time.monotonic() - t0
-        c.ok(took >= 0.4, "issend: wait() returns only once the receive is posted (0.5 s after 'go')",
+        c.ok(took >= LATE_S, f"issend: wait() returns only once the receive is posted ({LATE_S} s after 'go')",
              f"issend completed after {took:.3f} s")
         is_none(go.wait(), "isend 'go' wait()")
     elif me == 1:
         cl.irecv((1,), np.int64, 0, tag=4002).wait()
-        time.sleep(0.5)
+        time.sleep(LATE_S)  # the late receiver under test: the issend must wait for it
         c.equal(cl.irecv((128,), np.int64, 0, tag=4001).wait(), x0, "issend: data", record=False)
     # issend to a receive that is already posted completes.
     if me == 1:

@@ -72,7 +72,7 @@ elif me == 1:
 
 # A late sender: the receive waits past the one-call step's 20 ms slice and goes on in the engine.
 if me == 1:
-    time.sleep(0.15)
+    time.sleep(0.15)  # the late sender under test (not synchronisation)
     cl.send(np.full(5, 9.5), 0, tag=9)
 elif me == 0:
     c.equal(cl.recv(5, np.float64, 1, tag=9), np.full(5, 9.5), "recv from a sender 150 ms late", record=False)
@@ -81,8 +81,8 @@ elif me == 0:
 if me == 0:
     cl.send(np.full(3, 10, np.int16), 1, tag=10)
     cl.send(np.full(3, 11, np.int16), 1, tag=11)
-elif me == 1:
-    time.sleep(0.05)
+cl.barrier()  # both sends have returned: both frames wait in rank 1's stream (nothing reads it meanwhile)
+if me == 1:
     c.equal(cl.recv((3,), np.int16, 0, tag=11), np.full(3, 11, np.int16), "tag 11 received first", record=False)
     c.equal(cl.recv((3,), np.int16, 0, tag=10), np.full(3, 10, np.int16), "then tag 10 (from the engine)", record=False)
 
@@ -90,8 +90,8 @@ elif me == 1:
 if me == 0:
     for k in range(50):
         cl.send(np.array([k, -k], np.int64), 1, tag=12)
-elif me == 1:
-    time.sleep(0.05)
+cl.barrier()  # every send of the burst has returned before rank 1 posts a receive
+if me == 1:
     got = [cl.recv((2,), np.int64, 0, tag=12) for _ in range(50)]
     c.equal(np.array(got), np.array([[k, -k] for k in range(50)], np.int64), "burst of 50 in order", record=False)
 

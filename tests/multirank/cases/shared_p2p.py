@@ -16,8 +16,6 @@ usage: shared_p2p.py SEED
 - Counting: at most one point-to-point connection each way per peer, whatever the groups.
 Every result is checked against NumPy.
 """
-import time
-
 import numpy as np
 
 import commlib as cl
@@ -43,7 +41,6 @@ if me == 0:
         c.equal(got, value(5, 4, src), f"world message after a new group's, from {src}", record=False)
     c.ok(len(engine._early) == 1 and sum(len(v) for v in engine._early.values()) == 4 * (n - 1),
          "frames of a group not made yet are kept", f"{ {g: len(v) for g, v in engine._early.items()} }")
-    time.sleep(0.05)
     sub = w.subgroup(members, ("shared_p2p", 1))
     c.ok(not engine._early, "kept frames handed to their group", f"{list(engine._early)}")
     for src in range(1, n):
