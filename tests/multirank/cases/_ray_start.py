@@ -1,5 +1,7 @@
 """Shared start-up for the Ray cases: a local Ray on loopback (127.0.0.2: Ray turns 127.0.0.1 into the
-machine's routed address) in TEMP_DIR, every worker set up by commlib.ray.setup_worker."""
+machine's routed address) in TEMP_DIR, every worker set up by commlib.ray.setup_worker; the arguments of
+a case run once (`N TEMP_DIR`: args) or of a driver that runs several specs in one Ray (`TEMP_DIR SPEC...`:
+specs, its lines tagged `[SPEC] `)."""
 import os
 import sys
 
@@ -17,3 +19,20 @@ def start(cpus, temp_dir):
 def args():
     """(n, temp_dir) from argv."""
     return int(sys.argv[1]), sys.argv[2]
+
+
+def specs():
+    """(temp_dir, [(spec, n, what)]) from argv `TEMP_DIR SPEC...`, each SPEC `N` or `N:WHAT` (what: "" for a
+    bare N)."""
+    if len(sys.argv) < 3:
+        sys.exit(f"usage: {os.path.basename(sys.argv[0])} TEMP_DIR SPEC [SPEC...]   (SPEC: N or N:WHAT)")
+    out = []
+    for spec in sys.argv[2:]:
+        n, _, what = spec.partition(":")
+        out.append((spec, int(n), what))
+    return sys.argv[1], out
+
+
+def tagged(tag, text):
+    """`text` with every line prefixed `[TAG] `: the lines of one spec of a driver that runs several."""
+    return "\n".join(f"[{tag}] {line}" for line in text.rstrip("\n").splitlines())
