@@ -94,7 +94,7 @@ def test_timeout_still_writes_the_trace(commrun):
         for i in range(3):
             cl.barrier()
         if g.rank() == 0:
-            time.sleep(60)
+            time.sleep(60)  # stuck: --timeout is what ends the job
         cl.barrier()
     """)
     r = commrun.run("--timeout", 5, "-n", 2, "--trace", "t.json", script, timeout=90)
@@ -192,9 +192,14 @@ STATS_PROGRAM = """
     import commlib as cl
     g = cl.init()
     r = g.rank()
+    others, word = [k for k in range(g.size()) if k != 1], np.zeros(1)
     for i in range(4):
-        if r == 1:
-            time.sleep(0.03)
+        if r == 1:  # the last to come, every time: it hears from the others just before they call
+            for k in others:
+                cl.recv_like(word, k)
+            time.sleep(0.03)  # late on purpose: the others wait in all_sum meanwhile
+        else:
+            cl.send(word, 1)
         cl.all_sum(np.ones(1000))
     mine = cl.stats()
     every = cl.stats(all_ranks=True)

@@ -51,7 +51,7 @@ def test_finalize_says_how_waits_ended(commrun, spin_us):
         g = cl.init()
         for i in range(5):
             if g.rank() == 1:
-                time.sleep(0.02)
+                time.sleep(0.02)  # late on purpose: rank 0's waits are what is counted
             cl.all_sum(np.ones(4))
     """)
     r = commrun.run("-n", 2, script, env={"COMMLIB_DEBUG": "INFO", "COMMLIB_SPIN_US": str(spin_us)})

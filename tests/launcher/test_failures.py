@@ -18,7 +18,7 @@ SLEEPER = """
     if "--ignore-int" in sys.argv:
         import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("ready", flush=True)
-    time.sleep(60)
+    time.sleep(60)  # a running rank, until the signal under test stops it
 """
 
 
@@ -67,11 +67,16 @@ def kill_all(procs):
 )
 def test_first_failure_stops_the_job_with_its_code(commrun, body, code, words):
     script = commrun.script("fail.py", f"""
-        import os, signal, sys, time
-        if os.environ["RANK"] == "2":
-            time.sleep(0.2)
+        import os, pathlib, signal, sys, time
+        up = pathlib.Path(__file__).parent
+        (up / f"up.{{os.environ['RANK']}}").touch()
+        if os.environ["RANK"] == "2":  # fails once every rank runs
+            deadline = time.monotonic() + 30
+            while len(list(up.glob("up.*"))) < 4:
+                assert time.monotonic() < deadline, "the other ranks never started"
+                time.sleep(0.005)
             {body}
-        time.sleep(60)
+        time.sleep(60)  # the others run until commrun stops them
     """)
     t0 = time.monotonic()
     r = commrun.run("-n", 4, script)
@@ -148,7 +153,7 @@ def test_timeout_dumps_stacks_and_exits_124(commrun):
     script = commrun.script("stuck.py", """
         import time
         def wait_forever():
-            time.sleep(60)
+            time.sleep(60)  # stuck: --timeout is what ends it
         wait_forever()
     """)
     t0 = time.monotonic()
@@ -172,7 +177,7 @@ def test_timeout_stacks_of_ranks_in_a_job_are_not_a_fatal_error(commrun):
             cl.barrier()
         cl.init()
         if cl.init().rank() == 1:
-            time.sleep(60)
+            time.sleep(60)  # stuck outside commlib: --timeout is what ends it
         stuck_in_barrier()
     """)
     r = commrun.run("-n", 2, "--timeout", "2", script)

@@ -67,11 +67,11 @@ def test_forked_rank_is_a_fresh_program(commrun):
 
 def test_exit_runs_atexit_and_joins_threads(commrun):
     script = forked(commrun).script("bye.py", """
-        import atexit, os, sys, threading, time
+        import atexit, os, sys, threading
         rank = int(os.environ["RANK"])
         atexit.register(lambda: print("atexit", rank, flush=True))
         def late():
-            time.sleep(0.3)
+            threading.main_thread().join()  # still running when the program has ended
             print("thread done", rank, flush=True)
         threading.Thread(target=late).start()
         if rank == 1:

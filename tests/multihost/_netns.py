@@ -9,7 +9,9 @@ the subnet exists only there.
 
 `run_job` starts a command in its own session and kills the whole session if
 it outlives its timeout; `leftovers` lists processes whose command line holds
-a marker (psutil), for "no process left behind".
+a marker (psutil), for "no process left behind" (waiting a while, if asked, for
+them to go). Waits end on what they wait for; their limits scale with
+COMMLIB_TEST_TIMEOUT_SCALE, the suite's one setting for slow or busy machines.
 """
 import os
 import shutil
@@ -24,6 +26,7 @@ import psutil
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # (tests/conftest.py)
 _SCRUB = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
           "MASTER_PORT", "OMPI_", "PMIX_", "PMI_", "PET_", "JOB_COMPLETION_INDEX")
 
@@ -145,7 +148,8 @@ class Job:
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.lines = []
         self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -173,7 +177,10 @@ class Job:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             pytest.fail(f"the job did not finish within {timeout} s\n{self.output()[-4000:]}")
-        time.sleep(0.2)  # let the reader take the last lines
+        self._reader.join(10 * SCALE)  # its last lines: read once no process holds the output open
+        if self._reader.is_alive():
+            pytest.fail(f"the job ended but its output was still open {10 * SCALE:g} s later (a process left "
+                        f"behind?)\n{self.output()[-4000:]}")
         return self.proc.returncode
 
     def output(self):
@@ -186,13 +193,18 @@ class Job:
             self.proc.wait()
 
 
-def leftovers(marker):
-    """Processes (other than this one) whose command line mentions `marker`."""
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if p.pid != os.getpid() and any(marker in part for part in p.info["cmdline"] or ()):
-                found.append(f"{p.pid} {' '.join(p.info['cmdline'])}")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+def leftovers(marker, within=0.0):
+    """Processes (other than this one) whose command line mentions `marker`, still there after up to
+    `within` seconds (times SCALE) of waiting for them to go."""
+    deadline = time.monotonic() + within * SCALE
+    while True:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if p.pid != os.getpid() and any(marker in part for part in p.info["cmdline"] or ()):
+                    found.append(f"{p.pid} {' '.join(p.info['cmdline'])}")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)

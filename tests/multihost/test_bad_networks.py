@@ -150,7 +150,7 @@ def test_a_link_down_shorter_than_the_timeout_costs_time_not_an_error(tmp_path):
         try:
             assert job.wait_for(lambda lines: any("PROGRESS 3" in ln for ln in lines), 90), job.output()[-3000:]
             f.link_down(True)
-            time.sleep(4.0)  # well under COMMLIB_TIMEOUT=20
+            time.sleep(4.0)  # the outage under test (not a wait for anything): well under COMMLIB_TIMEOUT=20
             f.link_down(False)
             rc = job.finish(150)
         finally:

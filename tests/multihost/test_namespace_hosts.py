@@ -185,8 +185,7 @@ def test_eight_hosts_through_their_agents_and_one_agent_killed(tmp_path):
             m = re.search(rf"rank {r}: caught (PeerLost|CommTimeout): (.*)", out)
             assert m, (r, out)
         assert took < 30, (took, out)
-        time.sleep(1.0)
-        assert leftovers(marker) == [], leftovers(marker)
+        assert leftovers(marker, within=10) == [], leftovers(marker)
         assert [pid for _, pid, _ in shells() if _running(pid)] == []
 
 
@@ -244,8 +243,7 @@ def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
         job = Job(argv, base_env(COMMLIB_TIMEOUT=15))
         try:
             running = job.wait_for(lambda lines: len({ln.split()[0] for ln in lines if "looping" in ln}) == 4, 200)
-            assert running, job.output()
-            time.sleep(0.5)
+            assert running, job.output()  # every rank is in its loop: the link goes down mid-job
             fab.ip(1, "link", "set", "fab0", "down")
             cut = time.monotonic()
             rc = job.finish(120)
@@ -266,8 +264,7 @@ def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
                 assert (re.search(r"(for|lost) rank [01]\b", m[2])
                         or f"the coordinator at {fab.addr(0)} has not acknowledged" in m[2]), m[2]
         assert took < 15 + 30, (took, out)
-        time.sleep(1.0)
-        assert leftovers(marker) == [], leftovers(marker)
+        assert leftovers(marker, within=10) == [], leftovers(marker)
 
 
 def _srun(fab, job_id, step, *program):

@@ -190,7 +190,22 @@ def test_a_sender_never_wraps_a_connection_being_closed():
         def outgoing(self, group, channel, dst, deadline, what):
             self.current = socket.socketpair()[0]
 
+    class _Watched:
+        """p2p's _conn_lock, saying when a thread finds it held and waits for it."""
+
+        def __init__(self, lock):
+            self.lock, self.waited = lock, threading.Event()
+
+        def __enter__(self):
+            if not self.lock.acquire(blocking=False):
+                self.waited.set()
+                self.lock.acquire()
+
+        def __exit__(self, *exc):
+            self.lock.release()
+
     p2p.ep = _Ep()
+    p2p._conn_lock = _Watched(p2p._conn_lock)
     p2p.asked.add(1)
     closer = threading.Thread(target=p2p.close_asked)
     closer.start()
@@ -198,7 +213,7 @@ def test_a_sender_never_wraps_a_connection_being_closed():
     got = []
     opener = threading.Thread(target=lambda: got.append(p2p.outgoing(1, time.monotonic() + 5, "send")))
     opener.start()
-    opener.join(0.2)  # it waits for the close to finish
+    assert p2p._conn_lock.waited.wait(5), "the opener did not wait for the close to finish"
     go.set()
     closer.join(5)
     opener.join(5)

@@ -30,7 +30,7 @@ def test_unbuffered_sink_with_signals_mid_write_loses_nothing():
     def pester():
         while not stop.is_set():
             os.kill(pid, signal.SIGUSR1)
-            time.sleep(0.001)
+            time.sleep(0.001)  # a signal a millisecond: the interruptions under test, not a wait
 
     old = signal.signal(signal.SIGUSR1, lambda *_: None)
     killer = threading.Thread(target=pester)

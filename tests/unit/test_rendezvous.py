@@ -1,4 +1,5 @@
 """The coordinator and client in-process (threads as ranks), and launcher environment discovery."""
+import contextlib
 import json
 import os
 import queue
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from _waiting import SCALE, wait_for
 from commlib import _auth, _rendezvous as rv
 from commlib._rendezvous import coordinator as rv_coordinator, discovery, framing
 from commlib._transport import notices as notices_module
@@ -64,11 +66,33 @@ def run_ranks(address, ranks, timeout=10.0, secret=SECRET, listen=True):
 
 
 def next_msg(inbox, kind, timeout=5.0):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * SCALE
     while True:
         msg = inbox.get(timeout=max(0.01, deadline - time.monotonic()))
         if msg["kind"] == kind:
             return msg
+
+
+def before_fences(inbox, *senders, timeout=5.0):
+    """What `inbox` (a rank's) gets before a "fence" from each of `senders` (client, to) sent now.
+
+    The coordinator handles each connection's messages in the order sent, and delivers everything
+    it queues from one thread in order: whatever it queued for this rank before it read the fences
+    (a message that must not come, say) is in the list. An absence is checked without a fixed wait."""
+    for client, to in senders:
+        client.send({"kind": "fence", "to": to})
+    got, fences, deadline = [], 0, time.monotonic() + timeout * SCALE
+    while fences < len(senders):
+        msg = inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+        if msg["kind"] == "fence":
+            fences += 1
+        else:
+            got.append(msg)
+    return got
+
+
+def kinds(msgs):
+    return [m["kind"] for m in msgs]
 
 
 def raw_handshake(address, rank, secret=SECRET, rcvbuf=None):
@@ -86,13 +110,6 @@ def raw_handshake(address, rank, secret=SECRET, rcvbuf=None):
     _auth.recv_exact(s, _auth.DIGEST_BYTES)
     assert framing.recv_message(s)["kind"] == "welcome"
     return s
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------- assembling the job
@@ -135,14 +152,22 @@ def test_connect_names_the_address_and_os_error():
     assert "rank 3" in str(e.value)
 
 
-def test_connect_waits_for_a_coordinator_that_starts_later(logs):
+def test_connect_waits_for_a_coordinator_that_starts_later(logs, monkeypatch):
+    from commlib import _backoff
+    refused, delay = threading.Event(), _backoff.delay
+
+    def backing_off(*args, **kwargs):  # the client was refused and waits to try again
+        refused.set()
+        return delay(*args, **kwargs)
+
+    monkeypatch.setattr(_backoff, "delay", backing_off)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("c", rv.Client.connect(("127.0.0.1", port), SECRET, 0, 10)))
     t.start()
-    time.sleep(0.3)
+    assert refused.wait(5 * SCALE), "the client never tried to connect"
     c = rv.Coordinator(1, SECRET, port=port, log=logs.append)
     c.start()
     t.join()
@@ -165,7 +190,7 @@ def test_a_rank_that_connects_after_another_was_lost_hears_of_it(coordinator):
     c = coordinator(3)
     gone = raw_handshake(c.address, 2)
     gone.close()  # before it registered: the job can never assemble
-    wait_for(lambda: 2 not in c.connected())
+    wait_for(lambda: 2 not in c.connected(), what="rank 2's connection to be gone")
     t0 = time.monotonic()
     out, errors = run_ranks(c.address, [0, 1], timeout=20)
     assert time.monotonic() - t0 < 5 and set(errors) == {0, 1}
@@ -193,8 +218,7 @@ def test_relay_to_all_and_to_a_list(coordinator):
         assert next_msg(out[r][2], "note") == {"kind": "note", "to": "all", "n": 1, "from": 0}
     out[2][0].send({"kind": "note", "to": [0], "n": 2})
     assert next_msg(out[0][2], "note")["from"] == 2
-    with pytest.raises(queue.Empty):
-        next_msg(out[1][2], "note", timeout=0.3)
+    assert "note" not in kinds(before_fences(out[1][2], (out[2][0], [1])))  # rank 1 was not sent it
 
 
 def test_bye_becomes_left_and_eof_becomes_lost(coordinator):
@@ -222,8 +246,7 @@ def test_goodbyes_at_once_share_one_left_message(coordinator):
     while len(named) < 5:
         named += framing.unpack_ranks(next_msg(out[0][2], "left")["ranks"], 6)
     assert sorted(named) == [1, 2, 3, 4, 5]
-    with pytest.raises(queue.Empty):
-        next_msg(out[0][2], "left", timeout=0.3)
+    assert "left" not in kinds(before_fences(out[0][2], (out[0][0], [0])))  # no other "left" after those
 
 
 def _digest(n, value, **groups):
@@ -280,17 +303,16 @@ def test_digests_go_to_the_coordinator_which_answers_each_rank_once(coordinator)
         ends = {r: [at_exit, code] for at_exit, code, rs in msg.get("ends", []) for r in framing.unpack_ranks(rs, 4)}
         finishing.update({r: ends.get(r) for r in framing.unpack_ranks(msg["ranks"], 4)})
     assert finishing == {0: None, 1: [True, 7], 3: None}
-    with pytest.raises(queue.Empty):  # rank 2 has not finished: no verdict yet
-        next_msg(out[0][2], "verdict", timeout=0.3)
+    # every digest was handled (its "finishing" came): rank 2 has not finished, so no verdict yet
+    assert "verdict" not in kinds(before_fences(out[0][2], (out[2][0], [0])))
     out[2][0].send({"kind": "release", "rank": 2})  # rank 2 failed waiting on a rank that finished
     assert next_msg(out[0][2], "verdict")["peers"] == {"3": dict(_digest(5, 99), rank=3, at_exit=False, exit_code=None)}
     assert next_msg(out[1][2], "verdict")["peers"].keys() == {"3"}
     assert next_msg(out[3][2], "verdict")["peers"].keys() == {"0"}
-    with pytest.raises(queue.Empty):  # no digest was relayed to any rank, and rank 2 gets no verdict
-        for r in range(4):
-            next_msg(out[r][2], "digest", timeout=0.1)
-    with pytest.raises(queue.Empty):
-        next_msg(out[2][2], "verdict", timeout=0.1)
+    # every verdict was sent: no digest was relayed to any rank, and rank 2 gets no verdict
+    for r, sender in ((0, 2), (1, 2), (2, 0), (3, 2)):
+        got = kinds(before_fences(out[r][2], (out[sender][0], [r])))
+        assert "digest" not in got and (r != 2 or "verdict" not in got), (r, got)
 
 
 def test_a_rank_gone_without_a_digest_does_not_hold_up_the_verdict(coordinator):
@@ -298,8 +320,8 @@ def test_a_rank_gone_without_a_digest_does_not_hold_up_the_verdict(coordinator):
     out, _ = run_ranks(c.address, range(3))
     for r in (0, 1):
         out[r][0].send(dict(_digest(2, 4), rank=r))
-    with pytest.raises(queue.Empty):
-        next_msg(out[0][2], "verdict", timeout=0.3)
+    # (each fence follows its sender's digest: both digests are handled before the fences come)
+    assert "verdict" not in kinds(before_fences(out[0][2], (out[0][0], [0]), (out[1][0], [0])))
     out[2][0]._closing = True
     out[2][0]._sock.shutdown(socket.SHUT_RDWR)  # rank 2 vanishes
     assert next_msg(out[0][2], "verdict")["peers"] == {}
@@ -441,18 +463,28 @@ def test_listener_reports_coordinator_lost_once(coordinator):
     c.close()
     msg = next_msg(out[0][2], "coordinator_lost")
     assert "127.0.0.1" in msg["message"]
-    with pytest.raises(queue.Empty):
-        out[0][2].get(timeout=0.3)
+    listener = out[0][0]._listener
+    listener.join(5 * SCALE)  # it ends once it reported the loss: all it ever delivers is in the inbox
+    assert not listener.is_alive() and out[0][2].empty()
 
 
 def test_messages_before_the_listener_are_kept(coordinator):
     c = coordinator(2)
     out, _ = run_ranks(c.address, range(2), listen=False)
     out[0][0].send({"kind": "early", "to": [1]})
-    time.sleep(0.2)
+    unread = out[1][0].sock
+    wait_for(lambda: b'"early"' in _peek(unread), what="the message to reach rank 1 before its listener")
     inbox = queue.Queue()
     out[1][0].start_listener(inbox.put)
     assert next_msg(inbox, "early")["from"] == 0
+
+
+def _peek(sock):
+    """The bytes waiting in `sock`, left there."""
+    try:
+        return sock.recv(1 << 16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
 
 
 def test_census_on_request(coordinator):
@@ -471,9 +503,18 @@ def test_wrong_secret_is_refused_and_the_job_goes_on(coordinator, logs):
     with pytest.raises(AuthError) as e:
         rv.Client.connect(c.address, b"x" * 32, 0, 5)
     assert "refused" in str(e.value)
-    wait_for(lambda: any("wrong secret" in line for line in logs))
+    wait_for(lambda: any("wrong secret" in line for line in logs), what="the coordinator's log of the refusal")
     out, errors = run_ranks(c.address, range(2))
     assert not errors and len(out[1][1]) == 2
+
+
+def _close_once_read(conn):
+    """Close `conn` once the client hung up (it read what it was sent: no reset takes it away)."""
+    conn.settimeout(10 * SCALE)
+    with contextlib.suppress(OSError):
+        while conn.recv(4096):
+            pass
+    conn.close()
 
 
 def test_client_refuses_a_coordinator_without_the_secret():
@@ -484,8 +525,7 @@ def test_client_refuses_a_coordinator_without_the_secret():
         conn.sendall(framing.MAGIC + os.urandom(32))
         _auth.recv_exact(conn, 68)
         conn.sendall(os.urandom(32))
-        time.sleep(0.5)
-        conn.close()
+        _close_once_read(conn)
 
     threading.Thread(target=impostor, daemon=True).start()
     with pytest.raises(AuthError, match="does not know the job secret"):
@@ -499,8 +539,7 @@ def test_not_a_coordinator():
     def http():
         conn, _ = server.accept()
         conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + b"x" * 64)
-        time.sleep(0.5)
-        conn.close()
+        _close_once_read(conn)
 
     threading.Thread(target=http, daemon=True).start()
     with pytest.raises(CommError, match="not a commlib coordinator"):
@@ -517,7 +556,7 @@ def test_garbage_silent_and_scanning_clients_do_not_harm_the_job(coordinator, lo
     socket.create_connection(c.address).close()  # a port scan
     out, errors = run_ranks(c.address, range(2))
     assert not errors and list(out[0][1]) == list(out[1][1])
-    wait_for(lambda: any("no handshake within" in line for line in logs))
+    wait_for(lambda: any("no handshake within" in line for line in logs), what="the silent client's timeout")
     assert sum("dropped connection" in line for line in logs) >= 3
     silent.close()
     garbage.close()
@@ -533,7 +572,7 @@ def test_pending_handshakes_are_bounded(logs, monkeypatch):
     c = rv.Coordinator(1, SECRET, log=logs.append)
     c.start()
     silent = [socket.create_connection(c.address, timeout=5) for _ in range(3)]
-    wait_for(lambda: any("too many pending handshakes" in line for line in logs))
+    wait_for(lambda: any("too many pending handshakes" in line for line in logs), what="the third to wait")
     for s in silent[:2]:  # the first two are served at once
         assert _auth.recv_exact(s, len(framing.MAGIC)) == framing.MAGIC
     silent[2].settimeout(0.3)
@@ -543,7 +582,7 @@ def test_pending_handshakes_are_bounded(logs, monkeypatch):
     assert _auth.recv_exact(silent[2], len(framing.MAGIC)) == framing.MAGIC
     for s in silent:
         s.close()
-    wait_for(lambda: sum("dropped connection" in line for line in logs) >= 3)
+    wait_for(lambda: sum("dropped connection" in line for line in logs) >= 3, what="3 dropped connections")
     out, errors = run_ranks(c.address, [0])
     assert not errors
     c.close()
@@ -583,12 +622,13 @@ def test_messages_split_anywhere_and_many_in_one_read_are_each_handled(coordinat
     slow = framing.encode({"kind": "note", "to": [0], "n": 1})
     for i in range(len(slow)):
         s.sendall(slow[i:i + 1])
-        time.sleep(0.002)
+        time.sleep(0.002)  # a byte a read: the trickle under test, not a wait for anything
     s.sendall(b"".join(framing.encode({"kind": "note", "to": "all", "n": k}) for k in range(2, 40)))
     got = [next_msg(inbox, "note")["n"] for _ in range(39)]
     assert got == list(range(1, 40))
     wait_for(lambda: [t for t in threading.enumerate() if t.ident not in before
-                      and t.name != "commlib-coordinator-client"] == [])  # the clients' own listeners aside,
+                      and t.name != "commlib-coordinator-client"] == [],
+             what="the handshake threads to end")  # the clients' own listeners aside,
     # the two connections hold no thread of the coordinator's once their handshakes are done: its loop reads them
     s.close()
     watcher.close()
@@ -903,9 +943,20 @@ def test_a_fetch_fails_with_the_coordinator_and_times_out_when_it_is_silent():
         silent[150]
     assert time.monotonic() - t0 < 2
     gone = Table(msg, lambda first, last: None, None, timeout=30)
-    threading.Timer(0.2, gone.fail, args=(CommError("rank 0: lost the coordinator"),)).start()
+    waiting = threading.Event()
+
+    class _Told(threading.Condition):  # the table's condition, saying when the fetch waits on it
+        def wait(self, timeout=None):
+            waiting.set()
+            return super().wait(timeout)
+
+    gone._cond = _Told()
+    failer = threading.Thread(target=lambda: waiting.wait(5 * SCALE) and gone.fail(
+        CommError("rank 0: lost the coordinator")))  # the coordinator lost while the fetch waits
+    failer.start()
     with pytest.raises(CommError, match="lost the coordinator"):
         gone[150]
+    failer.join()
     with pytest.raises(ValueError, match="malformed row"):
         gone.add({"kind": "rows", "keys": msg["keys"], "rows": [[299, 0] + [None] * len(msg["keys"])],
                   "names": {}})  # rank 299 is on host 4, not 0
@@ -933,10 +984,10 @@ def test_a_registration_too_large_is_refused_and_rows_before_assembly_drop_the_a
     c = coordinator(2)
     s = raw_handshake(c.address, 0)
     s.sendall(framing.encode({"kind": "register", "info": {"x": "y" * 5000}}))
-    wait_for(lambda: any("larger than 4096 bytes" in line for line in logs))
+    wait_for(lambda: any("larger than 4096 bytes" in line for line in logs), what="the refusal's log line")
     s2 = raw_handshake(c.address, 1)
     s2.sendall(framing.encode({"kind": "rows", "first": 0, "last": 1}))
-    wait_for(lambda: any("before the job assembled" in line for line in logs))
+    wait_for(lambda: any("before the job assembled" in line for line in logs), what="the drop's log line")
     s.close()
     s2.close()
 

@@ -5,16 +5,20 @@ record of another connection or direction, a cut record, all fail. The pump move
 ways unchanged, and a man in the middle who changes, replays or reorders records is caught,
 naming the record.
 """
+import array
 import contextlib
+import fcntl
 import os
 import secrets
 import socket
 import struct
+import termios
 import threading
 
 import numpy as np
 import pytest
 
+from _waiting import wait_for
 from commlib._transport import _io, seal
 
 pytestmark = pytest.mark.timeout(60)
@@ -90,6 +94,7 @@ class _Pair:
         self.c2s, self.s2c = _key(), _key()
         self.stop_r, self.stop_w = os.pipe()
         self.c_app, c_pump = socket.socketpair()
+        self.c_pump = c_pump  # (the client pump's end: what it has not read yet waits there)
         self.s_app, s_pump = socket.socketpair()
         c_wire, s_wire = socket.socketpair()
         self.results = {}
@@ -141,6 +146,12 @@ class _Pair:
             got += chunk
         return bytes(got)
 
+    def unread(self):
+        """Bytes the client's application wrote that its pump has not read yet (SIOCINQ)."""
+        n = array.array("i", [0])
+        fcntl.ioctl(self.c_pump.fileno(), termios.FIONREAD, n)
+        return n[0]
+
     def close(self):
         os.write(self.stop_w, b"!")
         for t in self.threads + ([self.middle] if self.middle else []):
@@ -190,16 +201,16 @@ def _flip(recs):
 ])
 def test_a_man_in_the_middle_is_caught(attack, middle, record):
     pair = _Pair(middle)
-    for k in range(6):  # one record per write: the reader asks for each before the next is sent
+    for k in range(6):  # one record per write: the pump reads (and seals) each before the next is sent
         pair.c_app.sendall(bytes([k]) * 1000)
-        threading.Event().wait(0.02)
+        wait_for(lambda: pair.unread() == 0, 10, f"the client's pump to read write {k}")
     pair.c_app.close()
     got = pair.receive()
     pair.threads[1].join(10)
     code, detail = pair.results["server"]
     want = _io.PUMP_BAD_LENGTH if "length" in attack else _io.PUMP_FORGED
     assert (code, detail) == (want, record), attack
-    assert len(pair.records) >= 4  # (writes 20 ms apart: a record each, or a few merged)
+    assert len(pair.records) == 6  # a record a write
     assert got == b"".join(_io.open_record(pair.c2s, k, pair.records[k]) for k in range(record))  # only checked bytes
     pair.close()
 

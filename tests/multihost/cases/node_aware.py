@@ -47,7 +47,7 @@ ok += 1
 for late in (n - 1, 0, n // 2):  # the barrier waits for its last rank, whichever host it is on
     cl.barrier()
     if r == late:
-        time.sleep(0.3)
+        time.sleep(0.3)  # late on purpose: the barrier under test must hold every other rank until it enters
     entered = time.time()
     cl.barrier()
     left = time.time()

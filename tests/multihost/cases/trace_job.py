@@ -10,7 +10,7 @@ r = g.rank()
 x = np.ones(1000)
 for i in range(3):
     if r == 3:
-        time.sleep(0.1)
+        time.sleep(0.3)  # late on purpose, everyone waits for rank 3 (well beyond a loaded machine's scheduling delays)
     cl.all_sum(x)
 if r == 0:
     cl.send(x, 3)
