@@ -31,9 +31,9 @@ def _need(module):
         pytest.skip(f"{module} is not installed (pip install '.[test]' and torch): torch's suite needs it")
 
 
-def _run(backend, tmp_path, only=()):
-    out = tmp_path / f"{backend}.json"
-    env = dict(os.environ, TEMP_DIR=str(tmp_path / backend), PYTHONUNBUFFERED="1")
+def _run(backend, tmp_path, only=(), run="all"):
+    out = tmp_path / f"{backend}-{run}.json"
+    env = dict(os.environ, TEMP_DIR=str(tmp_path / f"{backend}-{run}"), PYTHONUNBUFFERED="1")
     os.makedirs(env["TEMP_DIR"])
     argv = [sys.executable, str(RUNNER), "--fork", "--backend", backend, "--world-size", str(WORLD_SIZE),
             "--timeout", str(TEST_TIMEOUT_S), "--json", str(out)]
@@ -48,17 +48,23 @@ def _run(backend, tmp_path, only=()):
 @pytest.mark.timeout(1500)
 def test_every_test_gloo_passes_passes_on_commlib(tmp_path):
     """Over 20 s (about 80 s on 2 cores): torch's own distributed_test.py, every test on commlib at world size 2,
-    then on gloo the ones commlib did not pass (the yardstick; each is one runner job)."""
+    then on gloo the ones commlib did not pass, then on commlib again, the same way, those gloo passed there: each
+    must pass; and no test may fail on commlib that gloo skips (the yardstick; each run is one runner job)."""
     _need("torch")
     _need("expecttest")
     commlib, proc = _run("commlib", tmp_path)
     passed = sorted(t for t, (status, _s, _w) in commlib.items() if status == "PASS")
     assert len(passed) >= MIN_PASSED, f"commlib passed only {len(passed)} (the suite did not really run?): {passed}" \
                                       f"\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    gloo, _ = _run("gloo", tmp_path, only=sorted(set(commlib) - set(passed)))
+    gloo, _ = _run("gloo", tmp_path, only=sorted(set(commlib) - set(passed)), run="rest")
     passed_gloo = sorted(t for t, (status, _s, _w) in gloo.items() if status == "PASS")
+    if passed_gloo:  # compare like with like: the runner forks each test's ranks from a process that ran the
+        # tests before it, and under heavy load a test can hang after some of them on either backend
+        # (test_barrier_timeout_global did, on both, in full runs); commlib runs what gloo passed as gloo ran it
+        again, proc = _run("commlib", tmp_path, only=passed_gloo, run="again")
+        commlib.update(again)
     missing = {t: commlib.get(t, ["ABSENT", 0, ""]) for t in passed_gloo if commlib.get(t, [""])[0] != "PASS"}
     assert not missing, "passed on gloo, not on commlib:\n" + "\n".join(
         f"  {t}: {status} {why}" for t, (status, _s, why) in missing.items()) + f"\n{proc.stderr[-4000:]}"
-    failed = sorted(t for t, (status, _s, _w) in commlib.items() if status == "FAIL")
-    assert not failed, f"commlib fails tests gloo skips here: {failed}"
+    failed = sorted(t for t, (status, _s, _w) in commlib.items() if status == "FAIL" and gloo.get(t, [""])[0] == "SKIP")
+    assert not failed, f"commlib fails tests gloo skips here: {failed}"  # (one both fail is torch's harness)
