@@ -1,8 +1,9 @@
 """Deadlines: a SIGSTOPped rank makes its peers raise CommTimeout with a stall report.
 
 The stopped rank cannot answer the stall query, so every report names it as
-`no answer (stopped, ...)`. The survivors then exit non-zero, commrun SIGTERMs
-and (after --grace) SIGKILLs the stopped rank: nothing may be left behind.
+`no answer (stopped, ...)`. The survivors then exit non-zero (each once every
+survivor has reported: a marker file each), commrun SIGTERMs and (after --grace)
+SIGKILLs the stopped rank: nothing may be left behind.
 """
 import re
 import time
@@ -35,6 +36,11 @@ try:
         assert y[0] == n * (n + 1) / 2
 except cl.CommError as e:
     emit(t=t_wall(), etype=type(e).__name__, msg=str(e), i=i)
+    open(f"reported.{r}", "w").close()  # leave once every survivor has reported: the grace can be short
+    survivors = [k for k in range(n) if k != victim]
+    deadline = time.monotonic() + 20
+    while not all(os.path.exists(f"reported.{k}") for k in survivors) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(4)
 """
 
@@ -45,7 +51,7 @@ except cl.CommError as e:
 def test_sigstop_gives_comm_timeout_with_stall_report(jobs, n, how):
     victim = n - 1 if n == 2 else 1
     env = {} if how == "init" else {"COMMLIB_TIMEOUT": str(TIMEOUT_S)}
-    job = jobs(LOOP, n, env=env, args=[how, victim], commrun_args=["--grace", "3"]).start()
+    job = jobs(LOOP, n, env=env, args=[how, victim], commrun_args=["--grace", "1"]).start()
     ranks = job.wait_ranks()
     if how == "external":
         job.wait_for(lambda j: j.by_rank("stop_me"), 60, "the victim to reach its stop point")
