@@ -57,8 +57,9 @@ def _quick(item):
 
 # The one setting every limit of the suite scales with: pytest-timeout's here, and the jobs', commlib's
 # waits in them, a batched check's deadline and the fault suite's waits (multirank/_harness.py,
-# faults/faultlib.py, multirank/cases/_batch.py). Raise it on a machine slower or busier than 2 cores.
-SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
+# faults/faultlib.py, multirank/cases/_batch.py: read here in _waiting.py, and in the ranks by _batch.py).
+# Raise it on a machine slower or busier than 2 cores.
+from _waiting import SCALE  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker

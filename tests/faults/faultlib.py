@@ -26,8 +26,9 @@ import time
 import psutil
 import pytest
 
+from _waiting import SCALE  # the suite's one setting (see tests/conftest.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # the suite's one setting (see tests/conftest.py)
 STRESS = bool(os.environ.get("COMMLIB_STRESS_RUNS"))  # the long forms of the soak-like tests (README: tiers)
 
 

@@ -15,7 +15,7 @@ timeout_s, late_s = float(sys.argv[1]), float(sys.argv[2])
 dist.init_process_group("commlib", timeout=datetime.timedelta(seconds=timeout_s))
 rank = dist.get_rank()
 dist.barrier()
-REPORTED = f"rank0-reported.{os.getppid()}"  # one per job: commrun is both ranks' parent
+REPORTED = "rank0-reported"  # in the job's own working directory (the test's tmp_path)
 if rank == 1:
     late_until = time.monotonic() + late_s
     while not os.path.exists(REPORTED) and time.monotonic() < late_until:

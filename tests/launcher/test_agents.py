@@ -18,9 +18,9 @@ import pytest
 from commrun import agent as wire
 
 from _tagged import by_rank
+from _waiting import settled
 
 pytestmark = pytest.mark.timeout(90)
-SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # the suite's one setting (tests/conftest.py)
 
 STUB = """#!/bin/sh
 host=$1
@@ -48,28 +48,22 @@ def hostshell(tmp_path):
 def left_behind(marker, within=5.0):
     """The processes whose command line mentions `marker` still there after up to `within` seconds
     (times SCALE) of waiting for them to go: what a job leaves behind."""
-    deadline = time.monotonic() + within * SCALE
-    while True:
-        found = [p for p in psutil.process_iter(["cmdline"]) if any(marker in w for w in (p.info["cmdline"] or []))]
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    return settled(lambda: [p for p in psutil.process_iter(["cmdline"])
+                            if any(marker in w for w in (p.info["cmdline"] or []))], within)
 
 
 def running(pids, within=5.0):
     """Those of `pids` still running (not zombies) after up to `within` seconds (times SCALE)."""
-    deadline = time.monotonic() + within * SCALE
-    while True:
-        alive = []
+    def alive():
+        found = []
         for pid in pids:
             try:
                 if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
+                    found.append(pid)
             except psutil.NoSuchProcess:
                 pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
+        return found
+    return settled(alive, within)
 
 
 SUM = """

@@ -25,8 +25,9 @@ import uuid
 import psutil
 import pytest
 
+from _waiting import SCALE, settled
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)  # (tests/conftest.py)
 _SCRUB = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
           "MASTER_PORT", "OMPI_", "PMIX_", "PMI_", "PET_", "JOB_COMPLETION_INDEX")
 
@@ -196,8 +197,7 @@ class Job:
 def leftovers(marker, within=0.0):
     """Processes (other than this one) whose command line mentions `marker`, still there after up to
     `within` seconds (times SCALE) of waiting for them to go."""
-    deadline = time.monotonic() + within * SCALE
-    while True:
+    def find():
         found = []
         for p in psutil.process_iter(["pid", "cmdline"]):
             try:
@@ -205,6 +205,5 @@ def leftovers(marker, within=0.0):
                     found.append(f"{p.pid} {' '.join(p.info['cmdline'])}")
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.05)
+        return found
+    return settled(find, within)

@@ -21,13 +21,14 @@ import zlib
 
 import pytest
 
+# The one setting every limit of the suite scales with (pytest-timeout's, the jobs', commlib's waits in them,
+# a batched check's deadline, the fault suite's waits): raise it on a machine slower or busier than 2 cores.
+from _waiting import SCALE
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "cases")
 REPO = os.path.dirname(os.path.dirname(HERE))
 SEED = int(os.environ.get("MULTIRANK_SEED", "20240"))
-# The one setting every limit of the suite scales with (pytest-timeout's, the jobs', commlib's waits in them,
-# a batched check's deadline, the fault suite's waits): raise it on a machine slower or busier than 2 cores.
-SCALE = float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1)
 # Settings a developer may have exported that would change what a case exercises.
 _SCRUB = ("COMMLIB_ALGO_", "COMMLIB_CHUNK_BYTES", "COMMLIB_SPIN_US", "COMMLIB_RANK", "COMMLIB_SIZE",
           "COMMLIB_COORDINATOR", "COMMLIB_SECRET", "COMMLIB_LOCAL_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK",

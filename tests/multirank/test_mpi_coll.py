@@ -19,7 +19,8 @@ import time
 import psutil
 import pytest
 
-from _harness import SCALE, batched
+from _harness import batched
+from _waiting import settled
 
 # COMMLIB_TEST_MPI pinned: a developer who exported it for mpirun runs still tests commlib here.
 ENV = {"COMMLIB_TIMEOUT": "20", "COMMLIB_TEST_MPI": "commlib"}
@@ -70,10 +71,6 @@ def test_abort(n, mode, run):
     assert rc != 0, f"commrun exited 0 after Abort(7)\n{report}"
     assert rc == 7, f"commrun should exit with the Abort error code 7\n{report}"
     assert took < ABORT_S, f"Abort took {took:.1f} s to stop the job (limit {ABORT_S} s)\n{report}"
-    deadline = time.monotonic() + 5.0 * SCALE
-    while True:  # bounded: ranks get 5 s (times SCALE) to disappear after commrun returned
-        left = sorted(set(p for p in pids.values() if _alive(p)) | set(_case_processes(str(seed))))
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    # ranks get 5 s (times SCALE) to disappear after commrun returned
+    left = settled(lambda: sorted(set(p for p in pids.values() if _alive(p)) | set(_case_processes(str(seed)))), 5.0)
     assert not left, f"rank processes survived the abort: {left}\n{report}"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from _harness import SCALE
+from _waiting import settled
 
 ENV = {"COMMLIB_TIMEOUT": "30", "COMMLIB_TEST_MPI": "commlib"}
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
@@ -21,15 +21,10 @@ def _leftovers():
     return procs, shm
 
 
-def _settled_leftovers(seconds=5.0):
-    """_leftovers() once there are none, or as they still are after `seconds` (times SCALE): a killed
-    worker's process may take a moment to be reaped after the job has returned."""
-    deadline = time.monotonic() + seconds * SCALE
-    while True:
-        left = _leftovers()
-        if left == ([], []) or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
+def _anything_left():
+    """_leftovers() where there is any, else None (for settled())."""
+    procs, shm = _leftovers()
+    return (procs, shm) if procs or shm else None
 
 
 @pytest.mark.timeout(200)
@@ -44,7 +39,7 @@ def test_killed_worker_fails_its_futures_and_leaves_nothing(assert_ranks_ok, run
     t0 = time.monotonic()
     assert_ranks_ok(run(1, "mpi_spawn.py", "kill", env=ENV, timeout=100), 1, "MPI Spawn, a worker killed")
     assert time.monotonic() - t0 < 60
-    assert _settled_leftovers() == ([], [])
+    assert settled(_anything_left) is None  # a killed worker may take a moment to be reaped after the job returned
 
 
 @pytest.mark.timeout(120)
