@@ -62,9 +62,14 @@ def commrun(commrun_env, tmp_path, request):
 
 
 def pytest_collection_finish(session):
-    """The mpi4py modules each job of test_mpi4py_suite.py runs: those this session selected, by n."""
+    """What each batched job runs: the mpi4py modules of test_mpi4py_suite.py's jobs (by n) and the
+    docs blocks of test_docs_blocks.py's (by job_key), those this session selected."""
     for item in session.items:
         module = getattr(item, "module", None)
-        if module is not None and module.__name__.endswith("test_mpi4py_suite") and hasattr(item, "callspec"):
-            p = item.callspec.params
+        if module is None or not hasattr(item, "callspec"):
+            continue
+        p = item.callspec.params
+        if module.__name__.endswith("test_mpi4py_suite"):
             module.SELECTED.setdefault(p.get("n", 2), []).append(p["module"])
+        elif module.__name__.endswith("test_docs_blocks") and item.originalname == "test_block_runs":
+            module.SELECTED.setdefault(module.job_key(p["block"], p["n"]), []).append(p["block"])

@@ -4,8 +4,10 @@ The line directly above each ```python fence (no blank line between) is an HTML 
 the block is checked; a python block without one fails `test_every_python_block_is_marked`:
 
     <!-- run: commrun -n 2,4 -->
-        a complete program: written to a file and run as `commrun -n N file.py` for each N listed
-        (other commrun options may come before -n: `<!-- run: commrun --mpi4py -n 3,4 -->`);
+        a complete program: written to a file and run under `commrun -n N` for each N listed
+        (other commrun options may come before -n: `<!-- run: commrun --mpi4py -n 3,4 -->`), as
+        __main__ in a job that runs the blocks of the same size, options and needs one after another
+        (cases/run_examples.py; a torch block, which sets up torch's process group, in a job of its own);
     <!-- run: continues the program above -->
         a fragment: appended to the nearest `run: commrun` block above it in the same file and run
         with that block's sizes and options (fragments do not chain: each continues a program);
@@ -170,22 +172,54 @@ def test_block_compiles(block):
     compile("".join(src for _, src in block.parts()), block.where, "exec")
 
 
-@pytest.mark.timeout(RUN_TIMEOUT + 20)
+def job_key(block, n):
+    """The blocks of one (commrun options, size, needed modules) run in one job, one after another;
+    a torch block has a job of its own (each calls init_process_group once, as a program does)."""
+    return tuple(block.options), n, tuple(block.needs), block.where if "torch" in block.needs else ""
+
+
+_JOBS = {}  # job_key -> (tmp dir, _harness.examples_job()'s result)
+SELECTED = {}  # job_key -> [Block] this session selected (conftest's pytest_collection_finish)
+
+
+def _file_name(block):
+    """The file a block runs as (unique per block, its place in the docs readable in it)."""
+    return re.sub(r"[^\w]+", "_", block.where) + ".py"
+
+
+def _job(block, n, tmp_path_factory):
+    key = job_key(block, n)
+    if key not in _JOBS:
+        blocks = SELECTED.get(key) or [block]
+        tmp = tmp_path_factory.mktemp("docs")
+        for b in blocks:
+            (tmp / _file_name(b)).write_text("".join(src for _, src in b.parts()))
+        timeout = RUN_TIMEOUT + 20 * len(blocks)
+        _JOBS[key] = tmp, _harness.examples_job(n, [str(tmp / _file_name(b)) for b in blocks],
+                                                {"COMMLIB_TIMEOUT": "30"}, timeout, options=block.options, cwd=str(tmp))
+    return _JOBS[key]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 20 * 20)
 @pytest.mark.parametrize("block, n", RUNS)
-def test_block_runs(block, n, tmp_path):
+def test_block_runs(block, n, tmp_path_factory):
+    """The blocks of a size (and options, and needed modules) run one after another in one job, as
+    programs run as __main__: the first item of a job runs it (about 30 s for the 14 blocks at n = 4)."""
     for module in block.needs:
         pytest.importorskip(module)
-    parts, first, layout = block.parts(), 1, []
-    for where, src in parts:  # which lines of block.py (named in a traceback) came from which block
+    tmp, (rc, printed, failed, out, err) = _job(block, n, tmp_path_factory)
+    name, first, layout = _file_name(block), 1, []
+    for where, src in block.parts():  # which lines of the file (named in a traceback) came from which block
         lines = src.count("\n")
-        layout.append(f"  lines {first}-{first + lines - 1} of block.py: {where}")
+        layout.append(f"  lines {first}-{first + lines - 1} of {name}: {where}")
         first += lines
-    (tmp_path / "block.py").write_text("".join(src for _, src in parts))
-    argv = [sys.executable, "-m", "commrun", *block.options, "-n", str(n), "block.py"]
-    rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "30"}), RUN_TIMEOUT,
-                                         cwd=str(tmp_path))
-    assert rc == 0, (f"{block.where} at n={n}: exit code {rc}\n" + "\n".join(layout)
-                     + f"\n--- stdout (tail)\n{_harness._tail(out)}\n--- stderr (tail)\n{_harness._tail(err)}")
+    report = (f"{block.where} at n={n}, run as {tmp / name} in a job of the blocks with options "
+              f"{block.options or 'none'} (exit code {rc})\n" + "\n".join(layout)
+              + f"\n--- stdout (tail)\n{_harness._tail(out)}\n--- stderr (tail)\n{_harness._tail(err)}")
+    assert name in printed, f"the job ended before the block ran: {report}"
+    assert name not in failed, "\n".join(failed[name]) + "\n" + report
+    done = {r for r, text in printed[name] if text == f"EXAMPLE-OK {name}"}
+    assert done == set(range(n)), f"only ranks {sorted(done)} finished the block: {report}"
     assert "refused a connection" not in err, f"a clean job logged a refusal:\n{_harness._tail(err)}"
 
 

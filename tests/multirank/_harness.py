@@ -240,12 +240,16 @@ _EXAMPLE_MARK = re.compile(r"^\[(\d+)\] EXAMPLE (\S+)$")
 _RANK_LINE = re.compile(r"^\[(\d+)\] (.*)$")
 
 
-def examples_job(n, paths, env, timeout):
-    """Run the example programs `paths` one after another in one `commrun -n N` job (cases/run_examples.py:
-    each as __main__, as `python EXAMPLE` would). (exit code, {example file name: [(rank, line)] of what
-    its ranks printed}, {example file name: [why it failed, per rank that failed]}, stdout, stderr)."""
-    argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "run_examples.py"), *paths]
-    rc, out, err = _communicate(argv, base_env(env), timeout)
+def examples_job(n, paths, env, timeout, options=(), cwd=CASES):
+    """Run the example programs `paths` one after another in one `commrun [OPTIONS] -n N` job
+    (cases/run_examples.py: each as __main__, as `python EXAMPLE` would). (exit code, {example file
+    name: [(rank, line)] of what its ranks printed}, {example file name: [why it failed, per rank that
+    failed]}, stdout, stderr); where the job ran past `timeout` the stderr part ends saying so (the
+    examples it never reached are missing from what was printed)."""
+    argv = [sys.executable, "-m", "commrun", *options, "-n", str(n), os.path.join(CASES, "run_examples.py"), *paths]
+    rc, out, err, killed = _spawn(argv, base_env(env), timeout, cwd)
+    if killed:
+        err = f"{err}\nthe job {killed}"
     printed, failed, current = {}, {}, {}
     for line in out.splitlines():
         m = _EXAMPLE_MARK.match(line)

@@ -95,6 +95,29 @@ if me == 1:
     got = [cl.recv((2,), np.int64, 0, tag=12) for _ in range(50)]
     c.equal(np.array(got), np.array([[k, -k] for k in range(50)], np.int64), "burst of 50 in order", record=False)
 
+# Receives left pending beside blocking ones (a wildcard-source irecv of another tag, as a
+# program's "stop" message): blocking ping-pong stays right; a receive posted for the same
+# (source, tag) before a blocking one still takes the first message (MPI's posting order), and an
+# ANY_TAG blocking receive does not overtake it either.
+cl.barrier()
+if peer is not None:
+    stop = cl.irecv((1,), np.int64, cl.ANY_SOURCE, tag=99)
+    ping_pong(np.arange(6.0), "ping-pong beside a pending irecv", rounds=20)
+    first = cl.irecv((2,), np.int32, peer, tag=15)
+    cl.send(np.array([me, 1], np.int32), peer, tag=15)
+    cl.send(np.array([me, 2], np.int32), peer, tag=15)
+    cl.send(np.array([me, 3], np.int32), peer, tag=16)
+    c.equal(cl.recv((2,), np.int32, peer, tag=15), np.array([peer, 2], np.int32),
+            "a blocking recv after an irecv of the same (source, tag) gets the second message", record=False)
+    c.equal(first.wait(), np.array([peer, 1], np.int32), "the irecv posted first gets the first", record=False)
+    third = cl.irecv((2,), np.int32, peer, tag=16)
+    cl.send(np.array([me, 4], np.int32), peer, tag=17)
+    c.equal(cl.recv((2,), np.int32, peer, tag=cl.ANY_TAG), np.array([peer, 4], np.int32),
+            "an ANY_TAG recv leaves the message a posted irecv matches to it", record=False)
+    c.equal(third.wait(), np.array([peer, 3], np.int32), "the posted irecv of tag 16", record=False)
+    cl.send(np.array([me]), peer, tag=99)
+    c.equal(stop.wait(), np.array([peer]), "the pending wildcard irecv completes last", record=False)
+
 # Mismatched receives raise (the frame is handed to the engine, which knows the error), last.
 cl.barrier()
 if me == 0:

@@ -3,9 +3,9 @@
 (_harness.examples_job reads the output back, example by example).
 
 usage: commrun -n N run_examples.py EXAMPLE.py...
-Before each example every rank prints `EXAMPLE NAME`; one that raises or exits non-zero prints
-`EXAMPLE-FAILED NAME: ERROR` (its traceback on stderr) and the next one still runs. Exits 1 if any
-failed.
+Before each example every rank prints `EXAMPLE NAME`, after it `EXAMPLE-OK NAME`; one that raises
+or exits non-zero prints `EXAMPLE-FAILED NAME: ERROR` instead (its traceback on stderr) and the next
+one still runs. Exits 1 if any failed.
 """
 import os
 import runpy
@@ -22,10 +22,13 @@ def main(paths):
         sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python EXAMPLE` puts its directory first
         try:
             runpy.run_path(path, run_name="__main__")
+            print(f"EXAMPLE-OK {name}", flush=True)
         except SystemExit as exc:
             if exc.code not in (0, None):
                 failed += 1
                 print(f"EXAMPLE-FAILED {name}: exited with {exc.code!r}", flush=True)
+            else:
+                print(f"EXAMPLE-OK {name}", flush=True)
         except Exception as exc:  # reported, and the next example still runs
             failed += 1
             traceback.print_exc()
