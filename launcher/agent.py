@@ -146,8 +146,11 @@ class Agent:
         common = {**os.environ, **self.spec["env"], **self.start_proxy()}
         for entry in self.spec["ranks"]:
             r = entry["rank"]
-            rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True,
-                              argv=self.spec["argv"], env={**common, **entry["env"]})
+            env = {**common, **entry["env"]}
+            per_rank = env.pop(spawn.THREADS_VAR, None)
+            if per_rank is not None:  # commrun's rule for compute threads, with this host's cores
+                env.update(spawn.thread_vars(entry["local_size"], spawn.cpu_count(), env, per_rank)[0])
+            rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True, argv=self.spec["argv"], env=env)
             stdin = subprocess.PIPE if r == self.spec.get("stdin_rank") else subprocess.DEVNULL
             try:
                 proc = spawn.start(rank, stdin)

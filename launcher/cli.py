@@ -127,6 +127,10 @@ def _check_program(program, module, direct):
                    "addresses, transports, bandwidth and latency per pair.")
 @click.option("--pair-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="With --doctor: how long each pair may take to connect and authenticate [default: 5].")
+@click.option("--threads-per-rank", "threads_per_rank", type=click.IntRange(min=1), metavar="N",
+              help="Compute threads a rank (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS). Default: "
+                   "a host's cores shared among its ranks, where more than one runs there and none of "
+                   "these is set.")
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
                    "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
@@ -147,7 +151,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,
-         pair_timeout, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
+         pair_timeout, threads_per_rank, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     raise_fd_limit()  # two pipes and a coordinator connection per rank here, and the ranks inherit it
     direct = ctx.meta.get("commrun.direct", False) and not module
@@ -213,16 +217,21 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     if verbose:
         extra["COMMLIB_VERBOSE"] = "1"
         supervise.say(f"coordinator on {coordinator_host}" + (f", ranks on COMMLIB_IFNAME={ifname}" if ifname else ""))
-    busiest = max(rank.local_size for rank in ranks)
-    if busiest > spawn.cpu_count() and "OMP_NUM_THREADS" not in os.environ:
-        extra["OMP_NUM_THREADS"] = "1"
-        supervise.say(f"{busiest} ranks on {spawn.cpu_count()} cores: setting OMP_NUM_THREADS=1 (set it to override)")
+    # Compute threads: each host shares its cores among its ranks (a remote host's agent applies
+    # the rule with its own core count), as torchrun and mpirun's binding do.
+    per_rank = "auto" if threads_per_rank is None else threads_per_rank
+    local_size = next((rank.local_size for rank in ranks if rank.local), 0)
+    threads, notice = spawn.thread_vars(local_size, spawn.cpu_count(), os.environ, per_rank)
+    if notice:
+        supervise.say(notice)
+    if remote and (per_rank != "auto" or not any(v in os.environ for v in spawn.THREAD_VARS)):
+        extra[spawn.THREADS_VAR] = str(per_rank)
 
     if fork:
         if direct:
             raise click.UsageError(f"--fork starts Python programs (a script or -m module), not executables "
                                    f"({program[0]})")
-        os.environ.update({k: v for k, v in extra.items() if k == "OMP_NUM_THREADS"})  # before NumPy loads
+        os.environ.update(threads)  # before NumPy loads: forked ranks keep the thread pools it sizes
         try:
             spawn.preload()
         except ImportError as e:
@@ -237,7 +246,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             env.update(master)
             env.update(extra)
             if rank.local:
-                rank.argv, rank.env = argv, {**os.environ, **env}
+                rank.argv, rank.env = argv, {**os.environ, **env, **threads}
                 rank.forked = (module, list(program)) if fork else None
             else:
                 env = {**spawn.forwarded_env(), **env}

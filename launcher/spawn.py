@@ -56,6 +56,26 @@ def cpu_count():
         return os.cpu_count() or 1
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+THREADS_VAR = "COMMLIB_THREADS_PER_RANK"  # commrun's --threads-per-rank, for the host agents: N or "auto"
+
+
+def thread_vars(local_size, cores, environ, per_rank="auto"):
+    """The compute-thread variables of the ranks of one host (OpenMP, and so torch, MKL, OpenBLAS):
+    per_rank threads each where it is a number; with "auto", the host's cores shared among its
+    ranks (at least one each) where more than one rank runs there and the environment sets none of
+    them. ({variable: value}, the notice to print once or None)."""
+    if per_rank != "auto":
+        return dict.fromkeys(THREAD_VARS, str(per_rank)), None
+    if local_size <= 1 or any(v in environ for v in THREAD_VARS):
+        return {}, None
+    n = max(1, cores // local_size)
+    return dict.fromkeys(THREAD_VARS, str(n)), (
+        f"{local_size} ranks on {cores} cores: {n} compute thread{'s' if n > 1 else ''} a rank "
+        f"(OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS={n}; set one of them, or --threads-per-rank, "
+        f"to choose)")
+
+
 def job_vars(rank, size, local_rank, local_size, coordinator, secret):
     host, port = coordinator
     host = f"[{host}]" if ":" in host else host

@@ -264,3 +264,29 @@ def test_frames_read_across_any_split_and_refuse_garbage():
         assert not frames.buf
     with pytest.raises(ValueError, match="not a commrun agent stream"):
         wire.Frames().feed(b"SSH-2.0-OpenSSH banner text\n")
+
+
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def test_each_host_shares_its_cores_among_its_ranks(commrun, hostshell):
+    """The compute-thread rule runs on each host with its own ranks (and cores): a host of one rank
+    keeps the libraries' defaults; --threads-per-rank reaches every host."""
+    rsh, _ = hostshell
+    script = commrun.script("threads.py", """
+        import os
+        import commlib as cl
+        g = cl.init()
+        print(os.environ["COMMLIB_LOCAL_SIZE"], *[os.environ.get(v, "-") for v in %r], flush=True)
+        cl.barrier()
+    """ % (THREADS,))
+    commrun.env = {k: v for k, v in commrun.env.items() if k not in THREADS}
+    cores = len(os.sched_getaffinity(0))
+    r = commrun.run("--hosts", "h1:1,h2:3,localhost:2", *rsh, script)
+    assert r.returncode == 0, r.stderr
+    for rank, lines in by_rank(r.stdout).items():
+        local, *got = lines[0].split()
+        assert got == ["-"] * 3 if local == "1" else got == [str(max(1, cores // int(local)))] * 3, (rank, lines)
+    r = commrun.run("--hosts", "h1:1,h2:3", "--threads-per-rank", "2", *rsh, script)
+    assert r.returncode == 0, r.stderr
+    assert all(lines[0].split()[1:] == ["2"] * 3 for lines in by_rank(r.stdout).values()), r.stdout

@@ -14,7 +14,7 @@ DUMP_ENV = """
     import json, os, sys
     names = ["COMMLIB_RANK", "COMMLIB_SIZE", "COMMLIB_LOCAL_RANK", "COMMLIB_LOCAL_SIZE", "COMMLIB_COORDINATOR",
              "COMMLIB_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
-             "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST", "MASTER_ADDR", "MASTER_PORT"]
+             "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST", "MASTER_ADDR", "MASTER_PORT"]
     print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in names}}))
 """
 
@@ -65,14 +65,25 @@ def test_master_addr_and_port_the_user_exported_are_kept(commrun):
                for got in untag(r.stdout).values())
 
 
-def test_omp_threads_set_when_ranks_outnumber_cores(commrun):
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_compute_threads_per_rank(commrun, n):
+    """Each rank's thread variables, read in the rank: the host's cores shared among its ranks (at
+    least one each) where more than one runs, nothing set for one rank alone; --threads-per-rank wins."""
     script = commrun.script("dump.py", DUMP_ENV)
-    env = {k: v for k, v in commrun.env.items() if k != "OMP_NUM_THREADS"}
-    commrun.env = env
-    r = commrun.run("-n", cores() + 1, script)
-    assert r.returncode == 0
-    assert all(got["env"]["OMP_NUM_THREADS"] == "1" for got in untag(r.stdout).values())
-    assert f"{cores() + 1} ranks on {cores()} cores: setting OMP_NUM_THREADS=1" in r.stderr
+    commrun.env = {k: v for k, v in commrun.env.items() if k not in THREADS}
+    r = commrun.run("-n", n, script)
+    assert r.returncode == 0, r.stderr
+    want = None if n == 1 else str(max(1, cores() // n))
+    for got in untag(r.stdout).values():
+        assert [got["env"].get(v) for v in THREADS] == [want] * 3, (n, got["env"].get("OMP_NUM_THREADS"))
+    assert r.stderr.count("compute thread") == (0 if n == 1 else 1), r.stderr
+    r = commrun.run("-n", n, "--threads-per-rank", "2", script)
+    assert r.returncode == 0, r.stderr
+    assert all([got["env"].get(v) for v in THREADS] == ["2"] * 3 for got in untag(r.stdout).values())
+
 
 @both_launches
 def test_module(commrun):
@@ -126,7 +137,8 @@ def test_whole_lines_tagged_and_never_interleaved(commrun):
 def test_no_tag_output(commrun):
     r = commrun.run("-n", 2, "--no-tag-output", "--", "sh", "-c", "echo out; echo err >&2")
     assert r.returncode == 0
-    assert r.stdout.splitlines() == ["out", "out"] and r.stderr.splitlines() == ["err", "err"]
+    assert r.stdout.splitlines() == ["out", "out"]
+    assert [line for line in r.stderr.splitlines() if "compute thread" not in line] == ["err", "err"]
 
 @both_launches
 def test_stdin_goes_to_rank_0_only(commrun):

@@ -60,16 +60,54 @@ def test_rank_environment(invoke, monkeypatch):
     assert env["OMP_NUM_THREADS"] == "3" and env["PATH"] == os.environ["PATH"]
 
 
-def test_omp_threads_when_oversubscribed(invoke, monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@pytest.mark.parametrize("cores, n, want", [(2, 1, None), (2, 2, "1"), (2, 3, "1"), (8, 2, "4"), (8, 3, "2"),
+                                            (16, 4, "4"), (3, 2, "1")])
+def test_compute_threads_share_the_cores(invoke, monkeypatch, cores, n, want):
+    """Ranks sharing a host share its cores: OpenMP, MKL and OpenBLAS get cores // ranks threads
+    (at least one) each, said once; one rank alone is left as it is."""
+    for v in THREADS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(spawn, "cpu_count", lambda: cores)
+    result, (ranks, _) = invoke("-n", str(n), "script.py")
+    for rank in ranks:
+        assert [rank.env.get(v) for v in THREADS] == [want] * 3, (cores, n, rank.env.get("OMP_NUM_THREADS"))
+    notice = f"{n} ranks on {cores} cores: {want} compute thread"
+    assert (notice in result.output) is (want is not None), result.output
+    assert result.output.count("compute thread") == (0 if want is None else 1)
+    if want is not None:
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "launcher.md")) as f:
+            assert "compute thread" in f.read()  # the notice is explained where commrun is
+
+
+@pytest.mark.parametrize("user", THREADS)
+def test_compute_threads_the_user_set_are_kept(invoke, monkeypatch, user):
+    for v in THREADS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv(user, "3")
+    monkeypatch.setattr(spawn, "cpu_count", lambda: 8)
+    result, (ranks, _) = invoke("-n", "4", "script.py")
+    assert {v: ranks[0].env.get(v) for v in THREADS} == {v: "3" if v == user else None for v in THREADS}
+    assert "compute thread" not in result.output
+
+
+def test_threads_per_rank_overrides(invoke, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
     monkeypatch.setattr(spawn, "cpu_count", lambda: 2)
-    result, (ranks, _) = invoke("-n", "3", "script.py")
-    assert ranks[0].env["OMP_NUM_THREADS"] == "1"
-    assert "3 ranks on 2 cores: setting OMP_NUM_THREADS=1" in result.output
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "launcher.md")) as f:
-        assert "setting OMP_NUM_THREADS=1" in f.read()  # the notice is explained where commrun is
-    _, (ranks, _) = invoke("-n", "2", "script.py")
-    assert "OMP_NUM_THREADS" not in ranks[0].env
+    result, (ranks, _) = invoke("-n", "1", "--threads-per-rank", "3", "script.py")
+    assert [ranks[0].env[v] for v in THREADS] == ["3"] * 3 and "compute thread" not in result.output
+    result, _ = invoke("-n", "2", "--threads-per-rank", "0", "script.py")
+    assert result.exit_code == 2 and "--threads-per-rank" in result.output
+
+
+def test_host_agents_apply_the_thread_rule_with_their_own_cores(monkeypatch):
+    for v in THREADS:
+        monkeypatch.delenv(v, raising=False)
+    assert spawn.thread_vars(3, 12, {}, "auto")[0] == dict.fromkeys(THREADS, "4")
+    assert spawn.thread_vars(3, 12, {"MKL_NUM_THREADS": "1"}, "auto") == ({}, None)
+    assert spawn.thread_vars(1, 12, {}, "2") == (dict.fromkeys(THREADS, "2"), None)
 
 
 def test_options_reach_supervise(invoke):
