@@ -224,7 +224,7 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     threads, notice = spawn.thread_vars(local_size, spawn.cpu_count(), os.environ, per_rank)
     if notice:
         supervise.say(notice)
-    if remote and (per_rank != "auto" or not any(v in os.environ for v in spawn.THREAD_VARS)):
+    if remote and (per_rank != "auto" or not spawn.threads_set(os.environ)):  # (they are not forwarded)
         extra[spawn.THREADS_VAR] = str(per_rank)
 
     if fork:

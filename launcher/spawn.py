@@ -60,6 +60,11 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 THREADS_VAR = "COMMLIB_THREADS_PER_RANK"  # commrun's --threads-per-rank, for the host agents: N or "auto"
 
 
+def threads_set(environ):
+    """Whether the environment sets any of the compute-thread variables (then commrun sets none)."""
+    return any(v in environ for v in THREAD_VARS)
+
+
 def thread_vars(local_size, cores, environ, per_rank="auto"):
     """The compute-thread variables of the ranks of one host (OpenMP, and so torch, MKL, OpenBLAS):
     per_rank threads each where it is a number; with "auto", the host's cores shared among its
@@ -67,7 +72,7 @@ def thread_vars(local_size, cores, environ, per_rank="auto"):
     them. ({variable: value}, the notice to print once or None)."""
     if per_rank != "auto":
         return dict.fromkeys(THREAD_VARS, str(per_rank)), None
-    if local_size <= 1 or any(v in environ for v in THREAD_VARS):
+    if local_size <= 1 or threads_set(environ):
         return {}, None
     n = max(1, cores // local_size)
     return dict.fromkeys(THREAD_VARS, str(n)), (

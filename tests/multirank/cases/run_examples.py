@@ -22,19 +22,19 @@ def main(paths):
         sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python EXAMPLE` puts its directory first
         try:
             runpy.run_path(path, run_name="__main__")
-            print(f"EXAMPLE-OK {name}", flush=True)
+            error = None
         except SystemExit as exc:
-            if exc.code not in (0, None):
-                failed += 1
-                print(f"EXAMPLE-FAILED {name}: exited with {exc.code!r}", flush=True)
-            else:
-                print(f"EXAMPLE-OK {name}", flush=True)
+            error = None if exc.code in (0, None) else f"exited with {exc.code!r}"
         except Exception as exc:  # reported, and the next example still runs
-            failed += 1
             traceback.print_exc()
-            print(f"EXAMPLE-FAILED {name}: {type(exc).__name__}: {exc}", flush=True)
+            error = f"{type(exc).__name__}: {exc}"
         finally:
             sys.path.pop(0)
+        if error is None:
+            print(f"EXAMPLE-OK {name}", flush=True)
+        else:
+            failed += 1
+            print(f"EXAMPLE-FAILED {name}: {error}", flush=True)
     return 1 if failed else 0
 
 
