@@ -104,6 +104,7 @@ class Agent:
         self.children = []  # _Child: the agents this one started
         self.kill_rounds = 0
         self.proxy = None  # proxy.Proxy: this host's ranks' coordinator connection
+        self.binding = None  # binding.plan of this host's ranks, made with the first
 
     def send(self, kind, rank, payload=b""):
         if self.out_fd is None:  # commrun no longer reads: the ranks are being stopped
@@ -151,6 +152,7 @@ class Agent:
             if per_rank is not None:  # commrun's rule for compute threads, with this host's cores
                 env.update(spawn.thread_vars(entry["local_size"], spawn.cpu_count(), env, per_rank)[0])
             rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True, argv=self.spec["argv"], env=env)
+            rank.cpus = self.bind(rank, env)
             stdin = subprocess.PIPE if r == self.spec.get("stdin_rank") else subprocess.DEVNULL
             try:
                 proc = spawn.start(rank, stdin)
@@ -167,6 +169,23 @@ class Agent:
             self.send(STARTED, r, str(proc.pid).encode())
         for child in self.spec.get("children", ()):
             self.start_child(spawn, child)
+
+    def bind(self, rank, env):
+        """The CPUs of this host a rank is bound to, by commrun's --bind-to (binding.plan with this
+        host's cores), reported on stderr where --report-bindings asks."""
+        from . import binding
+
+        bind_to = env.pop(binding.BIND_VAR, "auto")
+        report = env.pop(binding.REPORT_VAR, "") == "1"
+        if bind_to not in binding.CHOICES:
+            bind_to = "auto"
+        if self.binding is None:
+            self.binding = binding.plan(rank.local_size, bind_to, binding.threads_of(env))
+        blocks, why = self.binding
+        cpus = blocks[rank.local_rank] if rank.local_rank < len(blocks) else None
+        if report:
+            self.log(binding.report(rank.rank, cpus, why, binding.allowed_cpus()))
+        return cpus
 
     def start_child(self, spawn, child):
         ranks = subtree_ranks(child["spec"])

@@ -10,7 +10,7 @@ from commlib._hosts import route_address
 from commlib._transport.limits import raise_fd_limit
 from commlib._transport.seal import enabled as seal_enabled
 
-from . import __version__, hostagents, hosts, spawn, supervise, tracefetch
+from . import __version__, binding, hostagents, hosts, spawn, supervise, tracefetch
 
 EPILOG = """\b
 Examples:
@@ -131,6 +131,14 @@ def _check_program(program, module, direct):
               help="Compute threads a rank (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS). Default: "
                    "a host's cores shared among its ranks, where more than one runs there and none of "
                    "these is set.")
+@click.option("--bind-to", "bind_to", type=click.Choice(binding.CHOICES), default="auto", show_default=True,
+              envvar=binding.BIND_VAR, show_envvar=True,
+              help="Bind each rank to a block of its host's cores (the cores split evenly among the host's ranks, "
+                   "all their hardware threads), to those blocks' sockets, or to nothing. auto: core on a host of "
+                   "more than one socket where the ranks do not outnumber the cores and their compute threads "
+                   "fit their blocks, else none.")
+@click.option("--report-bindings", "report_bindings", is_flag=True,
+              help="Print the CPUs each rank is bound to.")
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
                    "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
@@ -151,7 +159,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,
-         pair_timeout, threads_per_rank, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
+         pair_timeout, threads_per_rank, bind_to, report_bindings, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     raise_fd_limit()  # two pipes and a coordinator connection per rank here, and the ranks inherit it
     direct = ctx.meta.get("commrun.direct", False) and not module
@@ -226,6 +234,11 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         supervise.say(notice)
     if remote and (per_rank != "auto" or not spawn.threads_set(os.environ)):  # (they are not forwarded)
         extra[spawn.THREADS_VAR] = str(per_rank)
+    _bind(ranks, local_size, bind_to, binding.threads_of({**os.environ, **threads}), report_bindings)
+    if remote:
+        extra[binding.BIND_VAR] = bind_to
+        if report_bindings:
+            extra[binding.REPORT_VAR] = "1"
 
     if fork:
         if direct:
@@ -282,6 +295,19 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
                 tracefetch.fetch(rsh, remote_hosts, trace_dir, say=supervise.say)
             _report(trace_dir, trace, stats)
     ctx.exit(rc)
+
+
+def _bind(ranks, local_size, bind_to, threads, report):
+    """Each local rank's CPUs (binding.plan), said per rank where `report`."""
+    if not local_size:
+        return
+    blocks, why = binding.plan(local_size, bind_to, threads)
+    every = binding.allowed_cpus() if report else ()
+    for rank in ranks:
+        if rank.local:
+            rank.cpus = blocks[rank.local_rank]
+            if report:
+                supervise.say(binding.report(rank.rank, rank.cpus, why, every))
 
 
 def _report(trace_dir, path, stats):

@@ -13,6 +13,8 @@ import sys
 
 from commlib._hosts import DEFAULT_RSH, forwarded_env, remote_argv  # noqa: F401 -- commrun's names for them
 
+from . import binding
+
 _PR_SET_PDEATHSIG = 1
 
 # Resolved before any fork: the child only calls it.
@@ -34,6 +36,7 @@ class Rank:
     proc: subprocess.Popen = None  # or a Forked
     forked: tuple = None  # (module, program) when the rank is forked from commrun (--fork)
     agent: object = None  # hostagents.HostAgent: what starts a remote rank on its host
+    cpus: set = None  # the CPUs a local rank is bound to (binding.plan), None: unbound
 
     def describe(self):
         pid = self.proc.pid if self.proc and self.proc.pid is not None else "?"
@@ -180,7 +183,12 @@ _SETPRIV = (shutil.which("setpriv") if sys.version_info >= (3, 11) and sys.platf
 
 def start(rank, stdin, merged=False):
     """Start one rank with piped stdout/stderr (one pipe for both where `merged`: commrun short of
-    file descriptors). Must be called before any thread exists."""
+    file descriptors), bound to its CPUs. Must be called before any thread exists."""
+    with binding.bound(rank.cpus):
+        return _start(rank, stdin, merged)
+
+
+def _start(rank, stdin, merged):
     if rank.forked is not None:
         return fork_start(rank, stdin, merged)
     pipes = dict(env=rank.env, stdin=stdin, stdout=subprocess.PIPE,

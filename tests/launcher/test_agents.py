@@ -290,3 +290,31 @@ def test_each_host_shares_its_cores_among_its_ranks(commrun, hostshell):
     r = commrun.run("--hosts", "h1:1,h2:3", "--threads-per-rank", "2", *rsh, script)
     assert r.returncode == 0, r.stderr
     assert all(lines[0].split()[1:] == ["2"] * 3 for lines in by_rank(r.stdout).values()), r.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this system")
+def test_each_host_binds_its_own_ranks_and_reports_them(commrun, hostshell):
+    """--bind-to reaches each host's agent, which splits that host's cores among that host's ranks
+    (a host of one rank: all of them) and, with --report-bindings, says so tagged by its host."""
+    rsh, _ = hostshell
+    script = commrun.script("aff.py", """
+        import os
+        import commlib as cl
+        g = cl.init()
+        print(os.environ["COMMLIB_LOCAL_RANK"], ",".join(map(str, sorted(os.sched_getaffinity(0)))), flush=True)
+        cl.barrier()
+    """)
+    every = sorted(os.sched_getaffinity(0))
+    r = commrun.run("--hosts", "h1:1,h2:2", "--bind-to", "core", "--report-bindings", *rsh, script)
+    assert r.returncode == 0, r.stderr
+    got = {rank: lines[0].split() for rank, lines in by_rank(r.stdout).items()}
+    assert got[0] == ["0", ",".join(map(str, every))]
+    h2 = [set(map(int, got[rank][1].split(","))) for rank in (1, 2)]
+    if len(every) >= 2:
+        assert not (h2[0] & h2[1]) and h2[0] | h2[1] <= set(every), got
+    assert re.search(r"agent on h2: rank 1 bound to CPUs? [0-9,]+ \[", r.stderr), r.stderr
+    assert re.search(r"agent on h1: rank 0 bound to CPUs? " + ",".join(map(str, every)), r.stderr), r.stderr
+    r = commrun.run("--hosts", "h1:1,h2:2", "--bind-to", "none", *rsh, script)
+    assert r.returncode == 0, r.stderr
+    assert all(lines[0].split()[1] == ",".join(map(str, every)) for lines in by_rank(r.stdout).values())
+    assert "bound" not in r.stderr

@@ -85,6 +85,55 @@ def test_compute_threads_per_rank(commrun, n):
     assert all([got["env"].get(v) for v in THREADS] == ["2"] * 3 for got in untag(r.stdout).values())
 
 
+AFFINITY = """
+    import json, os, threading
+    got = {}
+    t = threading.Thread(target=lambda: got.update(thread=sorted(os.sched_getaffinity(0))))
+    t.start(); t.join()
+    print(json.dumps({"rank": sorted(os.sched_getaffinity(0)), **got}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this system")
+@both_launches
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ranks_bound_to_their_cores(commrun, n):
+    """Each rank's CPUs, and a thread's it starts, read in the rank: with --bind-to core blocks of
+    whole cores that split the host's CPUs evenly (disjoint, the same size) where ranks do not
+    outnumber the cores, every CPU where they do; --report-bindings names the same CPUs; by default
+    the same on a host of several sockets, nothing bound on one socket; --bind-to none binds
+    nothing."""
+    script = commrun.script("aff.py", AFFINITY)
+    every = sorted(os.sched_getaffinity(0))
+    topo = [tuple(int(open(f"/sys/devices/system/cpu/cpu{c}/topology/{f}").read()) for f in
+                  ("physical_package_id", "core_id")) for c in every]
+    ncores, nsockets = len(set(topo)), len({socket for socket, _ in topo})
+    r = commrun.run("-n", n, "--bind-to", "core", "--report-bindings", script)
+    assert r.returncode == 0, r.stderr
+    got = untag(r.stdout)
+    assert all(g["thread"] == g["rank"] for g in got.values()), got  # the rank's threads stay in its CPUs
+    cpus = [set(got[i]["rank"]) for i in range(n)]
+    first = cpus[:ncores]  # where ranks outnumber cores, rank i shares core i mod cores
+    assert all(not (a & b) for i, a in enumerate(first) for b in first[i + 1:]), cpus
+    assert len({len(c) for c in first}) == 1 and len(first[0]) >= len(every) // len(first) // 2, cpus
+    assert all(c == cpus[i % ncores] for i, c in enumerate(cpus)), cpus
+    for i, c in enumerate(cpus):
+        listed = ",".join(map(str, sorted(c)))
+        assert re.search(rf"commrun: rank {i} bound to CPUs? {listed} \[", r.stderr), r.stderr
+    bound = [g["rank"] for g in untag(r.stdout).values()]
+    r = commrun.run("-n", n, script)
+    assert r.returncode == 0, r.stderr
+    by_default = [g["rank"] for g in untag(r.stdout).values()]
+    if nsockets > 1 and n <= ncores:
+        assert sorted(by_default) == sorted(bound)
+    else:
+        assert by_default == [every] * n
+        assert "not bound" not in r.stderr  # said only with --report-bindings
+    r = commrun.run("-n", n, "--bind-to", "none", script)
+    assert r.returncode == 0, r.stderr
+    assert all(g["rank"] == every for g in untag(r.stdout).values())
+
+
 @both_launches
 def test_module(commrun):
     (commrun.cwd / "mypkg").mkdir()

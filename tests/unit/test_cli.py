@@ -5,7 +5,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from commrun import cli, spawn, supervise
+from commrun import binding, cli, spawn, supervise
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -108,6 +108,62 @@ def test_host_agents_apply_the_thread_rule_with_their_own_cores(monkeypatch):
     assert spawn.thread_vars(3, 12, {}, "auto")[0] == dict.fromkeys(THREADS, "4")
     assert spawn.thread_vars(3, 12, {"MKL_NUM_THREADS": "1"}, "auto") == ({}, None)
     assert spawn.thread_vars(1, 12, {}, "2") == (dict.fromkeys(THREADS, "2"), None)
+
+
+@pytest.fixture
+def four_cores(monkeypatch):
+    """A host of two sockets of two one-thread cores, whatever this one has."""
+    monkeypatch.setattr(binding, "allowed_cpus", lambda: [0, 1, 2, 3])
+    monkeypatch.setattr(binding, "topology", lambda cpus: [(c // 2, (c,)) for c in cpus])
+    monkeypatch.setattr(spawn, "cpu_count", lambda: 4)
+    monkeypatch.setattr(binding, "SUPPORTED", True)
+    for v in THREADS:
+        monkeypatch.delenv(v, raising=False)
+
+
+@pytest.mark.parametrize("args, n, want", [
+    ((), 2, [{0, 1}, {2, 3}]), ((), 4, [{0}, {1}, {2}, {3}]), ((), 1, [{0, 1, 2, 3}]), ((), 5, [None] * 5),
+    (("--bind-to", "none"), 2, [None, None]), (("--bind-to", "core"), 6, [{0}, {1}, {2}, {3}, {0}, {1}]),
+    (("--threads-per-rank", "3"), 2, [None, None]), (("--threads-per-rank", "3", "--bind-to", "core"), 2,
+                                                     [{0, 1}, {2, 3}])])
+def test_local_ranks_are_bound_to_blocks_of_the_cores(invoke, four_cores, args, n, want):
+    result, (ranks, _) = invoke("-n", str(n), *args, "script.py")
+    assert result.exit_code == 7, result.output
+    assert [rank.cpus for rank in ranks] == want
+    assert "bound" not in result.output  # said only with --report-bindings
+
+
+def test_a_one_socket_host_is_bound_only_when_asked(invoke, four_cores, monkeypatch):
+    monkeypatch.setattr(binding, "topology", lambda cpus: [(0, (c,)) for c in cpus])
+    result, (ranks, _) = invoke("-n", "2", "--report-bindings", "script.py")
+    assert [rank.cpus for rank in ranks] == [None, None]
+    assert result.output.count("not bound (one socket: --bind-to core binds)") == 2
+    _, (ranks, _) = invoke("-n", "2", "--bind-to", "core", "script.py")
+    assert [rank.cpus for rank in ranks] == [{0, 1}, {2, 3}]
+
+
+def test_report_bindings_says_each_ranks_cpus(invoke, four_cores):
+    result, _ = invoke("-n", "2", "--report-bindings", "script.py")
+    assert "commrun: rank 0 bound to CPUs 0,1 [BB..]" in result.output
+    assert "commrun: rank 1 bound to CPUs 2,3 [..BB]" in result.output
+    result, _ = invoke("-n", "5", "--report-bindings", "script.py")
+    assert result.output.count("not bound (5 ranks on 4 cores)") == 5
+
+
+def test_bind_to_from_the_environment_and_bad_values(invoke, four_cores):
+    _, (ranks, _) = invoke("-n", "2", "script.py", env={binding.BIND_VAR: "none"})
+    assert [rank.cpus for rank in ranks] == [None, None]
+    result, _ = invoke("-n", "2", "--bind-to", "hwthread", "script.py")
+    assert result.exit_code == 2 and "--bind-to" in result.output
+
+
+def test_remote_hosts_get_the_binding_to_plan_with_their_own_cores(invoke, four_cores):
+    _, (ranks, _) = invoke("--hosts", "localhost:1,nodeb:2", "--rsh", "sh -c", "--coordinator-host", "10.1.0.1",
+                           "--bind-to", "socket", "--report-bindings", "script.py")
+    assert ranks[0].cpus == {0, 1, 2, 3} and ranks[1].cpus is None  # planned here for local ranks only
+    spec = ranks[1].agent.spec
+    env = {**spec["env"], **spec["ranks"][0]["env"]}
+    assert env[binding.BIND_VAR] == "socket" and env[binding.REPORT_VAR] == "1"
 
 
 def test_options_reach_supervise(invoke):
