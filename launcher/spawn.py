@@ -74,14 +74,46 @@ def thread_vars(local_size, cores, environ, per_rank="auto"):
     ranks (at least one each) where more than one rank runs there and the environment sets none of
     them. ({variable: value}, the notice to print once or None)."""
     if per_rank != "auto":
-        return dict.fromkeys(THREAD_VARS, str(per_rank)), None
-    if local_size <= 1 or threads_set(environ):
-        return {}, None
-    n = max(1, cores // local_size)
-    return dict.fromkeys(THREAD_VARS, str(n)), (
-        f"{local_size} ranks on {cores} cores: {n} compute thread{'s' if n > 1 else ''} a rank "
-        f"(OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS={n}; set one of them, or --threads-per-rank, "
-        f"to choose)")
+        chosen, notice = dict.fromkeys(THREAD_VARS, str(per_rank)), None
+    elif local_size <= 1 or threads_set(environ):
+        chosen, notice = {}, None
+    else:
+        n = max(1, cores // local_size)
+        chosen, notice = dict.fromkeys(THREAD_VARS, str(n)), (
+            f"{local_size} ranks on {cores} cores: {n} compute thread{'s' if n > 1 else ''} a rank "
+            f"(OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS={n}; set one of them, or --threads-per-rank, "
+            f"to choose)")
+    wait = wait_policy(local_size, cores, {**environ, **chosen})
+    if wait:
+        chosen.update(wait)
+        notice = "; ".join(filter(None, (notice, f"{local_size} ranks of {_threads(environ, chosen, cores)} compute "
+                                                   f"threads on {cores} cores: OMP_WAIT_POLICY=PASSIVE (a waiting "
+                                                   f"OpenMP thread sleeps instead of spinning; set it to choose)")))
+    return chosen, notice
+
+
+WAIT_VAR = "OMP_WAIT_POLICY"
+
+
+def _threads(environ, chosen, cores):
+    return binding.threads_of({**environ, **chosen}) or cores
+
+
+def wait_policy(local_size, cores, environ):
+    """OMP_WAIT_POLICY=PASSIVE where a host's ranks run more compute threads than it has cores,
+    more than one each, and the environment does not choose: {variable: value} or {}.
+
+    An idle OpenMP thread (torch's, MKL's) spins before it sleeps, and a thread that waits at the
+    end of a parallel loop spins for one that is not running. OpenMP itself stops spinning when
+    one process's threads outnumber its cores, but it sees one rank, not the host: two ranks of
+    torch's two threads on two cores spin for each other's cores, and every wake-up of a
+    communication thread (any backend's) lands behind a spinning one. Measured with torch's
+    threads (2 a rank, 2 ranks on 2 cores), a DDP step of a 1 M-parameter MLP took 50 ms with
+    commlib and 34 with gloo; both 6-11 ms with PASSIVE (benchmarks/RESULTS.md)."""
+    threads = _threads(environ, {}, cores)
+    if WAIT_VAR in environ or local_size <= 1 or threads <= 1 or local_size * threads <= cores:
+        return {}  # (one rank: OpenMP's own rule; one thread a rank: no team waits)
+    return {WAIT_VAR: "PASSIVE"}
 
 
 def job_vars(rank, size, local_rank, local_size, coordinator, secret):

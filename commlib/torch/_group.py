@@ -26,7 +26,7 @@ from .._dtypes import dtype_code
 from .._engine import ANY_SOURCE
 from .._errors import CommError, MismatchError
 from .._kernels import address as _addr
-from . import _store
+from . import _store, _threads
 from ._profile import first, nothing, profiled, second, second_one
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
 from ._work import Pending, done
@@ -45,6 +45,7 @@ def create_process_group(dist_opts, backend_opts=None):
     if not members:  # the default group: torch's world
         world = _store.world(dist_opts.store, rank, size, timeout)
         members = list(range(size))
+        _threads.share_cores(world.local_rank(), world.local_size())
     else:
         world = lifecycle.current()
         if world is None or world.transport is None and size > 1:

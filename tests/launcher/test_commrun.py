@@ -14,7 +14,7 @@ DUMP_ENV = """
     import json, os, sys
     names = ["COMMLIB_RANK", "COMMLIB_SIZE", "COMMLIB_LOCAL_RANK", "COMMLIB_LOCAL_SIZE", "COMMLIB_COORDINATOR",
              "COMMLIB_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
-             "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST", "MASTER_ADDR", "MASTER_PORT"]
+             "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "COMMRUN_FAKE_HOST", "MASTER_ADDR", "MASTER_PORT"]
     print(json.dumps({"argv": sys.argv[1:], "env": {k: os.environ.get(k) for k in names}}))
 """
 
@@ -80,9 +80,16 @@ def test_compute_threads_per_rank(commrun, n):
     for got in untag(r.stdout).values():
         assert [got["env"].get(v) for v in THREADS] == [want] * 3, (n, got["env"].get("OMP_NUM_THREADS"))
     assert r.stderr.count("compute thread") == (0 if n == 1 else 1), r.stderr
+    assert all(got["env"]["OMP_WAIT_POLICY"] is None for got in untag(r.stdout).values())  # a thread each: no team
     r = commrun.run("-n", n, "--threads-per-rank", "2", script)
     assert r.returncode == 0, r.stderr
     assert all([got["env"].get(v) for v in THREADS] == ["2"] * 3 for got in untag(r.stdout).values())
+    # more compute threads than cores, more than one a rank: a waiting OpenMP thread sleeps
+    passive = "PASSIVE" if 1 < n and 2 * n > cores() else None
+    assert all(got["env"]["OMP_WAIT_POLICY"] == passive for got in untag(r.stdout).values()), r.stdout
+    assert ("OMP_WAIT_POLICY=PASSIVE" in r.stderr) is (passive is not None), r.stderr
+    r = commrun.run("-n", n, "--threads-per-rank", "2", script, env={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert all(got["env"]["OMP_WAIT_POLICY"] == "ACTIVE" for got in untag(r.stdout).values())  # the user's
 
 
 AFFINITY = """

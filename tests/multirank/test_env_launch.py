@@ -236,3 +236,45 @@ def test_a_coordinator_port_in_use_fails_rank_0_at_once(tmp_path):
         (code, out, err), = _run_all([env], tmp_path)
     assert code != 0 and time.monotonic() - t < 10
     assert f"cannot start the coordinator on 127.0.0.1:{port}: [Errno 98] Address already in use" in err, err
+
+
+THREADS_CASE = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    import commlib.torch
+    before = torch.get_num_threads()
+    dist.init_process_group("commlib")
+    t = torch.ones(4); dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} threads {before} -> {torch.get_num_threads()} sum {t[0].item():g}")
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.parametrize("omp", [None, "2"])
+def test_torch_backend_shares_the_cores_where_the_launcher_did_not(omp, tmp_path):
+    """Ranks started with no thread variables (srun, Ray, a launch by hand) at torch's default of a
+    thread a core: the backend sets cores // ranks each once the ranks have met, the host's first
+    rank says so; an exported OMP_NUM_THREADS is the user's choice."""
+    pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+    import psutil
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if min(cores, psutil.cpu_count(logical=False) or cores) < 2:
+        pytest.skip("one core: torch's default is one thread, nothing to share")
+    n, port = 2, _free_port()
+    base = {k: v for k, v in _clean_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if omp:
+        base["OMP_NUM_THREADS"] = omp
+    envs = [dict(base, RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 COMMLIB_TIMEOUT="30") for r in range(n)]
+    outs = _run_all(envs, tmp_path, THREADS_CASE)
+    for r, (code, out, err) in enumerate(outs):
+        assert code == 0, f"rank {r}: {err}"
+        before, after = (int(x) for x in out.split("threads ")[1].split(" sum")[0].split(" -> "))
+        assert out.endswith(f"sum {n}\n"), out
+        if omp:
+            assert after == before == int(omp) and "set_num_threads" not in err
+        elif n * before > cores:
+            assert after == max(1, cores // n), out
+            assert ("torch.set_num_threads" in err) is (r == 0), (r, err)
+        else:
+            assert after == before, out

@@ -90,7 +90,9 @@ def test_compute_threads_the_user_set_are_kept(invoke, monkeypatch, user):
     monkeypatch.setattr(spawn, "cpu_count", lambda: 8)
     result, (ranks, _) = invoke("-n", "4", "script.py")
     assert {v: ranks[0].env.get(v) for v in THREADS} == {v: "3" if v == user else None for v in THREADS}
-    assert "compute thread" not in result.output
+    assert "compute thread a rank" not in result.output
+    # 4 ranks of 3 (or, where OMP_NUM_THREADS is unset, OpenMP's 8) threads on 8 cores: they sleep to wait
+    assert ranks[0].env["OMP_WAIT_POLICY"] == "PASSIVE" and result.output.count("OMP_WAIT_POLICY") == 1
 
 
 def test_threads_per_rank_overrides(invoke, monkeypatch):
@@ -102,11 +104,25 @@ def test_threads_per_rank_overrides(invoke, monkeypatch):
     assert result.exit_code == 2 and "--threads-per-rank" in result.output
 
 
+@pytest.mark.parametrize("n, per_rank, environ, want", [
+    (2, "2", {}, "PASSIVE"),  # 4 threads on 2 cores
+    (2, "auto", {}, None),  # commrun's 1 a rank: no OpenMP team waits
+    (3, "auto", {}, None),
+    (2, "auto", {"OMP_NUM_THREADS": "2"}, "PASSIVE"),  # the user's threads, still too many
+    (2, "auto", {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"}, None),  # the user chose
+    (1, "4", {}, None),  # one rank: OpenMP's own rule
+    (2, "1", {}, None)])
+def test_oversubscribed_openmp_threads_sleep_when_they_wait(n, per_rank, environ, want):
+    chosen, notice = spawn.thread_vars(n, 2, environ, per_rank)
+    assert chosen.get("OMP_WAIT_POLICY") == want
+    assert ("OMP_WAIT_POLICY=PASSIVE" in (notice or "")) is (want is not None), notice
+
+
 def test_host_agents_apply_the_thread_rule_with_their_own_cores(monkeypatch):
     for v in THREADS:
         monkeypatch.delenv(v, raising=False)
     assert spawn.thread_vars(3, 12, {}, "auto")[0] == dict.fromkeys(THREADS, "4")
-    assert spawn.thread_vars(3, 12, {"MKL_NUM_THREADS": "1"}, "auto") == ({}, None)
+    assert spawn.thread_vars(3, 12, {"OMP_NUM_THREADS": "4"}, "auto") == ({}, None)
     assert spawn.thread_vars(1, 12, {}, "2") == (dict.fromkeys(THREADS, "2"), None)
 
 
