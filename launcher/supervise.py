@@ -284,7 +284,16 @@ class _Job:
         if earlier and not force and time.monotonic() < self.blame_by:
             return
         self.blame_by = None
-        code, words, rank, _ = self.exited[first]
+        # still running after that wait: one whose program announced its exit code at exit (its
+        # digest) failed first all the same (a loaded host can take seconds to end an interpreter)
+        announced = self.coordinator.announced_exits() if earlier else {}
+        late = [rank for rank in earlier if rank.rank in announced]
+        if late:
+            rank = min(late, key=lambda rank: heard[rank.rank])
+            code = announced[rank.rank]
+            words = f"exited with code {code}"
+        else:
+            code, words, rank, _ = self.exited[first]
         self.drain(rank)
         say(f"{rank.describe()} {words}")
         # The others have been told (notify_died): give them a moment to raise PeerLost and

@@ -218,6 +218,13 @@ class Coordinator:
         with self._lock:
             return dict(self._first_heard)
 
+    def announced_exits(self):
+        """{rank: code} of the ranks whose program ended with a non-zero sys.exit code, as their
+        at-exit digest said (a rank may take a while yet to end after that)."""
+        with self._lock:
+            return {r: m["exit_code"] for r, m in self._digests.items()
+                    if m.get("at_exit") and isinstance(m.get("exit_code"), int) and m["exit_code"] != 0}
+
     def _heard(self, rank):
         with self._lock:
             self._first_heard.setdefault(rank, time.monotonic())

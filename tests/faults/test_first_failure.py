@@ -106,3 +106,34 @@ def test_first_failure_wins_stress(jobs, n, transport):
                     wrong.append(f"{how}/{where}: {problem}")
     print(f"first-failure stress n={n} {transport}: {len(HOWS) * len(WHERES) * RUNS} runs, {len(wrong)} wrong")
     assert not wrong, "\n".join(wrong[:20])
+
+
+SLOW_END = """
+import atexit
+if os.environ["RANK"] == "1":
+    atexit.register(time.sleep, 4)       # runs after commlib's own at-exit work (registered at init)
+g = cl.init()
+r = g.rank()
+cl.all_reduce(np.ones(10))
+if r == 1:
+    time.sleep(0.2)
+    sys.exit(7)
+try:
+    cl.all_reduce(np.ones(1000))
+    emit(etype="none")
+except cl.CommError as e:
+    emit(etype=type(e).__name__, msg=str(e))
+    sys.exit(3)
+"""
+
+
+def test_a_rank_slow_to_end_after_its_sys_exit_is_still_the_one_named(jobs):
+    """Rank 1's sys.exit(7) reaches the others (its at-exit digest) seconds before its process ends
+    (slow interpreter teardown on a loaded host; here an at-exit sleep): they raise PeerLost and exit
+    first. commrun waits a moment for the rank it heard from first, then names it all the same,
+    with the code it announced, instead of a survivor's 3."""
+    job = jobs(SLOW_END, 3, env={"COMMLIB_TIMEOUT": "30"}).start()
+    rc = job.wait(60)
+    wrong = _wrong(job, rc, 3, "sysexit", "collective")
+    job.assert_no_leftovers()
+    assert wrong is None, f"{wrong}\n{job.output()[-4000:]}"
