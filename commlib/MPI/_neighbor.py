@@ -98,7 +98,7 @@ class Neighborhood:
                                              f"disagree on its edges: {problem}")
         return nb
 
-    def _allgather_args(self, sendbuf, recvbuf, what, vector):
+    def _neighbor_allgather_args(self, sendbuf, recvbuf, what, vector):
         nb = self._exchange_neighbors(what)
         s = parse_send(sendbuf)
         n = len(nb.sources)
@@ -107,7 +107,7 @@ class Neighborhood:
         _same_base(sb, rb, what)
         return nb, rb, sb, what
 
-    def _alltoall_args(self, sendbuf, recvbuf, what, vector):
+    def _neighbor_alltoall_args(self, sendbuf, recvbuf, what, vector):
         nb = self._exchange_neighbors(what)
         if vector:
             sb, rb = _vector(sendbuf, len(nb.destinations), False), _vector(recvbuf, len(nb.sources), True)
@@ -117,46 +117,46 @@ class Neighborhood:
         _same_base(sb, rb, what)
         return nb, rb, sb, what
 
-    def _alltoallw_args(self, sendbuf, recvbuf, what):
+    def _neighbor_alltoallw_args(self, sendbuf, recvbuf, what):
         nb = self._exchange_neighbors(what)
         rb = parse_vectorw(recvbuf, len(nb.sources), True, what) if nb.sources else []
         sb = parse_vectorw(sendbuf, len(nb.destinations), False, what) if nb.destinations else []
         return nb, rb, sb, what
 
     def Neighbor_allgather(self, sendbuf, recvbuf):
-        self._run(exchange_body, *self._allgather_args(sendbuf, recvbuf, "Neighbor_allgather", False))
+        self._run(exchange_body, *self._neighbor_allgather_args(sendbuf, recvbuf, "Neighbor_allgather", False))
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf):
-        self._run(exchange_body, *self._allgather_args(sendbuf, recvbuf, "Neighbor_allgatherv", True))
+        self._run(exchange_body, *self._neighbor_allgather_args(sendbuf, recvbuf, "Neighbor_allgatherv", True))
 
     def Neighbor_alltoall(self, sendbuf, recvbuf):
-        self._run(exchange_body, *self._alltoall_args(sendbuf, recvbuf, "Neighbor_alltoall", False))
+        self._run(exchange_body, *self._neighbor_alltoall_args(sendbuf, recvbuf, "Neighbor_alltoall", False))
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf):
-        self._run(exchange_body, *self._alltoall_args(sendbuf, recvbuf, "Neighbor_alltoallv", True))
+        self._run(exchange_body, *self._neighbor_alltoall_args(sendbuf, recvbuf, "Neighbor_alltoallv", True))
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf):
-        self._run(exchange_body, *self._alltoallw_args(sendbuf, recvbuf, "Neighbor_alltoallw"))
+        self._run(exchange_body, *self._neighbor_alltoallw_args(sendbuf, recvbuf, "Neighbor_alltoallw"))
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
         return self._start("Ineighbor_allgather", exchange_body,
-                           *self._allgather_args(sendbuf, recvbuf, "Ineighbor_allgather", False))
+                           *self._neighbor_allgather_args(sendbuf, recvbuf, "Ineighbor_allgather", False))
 
     def Ineighbor_allgatherv(self, sendbuf, recvbuf):
         return self._start("Ineighbor_allgatherv", exchange_body,
-                           *self._allgather_args(sendbuf, recvbuf, "Ineighbor_allgatherv", True))
+                           *self._neighbor_allgather_args(sendbuf, recvbuf, "Ineighbor_allgatherv", True))
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf):
         return self._start("Ineighbor_alltoall", exchange_body,
-                           *self._alltoall_args(sendbuf, recvbuf, "Ineighbor_alltoall", False))
+                           *self._neighbor_alltoall_args(sendbuf, recvbuf, "Ineighbor_alltoall", False))
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf):
         return self._start("Ineighbor_alltoallv", exchange_body,
-                           *self._alltoall_args(sendbuf, recvbuf, "Ineighbor_alltoallv", True))
+                           *self._neighbor_alltoall_args(sendbuf, recvbuf, "Ineighbor_alltoallv", True))
 
     def Ineighbor_alltoallw(self, sendbuf, recvbuf):
         return self._start("Ineighbor_alltoallw", exchange_body,
-                           *self._alltoallw_args(sendbuf, recvbuf, "Ineighbor_alltoallw"))
+                           *self._neighbor_alltoallw_args(sendbuf, recvbuf, "Ineighbor_alltoallw"))
 
     def neighbor_allgather(self, sendobj):
         nb = self._exchange_neighbors("neighbor_allgather")

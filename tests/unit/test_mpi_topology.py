@@ -156,3 +156,20 @@ def test_self_partitioned_other_partition_counts():
         MPI.COMM_SELF.Precv_init(np.zeros(5), 4, 0, 1)
     with pytest.raises(MPI.Exception, match="partitions must be a positive int"):
         MPI.COMM_SELF.Psend_init(sbuf, 0, 0, 1)
+
+
+def test_topology_mixins_shadow_no_method_of_an_intracommunicator():
+    """A topology communicator is an intracommunicator for every collective: the neighbourhood and
+    topology methods mixed into Topocomm and its subclasses may not replace one of Intracomm's
+    (its private helpers included: Neighborhood's argument parsers once took the place of
+    Alltoall's and Allgather's, and those failed on every Cartesian communicator)."""
+    from commlib.MPI._comm import Cartcomm, Distgraphcomm, Graphcomm, Intracomm, Topocomm
+    from commlib.MPI._neighbor import Neighborhood
+    from commlib.MPI._topology import Cartesian, DistGraph, Graph, Topology
+
+    for mixin in (Neighborhood, Topology, Cartesian, Graph, DistGraph):
+        clash = sorted(name for name in vars(mixin) if not name.startswith("__") and hasattr(Intracomm, name))
+        assert not clash, f"{mixin.__name__} shadows Intracomm's {clash}"
+    for cls in (Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
+        for name in ("_allgather_args", "_alltoall_args", "_alltoallw_args", "Alltoall", "Allgather", "Alltoallw"):
+            assert getattr(cls, name) is getattr(Intracomm, name), (cls.__name__, name)

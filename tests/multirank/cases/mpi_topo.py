@@ -16,6 +16,9 @@ Sections:
   partitioned  a partitioned send of 8 parts filled by 4 threads, each marking its parts ready
                (Pready, Pready_range, Pready_list), received as 4 partitions polled with Parrived, 3 rounds
   large        blocks and partitions of 800 KB, past the engine's eager size
+  collectives  every collective of Comm (buffers, vectors, objects, blocking, non-blocking and persistent)
+               on a Cartesian, a graph and a distributed-graph communicator: the same results as on
+               the world (a topology communicator is an intracommunicator for every collective)
   errors       bad graph arguments: a clear MPI.Exception naming the rank, on every rank, and the job
                goes on; (commlib only: MPICH checks none of them, then aborts or hangs) an edge or a
                neighbour that is no rank, ranks disagreeing on a graph, a neighbourhood collective on an
@@ -262,7 +265,123 @@ def errors():
     comm.Barrier()
 
 
-for fn in (halo, ring, graphs, partitioned, large, errors):
+def topologies():
+    """A Cartesian, a graph and a distributed-graph communicator over every rank of the world."""
+    cart = comm.Create_cart([n], periods=[True])
+    index = list(np.cumsum([1] * n))
+    graph = comm.Create_graph(index, [(r + 1) % n for r in range(n)])
+    dist = comm.Create_dist_graph_adjacent([left], [right])
+    return [("Cartesian", cart), ("graph", graph), ("distributed graph", dist)]
+
+
+def collectives():
+    k = 3
+    counts = [r + 1 for r in range(n)]
+    displs = list(np.cumsum([0] + counts[:-1]))
+    for name, t in topologies():
+        tag = f"collectives on a {name} communicator"
+        c.equal((t.Get_rank(), t.Get_size()), (me, n), f"{tag}: rank and size")
+        t.Barrier()
+        mine = np.arange(k, dtype=np.float64) + 10 * me
+        b = mine.copy() if me == 0 else np.zeros(k)
+        t.Bcast(b, root=0)
+        c.equal(b, np.arange(k, dtype=np.float64), f"{tag}: Bcast")
+        everyone = np.stack([np.arange(k, dtype=np.float64) + 10 * r for r in range(n)])
+        got = np.zeros((n, k)) if me == n - 1 else None
+        t.Gather(mine, got, root=n - 1)
+        if me == n - 1:
+            c.equal(got, everyone, f"{tag}: Gather")
+        part = np.zeros(k)
+        t.Scatter(everyone if me == 0 else None, part, root=0)
+        c.equal(part, everyone[me], f"{tag}: Scatter")
+        got = np.zeros((n, k))
+        t.Allgather(mine, got)
+        c.equal(got, everyone, f"{tag}: Allgather")
+        flat = np.zeros(sum(counts))
+        t.Allgatherv(np.full(counts[me], float(me)), [flat, counts, displs, MPI.DOUBLE])
+        c.equal(flat, np.repeat(np.arange(n, dtype=np.float64), counts), f"{tag}: Allgatherv")
+        if me == 0:
+            vgot = np.zeros(sum(counts))
+            t.Gatherv(np.full(counts[me], float(me)), [vgot, counts, displs, MPI.DOUBLE], root=0)
+            c.equal(vgot, np.repeat(np.arange(n, dtype=np.float64), counts), f"{tag}: Gatherv")
+        else:
+            t.Gatherv(np.full(counts[me], float(me)), None, root=0)
+        vpart = np.zeros(counts[me])
+        t.Scatterv([np.repeat(np.arange(n, dtype=np.float64), counts), counts, displs, MPI.DOUBLE] if me == 0
+                   else None, vpart, root=0)
+        c.equal(vpart, np.full(counts[me], float(me)), f"{tag}: Scatterv")
+        send = np.array([100 * me + r for r in range(n)], dtype=np.float64)
+        got = np.zeros(n)
+        t.Alltoall(send, got)
+        c.equal(got, np.array([100 * r + me for r in range(n)], dtype=np.float64), f"{tag}: Alltoall")
+        got = np.zeros(n)
+        t.Alltoallv([send, [1] * n, list(range(n)), MPI.DOUBLE], [got, [1] * n, list(range(n)), MPI.DOUBLE])
+        c.equal(got, np.array([100 * r + me for r in range(n)], dtype=np.float64), f"{tag}: Alltoallv")
+        got = np.zeros(n)
+        t.Alltoallw([send, [1] * n, [8 * i for i in range(n)], [MPI.DOUBLE] * n],
+                    [got, [1] * n, [8 * i for i in range(n)], [MPI.DOUBLE] * n])
+        c.equal(got, np.array([100 * r + me for r in range(n)], dtype=np.float64), f"{tag}: Alltoallw")
+        total = np.zeros(k)
+        t.Allreduce(mine, total, op=MPI.SUM)
+        c.equal(total, everyone.sum(axis=0), f"{tag}: Allreduce")
+        red = np.zeros(k)
+        t.Reduce(mine, red if me == 0 else None, op=MPI.MAX, root=0)
+        if me == 0:
+            c.equal(red, everyone.max(axis=0), f"{tag}: Reduce")
+        blk = np.zeros(1)
+        t.Reduce_scatter_block(np.arange(n, dtype=np.float64) + me, blk, op=MPI.SUM)
+        c.equal(blk[0], float(n * me + sum(range(n))), f"{tag}: Reduce_scatter_block")
+        rs = np.zeros(counts[me])
+        t.Reduce_scatter(np.ones(sum(counts)), rs, recvcounts=counts, op=MPI.SUM)
+        c.equal(rs, np.full(counts[me], float(n)), f"{tag}: Reduce_scatter")
+        sc = np.zeros(k)
+        t.Scan(mine, sc, op=MPI.SUM)
+        c.equal(sc, everyone[:me + 1].sum(axis=0), f"{tag}: Scan")
+        ex = np.full(k, -1.0)
+        t.Exscan(mine, ex, op=MPI.SUM)
+        if me > 0:
+            c.equal(ex, everyone[:me].sum(axis=0), f"{tag}: Exscan")
+        # objects
+        c.equal(t.bcast({"from": me}, root=0), {"from": 0}, f"{tag}: bcast")
+        c.equal(t.allgather(me), list(range(n)), f"{tag}: allgather")
+        c.equal(t.gather(me, root=0), list(range(n)) if me == 0 else None, f"{tag}: gather")
+        c.equal(t.scatter([r * 2 for r in range(n)] if me == 0 else None, root=0), me * 2, f"{tag}: scatter")
+        c.equal(t.alltoall([(me, r) for r in range(n)]), [(r, me) for r in range(n)], f"{tag}: alltoall")
+        c.equal(t.allreduce(me, op=MPI.SUM), sum(range(n)), f"{tag}: allreduce")
+        c.equal(t.reduce(me, op=MPI.MAX, root=0), n - 1 if me == 0 else None, f"{tag}: reduce")
+        c.equal(t.scan(1), me + 1, f"{tag}: scan")
+        got = t.exscan(1)
+        if me > 0:
+            c.equal(got, me, f"{tag}: exscan")
+        # non-blocking and persistent
+        reqs, outs = [], {}
+        outs["Iallreduce"] = np.zeros(k)
+        reqs.append(t.Iallreduce(mine, outs["Iallreduce"], op=MPI.SUM))
+        outs["Iallgather"] = np.zeros((n, k))
+        reqs.append(t.Iallgather(mine, outs["Iallgather"]))
+        outs["Ialltoall"] = np.zeros(n)
+        reqs.append(t.Ialltoall(send, outs["Ialltoall"]))
+        outs["Ibcast"] = mine.copy() if me == 0 else np.zeros(k)
+        reqs.append(t.Ibcast(outs["Ibcast"], root=0))
+        reqs.append(t.Ibarrier())
+        MPI.Request.Waitall(reqs)
+        c.equal(outs["Iallreduce"], everyone.sum(axis=0), f"{tag}: Iallreduce")
+        c.equal(outs["Iallgather"], everyone, f"{tag}: Iallgather")
+        c.equal(outs["Ialltoall"], np.array([100 * r + me for r in range(n)], dtype=np.float64), f"{tag}: Ialltoall")
+        c.equal(outs["Ibcast"], np.arange(k, dtype=np.float64), f"{tag}: Ibcast")
+        if not USING_MPI4PY or hasattr(t, "Allreduce_init"):
+            out = np.zeros(k)
+            p = t.Allreduce_init(mine, out, op=MPI.SUM)
+            for _ in range(2):
+                out[:] = 0
+                p.Start()
+                p.Wait()
+                c.equal(out, everyone.sum(axis=0), f"{tag}: Allreduce_init")
+            p.Free()
+        t.Free()
+
+
+for fn in (halo, ring, graphs, collectives, partitioned, large, errors):
     c.run([fn])
     comm.Barrier()
 c.finish()
