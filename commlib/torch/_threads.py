@@ -32,8 +32,15 @@ def share_cores(local_rank, local_size, environ=None, ncores=None):
     ncores = ncores or cores()
     threads = torch.get_num_threads()
     default = min(ncores, psutil.cpu_count(logical=False) or ncores)  # torch's: the physical cores
-    if local_size <= 1 or any(v in environ for v in USER_VARS) or threads < default \
-            or local_size * threads <= ncores:
+    if local_size <= 1 or local_size * threads <= ncores:
+        return None
+    if any(v in environ for v in USER_VARS):  # the user's threads: kept; spinning for cores is said
+        if threads > 1 and "OMP_WAIT_POLICY" not in environ and local_rank == 0:
+            print(f"commlib: {local_size} ranks of {threads} torch threads on {ncores} cores: OpenMP threads spin "
+                  f"for cores the other ranks' threads need (a DDP step several times slower); export "
+                  f"OMP_WAIT_POLICY=PASSIVE, as commrun does, or fewer OMP_NUM_THREADS", file=sys.stderr, flush=True)
+        return None
+    if threads < default:
         return None
     n = max(1, ncores // local_size)
     torch.set_num_threads(n)

@@ -42,3 +42,13 @@ def test_threads_the_program_lowered_are_kept(threads, monkeypatch):
     monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: 8)
     torch.set_num_threads(3)  # below the default of 8: the program's choice
     assert _threads.share_cores(0, 4, environ={}, ncores=8) is None and torch.get_num_threads() == 3
+
+
+def test_the_users_threads_that_outnumber_the_cores_get_a_hint_not_a_change(threads, capsys, monkeypatch):
+    monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: 4)
+    assert _threads.share_cores(0, 2, environ={"OMP_NUM_THREADS": "4"}, ncores=4) is None
+    assert torch.get_num_threads() == 4
+    assert "export OMP_WAIT_POLICY=PASSIVE" in capsys.readouterr().err
+    assert _threads.share_cores(1, 2, environ={"OMP_NUM_THREADS": "4"}, ncores=4) is None  # said once a host
+    assert _threads.share_cores(0, 2, environ={"OMP_NUM_THREADS": "4", "OMP_WAIT_POLICY": "ACTIVE"}, ncores=4) is None
+    assert capsys.readouterr().err == ""
