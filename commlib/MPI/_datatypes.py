@@ -11,12 +11,14 @@ import sys
 import numpy as np
 
 from .._dtypes import DT_BYTES, dtype_code
+from .._kernels import cai_view, dlpack_view, typemap_copy
 from ._attributes import _NONE, Attributes
 from ._constants import (
     COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER, COMBINER_F90_REAL,
     COMBINER_HINDEXED, COMBINER_HINDEXED_BLOCK, COMBINER_HVECTOR, COMBINER_INDEXED, COMBINER_INDEXED_BLOCK,
     COMBINER_NAMED, COMBINER_RESIZED, COMBINER_STRUCT, COMBINER_SUBARRAY, COMBINER_VALUE_INDEX, COMBINER_VECTOR,
-    DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG, DISTRIBUTE_NONE, ERR_ARG, ERR_COUNT, ERR_TYPE, ORDER_C,
+    DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG, DISTRIBUTE_NONE, ERR_ARG, ERR_COUNT, ERR_TRUNCATE, ERR_TYPE,
+    ORDER_C,
     ORDER_FORTRAN, TYPECLASS_COMPLEX, TYPECLASS_INTEGER, TYPECLASS_REAL, MPIException)
 
 
@@ -398,12 +400,10 @@ class Datatype(Attributes):
 
     def Pack(self, inbuf, outbuf, position, comm=None):
         """Pack inbuf (whole elements of this type) into outbuf at byte `position`; the new position."""
-        from ._bufspec import pack_into
         return pack_into(self, inbuf, outbuf, position, None)
 
     def Unpack(self, inbuf, position, outbuf, comm=None):
         """Unpack from inbuf at byte `position` as many elements as outbuf holds; the new position."""
-        from ._bufspec import unpack_from
         return unpack_from(self, inbuf, position, outbuf, None)
 
     def Pack_external_size(self, datarep, count):
@@ -413,12 +413,10 @@ class Datatype(Attributes):
 
     def Pack_external(self, datarep, inbuf, outbuf, position):
         """Pack as Pack does, in `external32` (big-endian, the standard's sizes)."""
-        from ._bufspec import pack_into
         _datarep(datarep)
         return pack_into(self, inbuf, outbuf, position, self._x32_dtype())
 
     def Unpack_external(self, datarep, inbuf, position, outbuf):
-        from ._bufspec import unpack_from
         _datarep(datarep)
         return unpack_from(self, inbuf, position, outbuf, self._x32_dtype())
 
@@ -820,3 +818,115 @@ def Get_value_index(value, index):
 Datatype.Get_value_index = staticmethod(Get_value_index)
 for _name in ("LONG", "UNSIGNED_LONG", "SIGNED_LONG"):  # external32 sizes where they differ from LP64's
     NAMED[_name]._x32 = 4
+
+
+# ------------------------------------------------ buffers as flat memory; Pack and Unpack
+
+_BYTE = NAMED["BYTE"]
+_EMPTY = np.empty(0, dtype=np.uint8)
+
+
+def reach(dt, n, origin, nbytes, what):
+    """n elements of dt at byte `origin` lie inside a buffer of nbytes (ValueError otherwise)."""
+    if n == 0 or dt._bytes == 0:
+        return
+    span = (n - 1) * (dt._ub - dt._lb)
+    lo, hi = origin + dt._tlb + min(0, span), origin + dt._tub + max(0, span)
+    if lo < 0 or hi > nbytes:
+        raise ValueError(f"{what}: {n} elements of {dt.Get_name()} at byte {origin} reach bytes [{lo}, {hi}) of a "
+                         f"buffer of {nbytes} bytes")
+
+
+def _flat(obj, writable):
+    """(flat contiguous ndarray view of obj's memory, its Datatype or None for raw bytes)."""
+    if isinstance(obj, np.ndarray):
+        a = obj
+        if not a.flags.c_contiguous:
+            if not a.flags.f_contiguous:
+                raise BufferError("message buffer is not contiguous (pass np.ascontiguousarray(x), "
+                                  "or a copy you receive into and then assign back)")
+            a = a.reshape(-1, order="F")
+        else:
+            a = a.reshape(-1)
+        if writable and not a.flags.writeable:
+            raise BufferError("message buffer is read-only; a receive needs a writable buffer")
+        return a, None
+    try:
+        m = memoryview(obj)
+    except TypeError:
+        if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):  # torch tensors, JAX arrays...
+            return _flat(dlpack_view(obj, writable), writable)
+        if hasattr(obj, "__cuda_array_interface__"):  # then the CUDA array interface, over host memory only
+            return _flat(cai_view(obj, writable), writable)
+        raise TypeError(f"message: expected a buffer (NumPy array, bytearray, array.array, memoryview, "
+                        f"DLPack array...) or a list/tuple [buf, ...], got {type(obj).__name__}") from None
+    if not m.contiguous:
+        raise BufferError("message buffer is not contiguous")
+    if writable and m.readonly:
+        raise BufferError(f"message buffer ({type(obj).__name__}) is read-only; a receive needs a writable buffer")
+    fmt = m.format
+    u8 = np.frombuffer(m if m.c_contiguous else m.tobytes(), dtype=np.uint8) if m.nbytes else _EMPTY
+    if fmt in ("B", "c", "s") or m.nbytes == 0:
+        return u8, _BYTE if fmt in ("B", "c", "s") else None
+    dt = of_format(fmt)
+    return u8.view(dt._base), dt
+
+
+def _int(x, what):
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
+        x = int(x)
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"message: {what} must be an int, got {type(x).__name__}")
+    if x < 0:
+        raise ValueError(f"message: {what} must be >= 0, got {x}")
+    return int(x)
+
+
+def _whole(dt, buf, writable, what):
+    """(bytes of buf, how many whole elements of dt it holds): Pack's and Unpack's user side."""
+    flat, _ = _flat(buf, writable)
+    mem = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    ext = dt._ub - dt._lb
+    n = mem.nbytes // ext if ext > 0 else 0
+    reach(dt, n, 0, mem.nbytes, what)
+    return mem, n
+
+
+def pack_into(dt, inbuf, outbuf, position, x32):
+    """Datatype.Pack (x32 None) / Pack_external (x32: the external32 dtype): inbuf's whole elements
+    of dt, packed into outbuf from byte `position`; the position after them."""
+    dt._require()
+    mem, n = _whole(dt, inbuf, False, "Pack")
+    out, _ = _flat(outbuf, True)
+    out = out.view(np.uint8) if out.size else np.empty(0, np.uint8)
+    position = _int(position, "position")
+    packed = np.empty(n * dt._bytes, np.uint8)
+    typemap_copy(mem, packed, dt._runs, n, dt._ub - dt._lb, 0, True)
+    if x32 is not None:
+        packed = packed.view(dt._base).astype(x32).view(np.uint8)
+    end = position + packed.nbytes
+    if end > out.nbytes:
+        raise MPIException(ERR_TRUNCATE, f"Pack: {packed.nbytes} bytes at position {position} do not fit the "
+                                         f"{out.nbytes}-byte output buffer")
+    out[position:end] = packed
+    return end
+
+
+def unpack_from(dt, inbuf, position, outbuf, x32):
+    """Datatype.Unpack / Unpack_external: as many elements of dt as outbuf holds, from inbuf at byte
+    `position`; the position after them."""
+    dt._require()
+    src, _ = _flat(inbuf, False)
+    src = src.view(np.uint8) if src.size else np.empty(0, np.uint8)
+    mem, n = _whole(dt, outbuf, True, "Unpack")
+    position = _int(position, "position")
+    width = dt._bytes if x32 is None else dt._mult * x32.itemsize
+    end = position + n * width
+    if end > src.nbytes:
+        raise MPIException(ERR_TRUNCATE, f"Unpack: {n} elements need {n * width} bytes at position {position}, "
+                                         f"the input buffer has {src.nbytes}")
+    packed = src[position:end]
+    if x32 is not None:
+        packed = packed.view(x32).astype(dt._base).view(np.uint8)
+    typemap_copy(mem, np.ascontiguousarray(packed), dt._runs, n, dt._ub - dt._lb, 0, False)
+    return end

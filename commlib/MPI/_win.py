@@ -36,12 +36,12 @@ from .._dtypes import DT_BYTES
 from .._errors import PeerLost
 from .._kernels import typemap_copy
 from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling
-from ._bufspec import DMsg, _flat, parse_recv, parse_send
+from ._bufspec import DMsg, parse_recv, parse_send
 from ._buffer import buffer
 from ._constants import (ERR_DISP, ERR_GROUP, ERR_LOCKTYPE, ERR_OP, ERR_RANK, ERR_RMA_ATTACH, ERR_RMA_FLAVOR,
                          ERR_RMA_RANGE, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_SIZE, ERR_TYPE, ERR_WIN, PROC_NULL,
                          MPIException)
-from ._datatypes import as_datatype
+from ._datatypes import _flat, as_datatype
 from ._groups import Group
 from ._handles import install
 from ._ops import SUM, Op
