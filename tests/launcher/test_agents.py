@@ -212,7 +212,9 @@ def test_timeout_dumps_remote_stacks_and_interrupt_stops_agents(commrun, hostshe
         print("ready", flush=True)
         time.sleep(60)  # stuck: --timeout, then SIGINT, is what ends it
     """)
-    r = commrun.run("--timeout", 5, "--hosts", "h1:1,h2:1", *rsh, script)
+    # 10 s: two ranks and their agents start from a fresh checkout (every module compiled as it is
+    # imported) on a loaded machine; at 5 s a rank was once still importing commlib
+    r = commrun.run("--timeout", 10, "--hosts", "h1:1,h2:1", *rsh, script)
     assert r.returncode == 124, r.stderr
     for rank in (0, 1):  # the stack each remote rank printed, carried by its agent
         assert re.search(rf"\[{rank}\]   File .*{marker}.py\", line 7", r.stderr), r.stderr

@@ -26,10 +26,13 @@ class _Proc:
 
 class _Coordinator:
     def __init__(self):
-        self.heard, self.died = {}, []
+        self.heard, self.died, self.announced = {}, [], {}
 
     def departures(self):
         return dict(self.heard)
+
+    def announced_exits(self):
+        return dict(self.announced)
 
     def notify_died(self, rank, code, words):
         self.died.append((rank, code))
@@ -195,3 +198,21 @@ def test_a_lost_rank_fails_at_once_where_no_launcher_reports_exits(coordinator_r
         while not ep.failures and time.monotonic() < deadline:
             time.sleep(0.01)
         assert ep.failures and ep.failures[0][2] - t0 >= notices_module.LOST_GRACE_S * 0.9
+
+
+def test_a_rank_that_announced_its_exit_code_is_named_though_still_running(monkeypatch):
+    """Rank 1's at-exit digest said sys.exit(7), then its interpreter took longer than NOTICE_S to
+    end; rank 2, told, exited with PeerLost's 3 meanwhile: rank 1 is named, with its 7."""
+    said = []
+    monkeypatch.setattr(supervise, "say", said.append)
+    job, ranks = _job(3)
+    job.coordinator.heard = {1: 10.0, 2: 11.0}
+    job.coordinator.announced = {1: 7}
+    now = [12.0]
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: now[0])
+    ranks[2].proc.returncode = 3
+    job.reap()
+    assert said == []  # waiting for rank 1
+    now[0] = 12.0 + supervise.NOTICE_S
+    job.tick()
+    assert said == ["rank 1 exited with code 7"] and job.result == 7
