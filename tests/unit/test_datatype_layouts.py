@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from commlib import MPI
-from commlib.MPI._bufspec import pack_into, parse_send, unpack_from
+from commlib.MPI._bufspec import parse_send
+from commlib.MPI._datatypes import pack_into, unpack_from
 from commlib._kernels import typemap_copy
 
 
