@@ -6,7 +6,8 @@ usage: commrun -n N python benchmarks/training_steps.py --backend commlib|gloo -
 Each model is an MLP of four square Linear layers (width chosen for the parameter count), batch 16,
 SGD. Per model, rank 0 appends one JSON line to --out per mode: "plain" (the same step on the bare
 model: no wrapper, no communication, the floor of any backend's step here), "ddp"
-(DistributedDataParallel) and "fsdp2" (fully_shard on each Linear and on the model), with the
+(DistributedDataParallel), "fsdp2" (fully_shard on each Linear and on the model) and, asked for,
+"ddp-local" (DDP with a communication hook that returns each bucket as it is: DDP's own work), with the
 median step over --steps timed steps (each started together after a barrier) and whether the ranks
 agree on the parameters afterwards. benchmarks/training_steps.sh runs it for both backends, n = 2
 and 4, with one compute thread a rank and with a thread a core; training_steps_table.py prints the
@@ -38,6 +39,15 @@ def wrap(base, mode):
     model = copy.deepcopy(base)
     if mode == "ddp":
         return nn.parallel.DistributedDataParallel(model)
+    if mode == "ddp-local":  # DDP's own work (buckets, copies, hooks) with a hook that communicates nothing
+        ddp = nn.parallel.DistributedDataParallel(model)
+
+        def local(state, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp.register_comm_hook(None, local)
+        return ddp
     if mode == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model:
@@ -76,7 +86,7 @@ def run(mode, width, args, rank):
         step()
         times.append(time.perf_counter() - t)
     agree = True
-    if mode != "plain":  # every rank holds the same parameters after the same steps
+    if mode in ("ddp", "fsdp2"):  # every rank holds the same parameters after the same steps
         s = torch.tensor([checksum(model)], dtype=torch.float64)
         lo, hi = s.clone(), s.clone()
         dist.all_reduce(lo, dist.ReduceOp.MIN)
@@ -93,7 +103,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--threads", default=None, help="label of the thread setting (default: torch's count)")
     p.add_argument("--params", nargs="+", default=list(SIZES), choices=list(SIZES))
-    p.add_argument("--modes", nargs="+", default=["plain", "ddp", "fsdp2"], choices=("plain", "ddp", "fsdp2"))
+    p.add_argument("--modes", nargs="+", default=["plain", "ddp", "fsdp2"],
+                   choices=("plain", "ddp", "ddp-local", "fsdp2"))
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--round", type=int, default=0)
