@@ -590,7 +590,12 @@ class Win(Attributes, ErrorHandling):
         granted = threading.Event()
         if me in ranks:
             w.target.lock(me, lock_type, granted.set)
-        self._ack(w, [r for r in ranks if r != me], LOCK, what, lock_type)
+        # Another rank's lock is asked for and not waited for (MPI lets Lock return before the lock
+        # is held): its service thread holds this rank's later requests until it grants it, and the
+        # replies they need come after. A Lock/Get/Unlock epoch is then one round trip, not three.
+        for r in ranks:
+            if r != me:
+                _send_header(w.g, r, (LOCK, 0, lock_type, None, 0, None), what)
         if me in ranks:
             self._await(w, granted.is_set, what)
         for r in ranks:
@@ -612,7 +617,14 @@ class Win(Attributes, ErrorHandling):
         missing = [r for r in ranks if r not in w.locks]
         if missing:
             raise MPIException(ERR_RMA_SYNC, f"rank {me}: Win.{what}: rank {missing[0]} is not locked by this rank")
-        self._ack(w, [r for r in ranks if r != me], UNLOCK, what)
+        # Acknowledged where a Put or Accumulate (which have no reply) was sent since the last
+        # acknowledgement; else the replies of its operations prove them done: the release is sent
+        # and not waited for (the target serves this rank's requests in order).
+        acked = [r for r in ranks if r != me and r in w.dirty]
+        for r in ranks:
+            if r != me and r not in acked:
+                _send_header(w.g, r, (UNLOCK, 0, 0, None, 0, None), what)
+        self._ack(w, acked, UNLOCK, what)
         self._settle(w, ranks)
         for r in ranks:
             del w.locks[r]

@@ -103,6 +103,7 @@ class Target:
         self.completes = collections.Counter()  # PSCW: Complete() calls received, by origin rank
         self.excl, self.shared, self.queue = None, 0, collections.deque()
         self.failed = {}  # origin rank -> the error of a request it gets no reply to (reported at its next ack)
+        self.held = {}  # origin rank -> its requests that came after its lock request, until the lock is granted
         self.thread, self.req, self.stopping = None, None, False
 
     # ------------------------------------------------------------ memory
@@ -220,6 +221,27 @@ class Target:
             self.handle(msg.source, payload)
 
     def handle(self, src, payload):
+        """One request from rank src: served now, or held while src waits for a lock it asked for
+        without waiting itself (its requests then run in order once the lock is granted)."""
+        with self.cv:
+            held = self.held.get(src)
+            if held is not None:
+                held.append(payload)
+                return
+        self._serve(src, payload)
+
+    def _release(self, src):
+        """src's lock is granted: its held requests, in order (more may arrive meanwhile)."""
+        while True:
+            with self.cv:
+                held = self.held[src]
+                if not held:
+                    del self.held[src]
+                    return
+                payload = held.popleft()
+            self._serve(src, payload)
+
+    def _serve(self, src, payload):
         (kind, tag, disp, desc, count, opname), data = decode(payload)
         if kind in (PUT, ACC):
             with self.cv:
@@ -231,10 +253,17 @@ class Target:
                 self.cv.notify_all()
             return
         if kind == LOCK:
-            self.lock(src, disp, lambda: self.reply(src, tag, None))
+            if tag:  # the origin waits for the grant
+                self.lock(src, disp, lambda: self.reply(src, tag, None))
+            else:  # it went on: what it sends next waits here for the grant instead
+                with self.cv:
+                    self.held[src] = collections.deque()
+                    self.lock(src, disp, lambda: self._release(src))
             return
         if kind == UNLOCK:
             self.unlock(src)
+            if not tag:  # nothing to acknowledge: the origin's operations all had their replies
+                return
         elif kind == COMPLETE:
             with self.cv:
                 self.completes[src] += 1

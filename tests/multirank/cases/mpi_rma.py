@@ -12,6 +12,10 @@ Sections:
             Unlock complete meanwhile, then a second epoch puts a flag the target waits for, reading
             its own memory between sleeps (the check is commlib's own: MPICH progresses only where
             its transport allows, so there the target makes MPI calls while it waits)
+  exclusive read-modify-write under exclusive locks on rank 0 by every rank (rank 0's own
+            epochs included): Get, Flush, Put of the value plus one, Unlock; and epochs of a
+            Get alone (whose release is not acknowledged) between them: no increment is lost,
+            however the lock requests queue up at the target
   shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
             is left in /dev/shm (commlib's own check)
   sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
@@ -143,6 +147,33 @@ def passive():
     win.Free()
 
 
+def exclusive():
+    k = 40
+    mem = np.zeros(1, "i8")
+    win = MPI.Win.Create(mem, comm=comm)
+    got, peek = np.zeros(1, "i8"), np.zeros(1, "i8")
+    comm.Barrier()
+    for i in range(k):
+        win.Lock(0, MPI.LOCK_EXCLUSIVE)
+        win.Get(got, 0)
+        win.Flush(0)
+        got += 1
+        win.Put(got, 0)
+        win.Unlock(0)
+        if i % 4 == 0:  # an epoch with a reply only: its release goes unacknowledged
+            win.Lock(0, MPI.LOCK_SHARED)
+            win.Get(peek, 0)
+            win.Unlock(0)
+            c.ok(0 < peek[0] <= n * k, "exclusive: a shared epoch reads a count in range", str(peek[0]))
+    comm.Barrier()
+    win.Lock(0, MPI.LOCK_SHARED)
+    win.Get(got, 0)
+    win.Unlock(0)
+    c.equal(int(got[0]), n * k, "exclusive: every rank's increments under exclusive locks, none lost")
+    comm.Barrier()
+    win.Free()
+
+
 def shared():
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     r, size = node.Get_rank(), node.Get_size()
@@ -233,7 +264,7 @@ def die():
 
 if "die" in sys.argv[2:]:
     die()
-for fn in (counter, halo, pscw, passive, shared, sync_tools, errors):
+for fn in (counter, halo, pscw, passive, exclusive, shared, sync_tools, errors):
     c.run([fn])
     comm.Barrier()
 forgotten = MPI.Win.Allocate(64, comm=comm)  # never freed: the exit must not wait for it
