@@ -142,7 +142,7 @@ class Agent:
         return {"COMMLIB_COORDINATOR_VIA": "%s:%d for %s" % (*self.proxy.address, job["COMMLIB_COORDINATOR"])}
 
     def start(self):
-        from . import spawn  # the same start (own group, parent-death signal) as commrun's local ranks
+        from . import binding, spawn  # the same start (own group, parent-death signal, binding) as commrun's local ranks
 
         common = {**os.environ, **self.spec["env"], **self.start_proxy()}
         for entry in self.spec["ranks"]:
@@ -153,6 +153,8 @@ class Agent:
                 env.update(spawn.thread_vars(entry["local_size"], spawn.cpu_count(), env, per_rank)[0])
             rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True, argv=self.spec["argv"], env=env)
             rank.cpus = self.bind(rank, env)
+            if rank.cpus is not None:  # what the processes it starts (MPI.Spawn) may use again
+                env[binding.HOST_CPUS_VAR] = ",".join(map(str, binding.allowed_cpus()))
             stdin = subprocess.PIPE if r == self.spec.get("stdin_rank") else subprocess.DEVNULL
             try:
                 proc = spawn.start(rank, stdin)

@@ -18,6 +18,7 @@ CHOICES = ("auto", "core", "socket", "none")
 BIND_VAR = "COMMLIB_BIND_TO"  # commrun's --bind-to, for the host agents (each plans with its own cores)
 REPORT_VAR = "COMMLIB_REPORT_BINDINGS"  # "1": the agents report their ranks' masks too
 SYSFS = "/sys/devices/system/cpu"
+HOST_CPUS_VAR = "COMMLIB_HOST_CPUS"  # in a bound rank: the CPUs of the job on its host (what MPI.Spawn's children get)
 
 
 def allowed_cpus():

@@ -260,6 +260,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             env.update(extra)
             if rank.local:
                 rank.argv, rank.env = argv, {**os.environ, **env, **threads}
+                if rank.cpus is not None:  # what the processes it starts (MPI.Spawn) may use again
+                    rank.env[binding.HOST_CPUS_VAR] = ",".join(map(str, binding.allowed_cpus()))
                 rank.forked = (module, list(program)) if fork else None
             else:
                 env = {**spawn.forwarded_env(), **env}

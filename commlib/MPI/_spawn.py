@@ -24,6 +24,7 @@ import atexit
 import collections
 import contextlib
 import ctypes
+import functools
 import os
 import secrets
 import signal
@@ -50,10 +51,25 @@ _children = []  # (Popen, child-world Coordinator) this process started as a roo
 _parent = None  # the intercommunicator to the parents, in a spawned child (None elsewhere)
 
 
-def _die_with_parent():
-    """In the child, before exec: a SIGKILL when the spawning process dies (Linux)."""
+def _host_cpus():
+    """The CPUs of the job on this host where commrun bound this rank to some of them (its
+    COMMLIB_HOST_CPUS), else None: children run on all of them, not on their parent's block."""
+    text = os.environ.get("COMMLIB_HOST_CPUS", "")
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        return None
+    return cpus if cpus and hasattr(os, "sched_setaffinity") else None
+
+
+def _child_setup(cpus):
+    """In the child, before exec: a SIGKILL when the spawning process dies (Linux), and the job's
+    CPUs on this host instead of the parent's block."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if cpus is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
 
 
 def _commands(what, command, args, maxprocs, info=None):
@@ -153,6 +169,7 @@ def _launch(g, programs, p, root, timeout):
     children_coord.start()
     universe_coord.start()
     rsh = os.environ.get("COMMLIB_RSH") or DEFAULT_RSH
+    cpus = _host_cpus()
     started, seen = [], {}
     try:
         for rank, (argv, host, wdir) in enumerate(slots):
@@ -165,7 +182,8 @@ def _launch(g, programs, p, root, timeout):
                 run = remote_argv(rsh, host, argv, {**forwarded_env(), **job}, wdir or os.getcwd())
                 env, cwd = None, None
             try:
-                proc = subprocess.Popen(run, env=env, cwd=cwd, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                proc = subprocess.Popen(run, env=env, cwd=cwd,  # noqa: PLW1509
+                                        preexec_fn=functools.partial(_child_setup, cpus))
             except OSError as exc:
                 on = "" if host is None else f" on {host} (through {run[0]!r})"
                 raise MPIException(ERR_SPAWN, f"Spawn: cannot start {argv[0]!r}{on}: {exc}") from None

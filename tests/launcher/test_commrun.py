@@ -141,6 +141,32 @@ def test_ranks_bound_to_their_cores(commrun, n):
     assert all(g["rank"] == every for g in untag(r.stdout).values())
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_children_a_bound_rank_spawns_run_on_the_jobs_cpus(commrun):
+    """MPI.Spawn's children of a rank bound to a block of cores get the job's CPUs on the host, not
+    their parent's block (they would all share it)."""
+    script = commrun.script("spawner.py", """
+        import json, os, sys
+        from commlib import MPI
+        if len(sys.argv) > 1:
+            parent = MPI.Comm.Get_parent()
+            parent.send(sorted(os.sched_getaffinity(0)), dest=0)
+            parent.Disconnect()
+        else:
+            comm = MPI.COMM_WORLD
+            inter = comm.Spawn(sys.executable, [__file__, "child"], maxprocs=1, root=0)
+            child = inter.recv(source=0) if comm.Get_rank() == 0 else None
+            inter.Disconnect()
+            print(json.dumps({"rank": sorted(os.sched_getaffinity(0)), "child": child}))
+    """)
+    r = commrun.run("-n", 2, "--bind-to", "core", script)
+    assert r.returncode == 0, r.stderr
+    got = untag(r.stdout)
+    every = sorted(os.sched_getaffinity(0))
+    assert got[0]["rank"] != every and got[0]["child"] == every, got
+
+
 @both_launches
 def test_module(commrun):
     (commrun.cwd / "mypkg").mkdir()
