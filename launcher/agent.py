@@ -104,7 +104,7 @@ class Agent:
         self.children = []  # _Child: the agents this one started
         self.kill_rounds = 0
         self.proxy = None  # proxy.Proxy: this host's ranks' coordinator connection
-        self.binding = None  # binding.plan of this host's ranks, made with the first
+        self.binding = None  # (binding.plan of this host's ranks, the host's CPUs, their variable): with the first
 
     def send(self, kind, rank, payload=b""):
         if self.out_fd is None:  # commrun no longer reads: the ranks are being stopped
@@ -142,7 +142,7 @@ class Agent:
         return {"COMMLIB_COORDINATOR_VIA": "%s:%d for %s" % (*self.proxy.address, job["COMMLIB_COORDINATOR"])}
 
     def start(self):
-        from . import binding, spawn  # the same start (own group, parent-death signal, binding) as commrun's local ranks
+        from . import spawn  # the same start (own group, parent-death signal) as commrun's local ranks
 
         common = {**os.environ, **self.spec["env"], **self.start_proxy()}
         for entry in self.spec["ranks"]:
@@ -153,8 +153,6 @@ class Agent:
                 env.update(spawn.thread_vars(entry["local_size"], spawn.cpu_count(), env, per_rank)[0])
             rank = spawn.Rank(r, "", entry["local_rank"], entry["local_size"], True, argv=self.spec["argv"], env=env)
             rank.cpus = self.bind(rank, env)
-            if rank.cpus is not None:  # what the processes it starts (MPI.Spawn) may use again
-                env[binding.HOST_CPUS_VAR] = ",".join(map(str, binding.allowed_cpus()))
             stdin = subprocess.PIPE if r == self.spec.get("stdin_rank") else subprocess.DEVNULL
             try:
                 proc = spawn.start(rank, stdin)
@@ -174,7 +172,8 @@ class Agent:
 
     def bind(self, rank, env):
         """The CPUs of this host a rank is bound to, by commrun's --bind-to (binding.plan with this
-        host's cores), reported on stderr where --report-bindings asks."""
+        host's cores), reported on stderr where --report-bindings asks; a bound rank's env gets the
+        host's CPUs for the processes it starts."""
         from . import binding
 
         bind_to = env.pop(binding.BIND_VAR, "auto")
@@ -182,11 +181,14 @@ class Agent:
         if bind_to not in binding.CHOICES:
             bind_to = "auto"
         if self.binding is None:
-            self.binding = binding.plan(rank.local_size, bind_to, binding.threads_of(env))
-        blocks, why = self.binding
+            self.binding = (*binding.plan(rank.local_size, bind_to, binding.threads_of(env)),
+                            binding.allowed_cpus(), binding.host_cpus_env())
+        blocks, why, every, host_cpus = self.binding
         cpus = blocks[rank.local_rank] if rank.local_rank < len(blocks) else None
         if report:
-            self.log(binding.report(rank.rank, cpus, why, binding.allowed_cpus()))
+            self.log(binding.report(rank.rank, cpus, why, every))
+        if cpus is not None:
+            env.update(host_cpus)
         return cpus
 
     def start_child(self, spawn, child):

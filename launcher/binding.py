@@ -28,6 +28,12 @@ def allowed_cpus():
     return list(range(os.cpu_count() or 1))
 
 
+def host_cpus_env():
+    """The variable a bound rank gets: the CPUs of the job on its host, for the processes it starts
+    (MPI.Spawn's children run there, not on their parent's block)."""
+    return {HOST_CPUS_VAR: ",".join(map(str, allowed_cpus()))}
+
+
 def _read_int(path):
     with open(path) as f:
         return int(f.read().strip())

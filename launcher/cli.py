@@ -251,6 +251,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             supervise.say(f"--fork: cannot import what ranks share ({e})")
             ctx.exit(1)
 
+    host_cpus = binding.host_cpus_env()  # what a bound rank's children (MPI.Spawn) may use again
+
     def setup(ranks, address, secret):
         master = spawn.master_vars(ranks[0], address, os.environ, spans_hosts=bool(remote))  # torch's env:// works
         by_host = {}  # remote host -> [(Rank, its variables)]
@@ -260,8 +262,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
             env.update(extra)
             if rank.local:
                 rank.argv, rank.env = argv, {**os.environ, **env, **threads}
-                if rank.cpus is not None:  # what the processes it starts (MPI.Spawn) may use again
-                    rank.env[binding.HOST_CPUS_VAR] = ",".join(map(str, binding.allowed_cpus()))
+                if rank.cpus is not None:
+                    rank.env.update(host_cpus)
                 rank.forked = (module, list(program)) if fork else None
             else:
                 env = {**spawn.forwarded_env(), **env}

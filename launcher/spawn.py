@@ -53,10 +53,7 @@ def program_argv(program, module, direct, python=sys.executable):
 
 
 def cpu_count():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return len(binding.allowed_cpus())
 
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -83,10 +80,11 @@ def thread_vars(local_size, cores, environ, per_rank="auto"):
             f"{local_size} ranks on {cores} cores: {n} compute thread{'s' if n > 1 else ''} a rank "
             f"(OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS={n}; set one of them, or --threads-per-rank, "
             f"to choose)")
-    wait = wait_policy(local_size, cores, {**environ, **chosen})
+    ranks_env = {**environ, **chosen}
+    wait = wait_policy(local_size, cores, ranks_env)
     if wait:
         chosen.update(wait)
-        notice = "; ".join(filter(None, (notice, f"{local_size} ranks of {_threads(environ, chosen, cores)} compute "
+        notice = "; ".join(filter(None, (notice, f"{local_size} ranks of {_threads(ranks_env, cores)} compute "
                                                    f"threads on {cores} cores: OMP_WAIT_POLICY=PASSIVE (a waiting "
                                                    f"OpenMP thread sleeps instead of spinning; set it to choose)")))
     return chosen, notice
@@ -95,8 +93,9 @@ def thread_vars(local_size, cores, environ, per_rank="auto"):
 WAIT_VAR = "OMP_WAIT_POLICY"
 
 
-def _threads(environ, chosen, cores):
-    return binding.threads_of({**environ, **chosen}) or cores
+def _threads(environ, cores):
+    """The compute threads of a rank with this environment: OpenMP's default of a thread a core where unset."""
+    return binding.threads_of(environ) or cores
 
 
 def wait_policy(local_size, cores, environ):
@@ -110,7 +109,7 @@ def wait_policy(local_size, cores, environ):
     communication thread (any backend's) lands behind a spinning one. Measured with torch's
     threads (2 a rank, 2 ranks on 2 cores), a DDP step of a 1 M-parameter MLP took 50 ms with
     commlib and 34 with gloo; both 6-11 ms with PASSIVE (benchmarks/RESULTS.md)."""
-    threads = _threads(environ, {}, cores)
+    threads = _threads(environ, cores)
     if WAIT_VAR in environ or local_size <= 1 or threads <= 1 or local_size * threads <= cores:
         return {}  # (one rank: OpenMP's own rule; one thread a rank: no team waits)
     return {WAIT_VAR: "PASSIVE"}

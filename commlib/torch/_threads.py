@@ -31,7 +31,6 @@ def share_cores(local_rank, local_size, environ=None, ncores=None):
     environ = os.environ if environ is None else environ
     ncores = ncores or cores()
     threads = torch.get_num_threads()
-    default = min(ncores, psutil.cpu_count(logical=False) or ncores)  # torch's: the physical cores
     if local_size <= 1 or local_size * threads <= ncores:
         return None
     if any(v in environ for v in USER_VARS):  # the user's threads: kept; spinning for cores is said
@@ -40,7 +39,7 @@ def share_cores(local_rank, local_size, environ=None, ncores=None):
                   f"for cores the other ranks' threads need (a DDP step several times slower); export "
                   f"OMP_WAIT_POLICY=PASSIVE, as commrun does, or fewer OMP_NUM_THREADS", file=sys.stderr, flush=True)
         return None
-    if threads < default:
+    if threads < min(ncores, psutil.cpu_count(logical=False) or ncores):  # below torch's default: the program's
         return None
     n = max(1, ncores // local_size)
     torch.set_num_threads(n)
