@@ -16,8 +16,10 @@ if "commrun" not in sys.modules:
     _spec.loader.exec_module(sys.modules["commrun"])
 
 
+import collections  # noqa: E402
 import compileall  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -104,15 +106,48 @@ _FIGURES = {}  # name -> values: figures the fault suite's tests measured (tests
 _BATCH_JOBS = []  # (seconds, description, checks) of each batched multi-rank job (tests/multirank/_harness.py)
 
 
+def _cpu_seconds():
+    """CPU seconds of this process and of the children it has reaped (a job's commrun and, through
+    it, the ranks): what one test costs the machine, whatever the other worker was doing meanwhile."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_START] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown" and _CPU_START in item.stash:  # before the report copies the properties
+        item.user_properties.append(("cpu-s", round(_cpu_seconds() - item.stash[_CPU_START], 2)))
+    yield
+
+
+_CPU_START = pytest.StashKey[float]()
+_CPU_BY_FILE = collections.Counter()  # test file -> CPU seconds its items cost (the budget is CPU: 2 cores)
+
+
 def pytest_runtest_logreport(report):
     if report.when != "teardown":  # the last report of an item holds every property it was given, once
         return
+    for key, value in report.user_properties:
+        if key == "cpu-s":
+            _CPU_BY_FILE[report.nodeid.split("::")[0]] += value
     for _, (name, value) in (p for p in report.user_properties if p[0] == "fault-figure"):
         _FIGURES.setdefault(name, []).append(value)
     _BATCH_JOBS.extend(value for key, value in report.user_properties if key == "batch-job")
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _CPU_BY_FILE:
+        terminalreporter.section("CPU seconds by file")
+        terminalreporter.write_line(f"{sum(_CPU_BY_FILE.values()):.0f} CPU-s in all (tests and their jobs); "
+                                    f"the costliest files:")
+        for path, seconds in _CPU_BY_FILE.most_common(25):
+            terminalreporter.write_line(f"{seconds:8.1f}  {path}")
     if _BATCH_JOBS:
         jobs = sorted(_BATCH_JOBS, reverse=True)
         terminalreporter.section("batched multi-rank jobs")
