@@ -1,8 +1,8 @@
 """`MPI.Win`: one-sided communication (RMA) windows, as mpi4py 4.1's, over commlib's point-to-point.
 
 A window is a group of its own (a split of the creating communicator's, so that its messages
-never meet a user's) and, on each rank, a `_winserve.Target`: the rank's memory and a service
-thread that applies what other ranks send to it. This module is the origin side: it parses
+never meet a user's) and, on each rank, a `_winserve.Target`: the rank's memory and the service
+that applies what other ranks send to it, as it arrives. This module is the origin side: it parses
 mpi4py's arguments, applies operations on its own rank directly, sends the others to their
 targets, and synchronises:
 
@@ -10,7 +10,7 @@ targets, and synchronises:
   Get, Get_accumulate, Fetch_and_op and Compare_and_swap post a receive for their reply (a tag
   of their own) before they send, and complete at the next synchronisation (or at their
   request's Wait). The origin never waits for a round trip per element or per operation.
-- Fence: the ranks all-reduce their counts, then each waits until its service thread has applied
+- Fence: the ranks all-reduce their counts, then each waits until its service has applied
   as many as were sent to it. Lock / Unlock, Flush, Complete: a request the target acknowledges
   after everything the origin sent before it (messages of a pair stay in order). Post sends a
   message that Start receives; Complete's acknowledged request is what Wait and Test count.
@@ -405,7 +405,7 @@ class Win(Attributes, ErrorHandling):
 
     def _issue(self, w, target_rank, kind, disp, dt, count, opname, data, result, what):
         """Run one operation on rank target_rank's memory: here for this rank, else a message to its
-        service thread (with a receive posted first for the reply). A Request for its reply."""
+        service (with a receive posted first for the reply). A Request for its reply."""
         g = w.g
         r = _rank(w, target_rank, what)
         desc = describe(dt)
@@ -591,7 +591,7 @@ class Win(Attributes, ErrorHandling):
         if me in ranks:
             w.target.lock(me, lock_type, granted.set)
         # Another rank's lock is asked for and not waited for (MPI lets Lock return before the lock
-        # is held): its service thread holds this rank's later requests until it grants it, and the
+        # is held): its service holds this rank's later requests until it grants it, and the
         # replies they need come after. A Lock/Get/Unlock epoch is then one round trip, not three.
         for r in ranks:
             if r != me:

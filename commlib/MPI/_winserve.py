@@ -1,9 +1,12 @@
-"""The target side of one-sided communication: a window's memory, its locks, and the service thread.
+"""The target side of one-sided communication: a window's memory, its locks, and its service.
 
-What: every rank of a window (of more than one rank) runs one daemon thread that serves the
-requests other ranks send to its memory, so that passive-target RMA progresses while the program
-computes and never calls MPI. The requests travel on the window's own communication context (a
-split of the creating communicator's group), so they never meet a user message.
+What: every rank of a window (of more than one rank) keeps a receive posted for the requests other
+ranks send to its memory, and serves each one where it completes: on whichever of the rank's threads
+is making progress at that moment (the engine's progress thread while the program computes and
+never calls MPI, or the program's own thread waiting in any call), under the engine's lock. A
+request goes from arrival to reply without a hand-off between threads, and a window costs no thread.
+The requests travel on the window's own communication context (a split of the creating
+communicator's group), so they never meet a user message.
 
 Protocol (one message per request, to tag TAG_REQ; `_win.py` is the other end):
     message  = 4-byte little-endian header length, pickled header tuple, payload bytes
@@ -12,12 +15,13 @@ Protocol (one message per request, to tag TAG_REQ; `_win.py` is the other end):
 Requests from one origin are served in the order they were sent (the engine keeps each pair's
 messages in order), so an acknowledgement (FLUSH, UNLOCK, COMPLETE) proves that everything the
 origin sent before it has been applied. PUT and ACC have no reply: the origin counts them and a
-fence compares the counts (`applied`). Every access to the memory from this thread, and every
-access a rank makes to its own window through RMA calls, holds the window's lock: accumulates
-are atomic per operation, as MPI requires.
+fence compares the counts (`applied`). Every access to the memory while serving, and every
+access a rank makes to its own window through RMA calls, holds the window's condition `cv`:
+accumulates are atomic per operation, as MPI requires. Lock order: the engine's lock, then cv
+(nothing holding cv calls into the engine).
 
-Plan: `Target` holds the memory and the lock table; `serve()` is the thread's loop; `apply()`
-does one operation on the memory and is also what an origin calls for its own rank.
+Plan: `Target` holds the memory and the lock table; `_arrived()` serves what the posted receive
+got; `apply()` does one operation on the memory and is also what an origin calls for its own rank.
 """
 import collections
 import pickle
@@ -27,7 +31,7 @@ import threading
 import numpy as np
 
 from .._dtypes import DT_BYTES
-from .._errors import CommError, PeerLost
+from .._errors import CommError
 from .._kernels import typemap_copy
 from . import _ops
 from ._constants import ANY_SOURCE, ERR_OP, ERR_OTHER, ERR_RMA_ATTACH, ERR_RMA_RANGE, MPIException
@@ -36,7 +40,7 @@ TAG_REQ, TAG_POST = 1, 2
 FIRST_REPLY_TAG = 16
 PUT, ACC, GET, GACC, CAS, LOCK, UNLOCK, FLUSH, COMPLETE = range(9)
 LOCK_EXCLUSIVE, LOCK_SHARED = 301, 302  # the MPI-5 ABI values
-POLL_S = 0.05  # how often a waiting thread looks for a lost peer or a stop request
+POLL_S = 0.05  # how often a waiting origin looks for a lost peer
 _UNBOUNDED = 1 << 62
 _LEN = struct.Struct("<I")
 _OK = np.zeros(1, np.uint8)
@@ -104,7 +108,9 @@ class Target:
         self.excl, self.shared, self.queue = None, 0, collections.deque()
         self.failed = {}  # origin rank -> the error of a request it gets no reply to (reported at its next ack)
         self.held = {}  # origin rank -> its requests that came after its lock request, until the lock is granted
-        self.thread, self.req, self.stopping = None, None, False
+        self.req, self.stopping = None, False  # the posted receive of the next request; Free was called
+        self.inbox, self.serving, self._arrived_meanwhile = collections.deque(), False, False
+        self.deferred, self.deferred_lock, self.deferred_worker = collections.deque(), threading.Lock(), None
 
     # ------------------------------------------------------------ memory
     def locate(self, disp, desc, count):
@@ -158,7 +164,8 @@ class Target:
         """Queue src's lock request; grant() is called (now or at a later release) once it holds it."""
         with self.cv:
             self.queue.append((src, lock_type, grant))
-            self._grant()
+            granted = self._grant()
+        self._granted(granted)
 
     def unlock(self, src):
         with self.cv:
@@ -166,59 +173,80 @@ class Target:
                 self.excl = None
             elif self.shared:
                 self.shared -= 1
-            self._grant()
+            granted = self._grant()
+        self._granted(granted)
 
     def _grant(self):
-        """Grant queued requests in arrival order while they are compatible (fair: no overtaking)."""
+        """(cv held) Grant queued requests in arrival order while they are compatible (fair: no
+        overtaking). Returns their grant callbacks, which the caller runs once cv is released: one
+        that replies to another rank takes the engine's lock, and the engine's lock is taken
+        before cv where requests are served."""
+        granted = []
         while self.queue and self.excl is None:
             src, lock_type, grant = self.queue[0]
             if lock_type == LOCK_EXCLUSIVE:
                 if self.shared:
-                    return
+                    break
                 self.excl = src
             else:
                 self.shared += 1
             self.queue.popleft()
+            granted.append(grant)
+        return granted
+
+    def _granted(self, granted):
+        if not granted:
+            return
+        for grant in granted:
             grant()
+        with self.cv:
             self.cv.notify_all()  # a grant to this rank's own main thread is an Event it waits for under cv
 
-    # ------------------------------------------------------------ the service thread
+    # ------------------------------------------------------------ serving, where requests arrive
     def start(self):
-        self.thread = threading.Thread(target=self.serve, name=f"commlib-rma-{self.g.gid}", daemon=True)
-        self.thread.start()
+        """Serve other ranks' requests from now on. Each is served by whichever thread of this rank
+        receives it (the progress thread, or a thread waiting in any call that drives progress),
+        as it completes, under the engine's lock: no thread of the window's own, and no hand-off
+        between threads on a request's way to its reply."""
+        with self.g.engine.lock:
+            self._post()
+
+    def _post(self):
+        g = self.g
+        self.req = g.engine.recv(g.p2p, ANY_SOURCE, TAG_REQ, None, self._arrived, what="RMA service", block=False,
+                                 check=(DT_BYTES, _UNBOUNDED), raw=True)
+
+    def _arrived(self, msg, payload):
+        """A request arrived (the engine's lock held, as for every receive's completion): serve it
+        and every one that arrives meanwhile, then post the receive of the next. Posting may find
+        the next already there and complete at once, calling this again: that call only queues."""
+        self.inbox.append((msg.source, payload))
+        self._arrived_meanwhile = True
+        if self.serving:
+            return None
+        self.serving = True
+        try:
+            while self._arrived_meanwhile:
+                self._arrived_meanwhile = False
+                while self.inbox:
+                    src, request = self.inbox.popleft()
+                    self.handle(src, request)
+                if not self.stopping:
+                    self._post()  # (may complete at once: _arrived_meanwhile, and one more turn)
+        finally:
+            self.serving = False
+        return None
 
     def stop(self):
-        """End the service thread (every other rank has stopped sending: Win.Free synchronised first)."""
-        thread = self.thread
-        if thread is None:
-            return
-        self.stopping = True
-        req = self.req
-        if req is not None:
-            req.cancel()
-        if thread is not threading.current_thread():
-            thread.join()
-        self.thread = None
-
-    def serve(self):
-        g = self.g
-        eng = g.engine
-        while not self.stopping:
-            req = self.req = eng.recv(g.p2p, ANY_SOURCE, TAG_REQ, None, _keep, what="RMA service", block=False,
-                                      check=(DT_BYTES, _UNBOUNDED), raw=True)
-            if self.stopping:
+        """Stop serving (every other rank has stopped sending: Win.Free synchronised first)."""
+        with self.g.engine.lock:
+            self.stopping = True
+            req, self.req = self.req, None
+            if req is not None:
                 req.cancel()
-            while not req._done.wait(POLL_S):
-                if self.stopping:
-                    req.cancel()
-            try:
-                got = req.wait()
-            except (CommError, PeerLost):  # finalize closed the engine, or every other rank has left
-                return
-            if req.cancelled or got is None:
-                return
-            msg, payload = got
-            self.handle(msg.source, payload)
+        worker = self.deferred_worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
 
     def handle(self, src, payload):
         """One request from rank src: served now, or held while src waits for a lock it asked for
@@ -242,7 +270,11 @@ class Target:
             self._serve(src, payload)
 
     def _serve(self, src, payload):
-        (kind, tag, disp, desc, count, opname), data = decode(payload)
+        try:
+            (kind, tag, disp, desc, count, opname), data = decode(payload)
+        except Exception as exc:  # not a request of this module's: nobody to answer, nothing to apply
+            self.failed.setdefault(src, _as_mpi(exc))
+            return
         if kind in (PUT, ACC):
             with self.cv:
                 try:
@@ -258,7 +290,7 @@ class Target:
             else:  # it went on: what it sends next waits here for the grant instead
                 with self.cv:
                     self.held[src] = collections.deque()
-                    self.lock(src, disp, lambda: self._release(src))
+                self.lock(src, disp, lambda: self._release(src))
             return
         if kind == UNLOCK:
             self.unlock(src)
@@ -273,9 +305,10 @@ class Target:
                 try:
                     out = self.apply(kind, disp, desc, count, opname, data)
                 except Exception as exc:
-                    self.reply(src, tag, _as_mpi(exc))
-                    return
-            self.reply(src, tag, None, out)
+                    out, err = None, _as_mpi(exc)
+                else:
+                    err = None
+            self.reply(src, tag, err, out)
             return
         with self.cv:  # UNLOCK, FLUSH, COMPLETE: acknowledged, with the error of an earlier PUT or ACC
             exc = self.failed.pop(src, None)
@@ -287,11 +320,36 @@ class Target:
             parts = [np.frombuffer(bytes([exc.Get_error_class() & 0xFF]) + text, np.uint8)]
         else:
             parts = [_OK] if data is None or not data.size else [_OK, data.view(np.uint8)]
+        with self.deferred_lock:
+            if self.deferred or not self.g.engine.connected(self.g.p2p, dst):
+                # The first reply to a rank may have to open a connection, which can wait: never
+                # here, where the engine's lock is held, but on a thread of its own (and the
+                # replies behind it to keep their order).
+                self.deferred.append((dst, tag, parts))
+                if self.deferred_worker is None:
+                    self.deferred_worker = threading.Thread(target=self._send_deferred, daemon=True,
+                                                            name=f"commlib-rma-connect-{self.g.gid}")
+                    self.deferred_worker.start()
+                return
+        self._send(dst, tag, parts)
+
+    def _send(self, dst, tag, parts):
         try:  # never blocks: the origin posted its receive before it sent the request
             self.g.engine.send(self.g.p2p, dst, parts, tag=tag, dtype=DT_BYTES, count=sum(p.nbytes for p in parts),
                                what="RMA reply", block=False)
         except CommError:  # the origin is gone: nobody waits for this reply
-            pass
+            return
+
+    def _send_deferred(self):
+        while True:
+            with self.deferred_lock:
+                if not self.deferred:
+                    self.deferred_worker = None
+                    return
+                dst, tag, parts = self.deferred[0]
+            self._send(dst, tag, parts)
+            with self.deferred_lock:
+                self.deferred.popleft()  # (only now: a reply queued meanwhile waits behind this one)
 
 
 def _as_mpi(exc):

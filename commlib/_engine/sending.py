@@ -83,6 +83,10 @@ class Sends:
             self._enqueue(out, s)
         return req
 
+    def connected(self, ctx, dst):
+        """Whether a send to group rank dst can start now, without waiting to open a connection."""
+        return dst == ctx.rank or self.p2p.connected(ctx.world[dst])
+
     def _connection(self, dst_w, deadline, what):
         """The Outgoing connection to world rank dst_w, opened on first use; opening one beyond the
         idle-connection limit closes the least recently used idle ones (p2p.MAX_CONNECTIONS)."""

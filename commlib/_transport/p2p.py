@@ -346,6 +346,11 @@ class PointToPoint:
     def poller(self):
         return Poller(self.ep)
 
+    def connected(self, dst):
+        """Whether a send to world rank dst finds its connection open (never waits to connect)."""
+        with self._conn_lock:
+            return dst in self._out or self.ep.out_sock(SHARED_GID, CH_P2P, dst) is not None
+
     def outgoing(self, dst, deadline, what):
         """The Outgoing connection to world rank dst (connecting on first use)."""
         self.used[dst] = time.monotonic()

@@ -16,6 +16,10 @@ Sections:
             epochs included): Get, Flush, Put of the value plus one, Unlock; and epochs of a
             Get alone (whose release is not acknowledged) between them: no increment is lost,
             however the lock requests queue up at the target
+  blocked   passive target while the target waits in a blocking Recv for a token each other rank
+            sends only after its Lock/Accumulate/Get/Unlock epoch on it: the epochs complete
+            meanwhile (the waiting thread serves them); and, commlib's own check, three windows
+            cost no thread of their own
   shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
             is left in /dev/shm (commlib's own check)
   sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
@@ -31,6 +35,7 @@ Validated against mpi4py 4.1.2 on MPICH (COMMLIB_TEST_MPI=mpi4py under mpiexec).
 import glob
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -174,6 +179,37 @@ def exclusive():
     win.Free()
 
 
+def blocked():
+    mem = np.zeros(n, "i8")
+    wins = [MPI.Win.Create(mem if i == 0 else np.zeros(2, "i8"), mem.itemsize, comm=comm) for i in range(3)]
+    win = wins[0]
+    if not USING_MPI4PY:
+        own = [t.name for t in threading.enumerate() if t.name.startswith("commlib-rma")
+               and not t.name.startswith("commlib-rma-connect")]
+        c.equal(own, [], "blocked: windows cost no thread of their own")
+    comm.Barrier()
+    if me == 0:
+        token = np.zeros(1, "i8")
+        for _ in range(n - 1):  # the others' epochs on this rank end before their tokens leave
+            comm.Recv(token, MPI.ANY_SOURCE, 77)
+        win.Lock(0, MPI.LOCK_SHARED)
+        seen = mem.copy()
+        win.Unlock(0)
+        c.equal(seen[1:], np.arange(1, n, dtype="i8") * 10, "blocked: every epoch reached the waiting target")
+    else:
+        back = np.zeros(1, "i8")
+        for _ in range(10):
+            win.Lock(0, MPI.LOCK_EXCLUSIVE)
+            win.Accumulate(np.array([me], "i8"), 0, (me, 1, MPI.INT64_T), MPI.SUM)
+            win.Get(back, 0, (me, 1, MPI.INT64_T))
+            win.Unlock(0)
+        c.equal(int(back[0]), 10 * me, "blocked: Get after Accumulate in one epoch")
+        comm.Send(np.array([me], "i8"), 0, 77)
+    comm.Barrier()
+    for w in wins:
+        w.Free()
+
+
 def shared():
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     r, size = node.Get_rank(), node.Get_size()
@@ -264,7 +300,7 @@ def die():
 
 if "die" in sys.argv[2:]:
     die()
-for fn in (counter, halo, pscw, passive, exclusive, shared, sync_tools, errors):
+for fn in (counter, halo, pscw, passive, exclusive, blocked, shared, sync_tools, errors):
     c.run([fn])
     comm.Barrier()
 forgotten = MPI.Win.Allocate(64, comm=comm)  # never freed: the exit must not wait for it
