@@ -42,12 +42,19 @@ class Failures:
 
     def _all_gone(self, ctx):
         """Every OTHER member has left (a group of one never is: a send to self may still come)."""
+        notices = self.p2p.notices
+        if not notices.exits and not notices.finished:
+            return False
         others = [w for w in ctx.world if w != self.me]
         return bool(others) and all(self.p2p.gone(w) is not None for w in others)
 
     def _check_departed(self):
         """Receives from a rank that has left (and sent all it will) can never complete, nor can
-        an issend whose receiver left without matching it."""
+        an issend whose receiver left without matching it. (Every servicing asks: nothing to do, and
+        no rank to look at, while no rank of the job has left.)"""
+        notices = self.p2p.notices
+        if not notices.exits and not notices.finished:
+            return
         for key in list(self._acks):
             w, _ = key
             gone = self.p2p.gone(w)

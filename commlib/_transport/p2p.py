@@ -249,6 +249,8 @@ class Poller:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._arrival_r, self._fail_r = ep.arrival_r, ep.wake_r
+        self.woken = False  # a wait saw the wake-up pipe readable: clear_wake() has a byte to read
+        self._polls = {}  # thread id -> (the events it last waited on, its select.poll with them registered)
 
     def watch(self, conns_in, conns_out):
         """What the next wait() watches: incoming connections not done nor busy, outgoing ones with
@@ -279,18 +281,35 @@ class Poller:
         """Wait up to timeout_ms: the set of incoming connections ready to read, plus ARRIVED when
         a connection came in and READY for anything else; None when a signal interrupted the wait."""
         events, readers, ready = watched
-        poller = select.poll()
-        for fd, ev in events.items():
-            poller.register(fd, ev)
-        for fd in (self._wake_r, self._arrival_r, self._fail_r):
-            poller.register(fd, select.POLLIN)
+        # Each thread waits on a select.poll of its own (one object may not be polled by two threads
+        # at once), registered again only when the set changed: most waits watch what the last did.
+        me = threading.get_ident()
+        last = self._polls.get(me)
+        if last is not None and last[0] == events:
+            poller = last[1]
+        else:
+            poller = select.poll()
+            for fd, ev in events.items():
+                poller.register(fd, ev)
+            for fd in (self._wake_r, self._arrival_r, self._fail_r):
+                poller.register(fd, select.POLLIN)
+            if len(self._polls) > 64:  # (threads come and go: bounded)
+                self._polls.clear()
+            self._polls[me] = (events, poller)
         try:
             got = poller.poll(0 if ready else timeout_ms)
         except InterruptedError:
             return None
         for fd, _ in got:
             c = readers.get(fd)
-            ready.add(c if c is not None else ARRIVED if fd == self._arrival_r else READY)
+            if c is not None:
+                ready.add(c)
+            elif fd == self._arrival_r:
+                ready.add(ARRIVED)
+            else:
+                if fd == self._wake_r:
+                    self.woken = True
+                ready.add(READY)
         return ready
 
     def wake(self):
@@ -299,6 +318,11 @@ class Poller:
             os.write(self._wake_w, b"\0")
 
     def clear_wake(self):
+        """Read the wake-up bytes a wait saw (none to read, no system call, when it saw none: a byte
+        written since stays, and makes the next wait return at once)."""
+        if not self.woken:
+            return
+        self.woken = False
         with contextlib.suppress(BlockingIOError, OSError):
             os.read(self._wake_r, 4096)
 
