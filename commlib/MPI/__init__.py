@@ -20,6 +20,7 @@ from .._api import finalize as _finalize
 from ._comm import (Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm, Topocomm, comm_class as _comm_class,
                     processor_name as _processor_name, world_comms)
 from ._intercomm import Intercomm
+from . import _spawn  # noqa: F401  (Comm.Spawn, Spawn_multiple and Get_parent are its)
 from ._bufspec import address as _address
 from ._buffer import buffer
 from ._groups import Group

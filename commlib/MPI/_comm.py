@@ -282,11 +282,9 @@ class Comm(Attributes, ErrorHandling):
     @classmethod
     def Get_parent(cls):
         """In a process started by Spawn: the intercommunicator to its parents; else COMM_NULL."""
-        from ._spawn import get_parent
-        parent = get_parent()
+        parent = _built_on("get_parent")()
         if parent is None:
-            from ._intercomm import Intercomm
-            return Intercomm()  # a null intercommunicator, as mpi4py's
+            return _built_on("Intercomm")()  # a null intercommunicator, as mpi4py's
         return parent
 
     def free(self):
@@ -1186,8 +1184,7 @@ class Intracomm(Comm):
     def Create_intercomm(self, local_leader, peer_comm, remote_leader, tag=0):
         """The intercommunicator of this group and another: collective over this communicator; the
         local leader and remote_leader (a rank of peer_comm) introduce the two groups over peer_comm."""
-        from ._intercomm import create_intercomm  # _intercomm builds on this module
-        return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
+        return _built_on("create_intercomm")(self, local_leader, peer_comm, remote_leader, tag)
 
     # dynamic processes (_spawn.py): the children are started by the root, on its host
     def Spawn(self, command, args=None, maxprocs=1, info=None, root=0, errcodes=None):
@@ -1197,8 +1194,7 @@ class Intracomm(Comm):
         `hostfile` places the children on those hosts (started as commrun starts ranks there,
         through COMMLIB_RSH); `wdir` is their working directory; without `host`, they run on the
         root's host."""
-        from ._spawn import spawn
-        inter, counts = spawn(self, [(command, args, maxprocs, info)], root, "Spawn")
+        inter, counts = _built_on("spawn")(self, [(command, args, maxprocs, info)], root, "Spawn")
         if errcodes is not None:
             errcodes[:] = [SUCCESS] * sum(counts)
         return inter
@@ -1206,19 +1202,33 @@ class Intracomm(Comm):
     def Spawn_multiple(self, command, args=None, maxprocs=None, info=None, root=0, errcodes=None):
         """Spawn of several programs at once, all children in one job (its COMM_WORLD) in program
         order; errcodes: a list, filled with one list of codes per program."""
-        from ._spawn import programs_of, spawn
         g = _group(self)
         root = _root(g, root, "Spawn_multiple")
         programs = None
         if g.rank() == root:
             try:
-                programs = programs_of(command, args, maxprocs, info)
+                programs = _built_on("programs_of")(command, args, maxprocs, info)
             except ValueError as exc:
                 programs = exc  # raised on the root, an ERR_ARG on the others
-        inter, counts = spawn(self, programs, root, "Spawn_multiple")
+        inter, counts = _built_on("spawn")(self, programs, root, "Spawn_multiple")
         if errcodes is not None:
             errcodes[:] = [[SUCCESS] * n for n in counts]
         return inter
+
+
+# Intercommunicators (`_intercomm.py`) and dynamic processes (`_spawn.py`) build on this module: each
+# gives it, when commlib.MPI imports it, what the methods here that make one call (Get_parent,
+# Create_intercomm, Spawn, Spawn_multiple), so that no import runs from here up to them.
+_BUILT_ON = {}
+
+
+def provide(**parts):
+    """Called by the modules built on this one, as they are imported."""
+    _BUILT_ON.update(parts)
+
+
+def _built_on(name):
+    return _BUILT_ON[name]  # (commlib.MPI imports every provider before a program can call these)
 
 
 def COMM_NULL_HANDLE():

@@ -41,8 +41,8 @@ from .._api import within as _within
 from .._engine import wait_all as _wait_all
 from ._bufspec import blocks, parse_recv, parse_send, parse_vector, parse_vectorw
 from ._collectives import _p2p_recv, _p2p_send, fold, reduce_body
-from ._comm import (_NULL, COMM_NULL_HANDLE, Comm, _as_op, _dest, _group, _match, _root_decides, _same_type,
-                    _State, _stag)
+from ._comm import (_NULL, COMM_NULL_HANDLE, Comm, _as_op, _dest, _group, _match, _root_decides, _same_type, _State,
+                    _stag, provide)
 from ._constants import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_ROOT, IN_PLACE, PROC_NULL, ROOT,
                          UNDEFINED, MPIException)
 from ._groups import Group
@@ -717,3 +717,4 @@ for _name in ("Scan", "Iscan", "Scan_init", "scan", "Exscan", "Iexscan", "Exscan
               "Create_cart", "Cart_map"):
     setattr(Intercomm, _name, _Absent(_name))
 _Inter.handle_class = Intercomm
+provide(Intercomm=Intercomm, create_intercomm=create_intercomm)  # what Comm.Get_parent and Create_intercomm make

@@ -41,7 +41,7 @@ from .._errors import CommError
 from .._engine import world as _world
 from .._rendezvous import Coordinator
 from .._rendezvous.discovery import JobEnv
-from ._comm import _group, _root, _root_decides
+from ._comm import _group, _root, _root_decides, provide
 from ._constants import ERR_ARG, ERR_INFO, ERR_SPAWN, MPIException
 
 _PARENT = "COMMLIB_PARENT"  # host:port of the universe's coordinator, in a child's environment
@@ -362,3 +362,6 @@ def _close_all():
     for coord in {id(c): c for _p, c in _children}.values():
         coord.close()
     _children.clear()
+
+
+provide(spawn=spawn, programs_of=programs_of, get_parent=get_parent)  # Comm.Spawn(_multiple), Get_parent
