@@ -19,6 +19,7 @@ if "commrun" not in sys.modules:
 import collections  # noqa: E402
 import compileall  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import resource  # noqa: E402
 
 import pytest  # noqa: E402
@@ -123,7 +124,17 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     if call.when == "teardown" and _CPU_START in item.stash:  # before the report copies the properties
         item.user_properties.append(("cpu-s", round(_cpu_seconds() - item.stash[_CPU_START], 2)))
+    if call.when == "call" and call.duration > SLOW_S * SCALE and not _SAYS_WHY.search(
+            getattr(getattr(item, "function", None), "__doc__", None) or ""):
+        item.user_properties.append(("slow-unexplained", round(call.duration, 1)))
     yield
+
+
+# A test above SLOW_S says why in its docstring (a figure of its time: "Over 20 s (about 40 s on 2
+# cores): ..."); those that do not are listed at the end of the run.
+SLOW_S = 20
+_SAYS_WHY = re.compile(r"\d+(\.\d+)?\s*(s|seconds?|minutes?)\b|minute")
+_SLOW_UNEXPLAINED = []
 
 
 _CPU_START = pytest.StashKey[float]()
@@ -136,12 +147,18 @@ def pytest_runtest_logreport(report):
     for key, value in report.user_properties:
         if key == "cpu-s":
             _CPU_BY_FILE[report.nodeid.split("::")[0]] += value
+        elif key == "slow-unexplained":
+            _SLOW_UNEXPLAINED.append((value, report.nodeid))
     for _, (name, value) in (p for p in report.user_properties if p[0] == "fault-figure"):
         _FIGURES.setdefault(name, []).append(value)
     _BATCH_JOBS.extend(value for key, value in report.user_properties if key == "batch-job")
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _SLOW_UNEXPLAINED:
+        terminalreporter.section(f"over {SLOW_S * SCALE:g} s without a docstring that says why")
+        for seconds, nodeid in sorted(_SLOW_UNEXPLAINED, reverse=True):
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
     if _CPU_BY_FILE:
         terminalreporter.section("CPU seconds by file")
         terminalreporter.write_line(f"{sum(_CPU_BY_FILE.values()):.0f} CPU-s in all (tests and their jobs); "

@@ -144,6 +144,9 @@ def test_three_hosts_over_a_jittery_lossy_link(tmp_path):
 
 
 def test_a_link_down_shorter_than_the_timeout_costs_time_not_an_error(tmp_path):
+    """A 4 s outage of the link between two namespace hosts mid-job: the job goes on and its results are
+    right. Over 20 s: the job's start across the hosts, the outage, TCP's retransmission back-off after
+    it (the first resend after the link returns can come seconds later), then the remaining rounds."""
     with ShapedFabric(2, "10.74") as f:
         argv, env = _job(f, tmp_path, 40, 20)
         job = Job(argv, env)

@@ -106,6 +106,8 @@ def test_commrun_in_salloc_uses_the_allocation(cluster):
 
 
 def test_torch_batch_script_as_documented(cluster, tmp_path):
+    """examples/slurm/torch_job.sbatch as the docs submit it (sbatch --wait). Over 20 s (about 40 s on 2
+    cores): Slurm schedules the batch step, then four ranks each import torch on two cores."""
     pytest.importorskip("torch")
     out_file = tmp_path / "torch.out"
     rc, out, err = _run(cluster, "sbatch", "--wait", f"--output={out_file}",
@@ -178,7 +180,8 @@ def test_slurmd_killed_mid_job_ends_it():
     """A node's slurmd SIGKILLed under a running srun job: Slurm declares the node failed after
     SlurmdTimeout and cancels the step; the ranks on the other node are terminated, the ranks on
     the lost node (their slurmstepd outlives slurmd) lose their peers and end by commlib's PeerLost.
-    Nothing is left on any node."""
+    Nothing is left on any node. Over 20 s: a cluster of its own to start, and Slurm's SlurmdTimeout
+    (5 s, the shortest that runs reliably here) and node-failure handling are what is under test."""
     marker = f"slurm-slurmd-{os.getpid()}"
     with SlurmCluster({"sn1": 2, "sn2": 2}, "10.236.12", slurmd_timeout=5) as c:
         rc, out, took = _interrupted(c, ["srun", "-n", "4", sys.executable, LOOP, marker],
