@@ -17,11 +17,12 @@ _completion = threading.Condition()  # notified whenever any request completes (
 class Request:
     """Handle of a non-blocking operation: `.wait()` returns its result, `.test()` polls."""
 
-    __slots__ = ("_done", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout", "_callbacks",
-                 "__weakref__")
+    __slots__ = ("_finished", "_event", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout",
+                 "_callbacks", "__weakref__")
 
     def __init__(self, what, *, timeout=None, waiter=None, cancel=None):
-        self._done = threading.Event()
+        self._finished = False
+        self._event = None  # made by the first thread that sleeps on it (_done): most never need one
         self._result = self._error = None
         self.what = what
         self.cancelled = False
@@ -30,17 +31,35 @@ class Request:
         self._cancel = cancel  # callable(req) -> bool, for a receive not yet matched
         self._callbacks = ()  # called with the request once it completes; None once it has
 
+    @property
+    def _done(self):
+        """The Event set at completion, for a thread that sleeps until then: made on first use (a
+        request its own caller drives, or only tests, never needs one)."""
+        event = self._event
+        if event is None:
+            with _completion:  # (_finish decides under it whether an Event exists to set)
+                event = self._event
+                if event is None:
+                    event = threading.Event()
+                    if self._finished:
+                        event.set()
+                    self._event = event
+        return event
+
     # -- completion (any thread)
     def _finish(self, result=None, error=None):
-        if self._done.is_set():
+        if self._finished:
             return
         self._result, self._error = result, error
         self._cancel = None  # it referred to what the operation held (a posted receive, its buffer): let go now
         del result, error  # this thread holds none of it once the waiter wakes
-        self._done.set()
         with _completion:
+            self._finished = True
+            event = self._event
             callbacks, self._callbacks = self._callbacks, None
             _completion.notify_all()
+        if event is not None:
+            event.set()
         for fn in callbacks or ():
             fn(self)
 
@@ -55,21 +74,21 @@ class Request:
     # -- the user's side
     def test(self):
         """True once the operation has finished (successfully, with an error, or cancelled)."""
-        return self._done.is_set()
+        return self._finished
 
     def wait(self, timeout=None):
         """Block until done; return the result or raise the operation's error.
 
         timeout: seconds, to wait less than the operation's own bound (CommTimeout when it passes).
         """
-        if not self._done.is_set():
+        if not self._finished:
             limit = min((t for t in (self.timeout, timeout) if t is not None), default=None)
             deadline = None if limit is None else time.monotonic() + limit
             if self._waiter is not None:
                 self._waiter(self, deadline)
             else:
                 self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if not self._done.is_set():
+            if not self._finished:
                 raise CommTimeout(f"{self.what} did not complete within {limit:g} s", op=self.what)
         if self._error is not None:
             raise self._error
@@ -78,7 +97,7 @@ class Request:
     def cancel(self):
         """Cancel a receive that has not been matched: True if cancelled (wait() then returns None)."""
         cancel = self._cancel  # None once done (another thread may finish it meanwhile)
-        if self._done.is_set() or cancel is None:
+        if self._finished or cancel is None:
             return False
         if not cancel(self):
             return False
