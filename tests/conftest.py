@@ -107,6 +107,15 @@ _FIGURES = {}  # name -> values: figures the fault suite's tests measured (tests
 _BATCH_JOBS = []  # (seconds, description, checks) of each batched multi-rank job (tests/multirank/_harness.py)
 
 
+_CPU_START = pytest.StashKey[float]()
+_CPU_BY_FILE = collections.Counter()  # test file -> CPU seconds its items cost (the budget is CPU: 2 cores)
+# A test above SLOW_S says why in its docstring (a figure of its time: "Over 20 s (about 40 s on 2
+# cores): ..."); those that do not are listed at the end of the run.
+SLOW_S = 20
+_SAYS_WHY = re.compile(r"\d+(\.\d+)?\s*(s|seconds?|minutes?)\b|minute")
+_SLOW_UNEXPLAINED = []
+
+
 def _cpu_seconds():
     """CPU seconds of this process and of the children it has reaped (a job's commrun and, through
     it, the ranks): what one test costs the machine, whatever the other worker was doing meanwhile."""
@@ -130,17 +139,6 @@ def pytest_runtest_makereport(item, call):
     yield
 
 
-# A test above SLOW_S says why in its docstring (a figure of its time: "Over 20 s (about 40 s on 2
-# cores): ..."); those that do not are listed at the end of the run.
-SLOW_S = 20
-_SAYS_WHY = re.compile(r"\d+(\.\d+)?\s*(s|seconds?|minutes?)\b|minute")
-_SLOW_UNEXPLAINED = []
-
-
-_CPU_START = pytest.StashKey[float]()
-_CPU_BY_FILE = collections.Counter()  # test file -> CPU seconds its items cost (the budget is CPU: 2 cores)
-
-
 def pytest_runtest_logreport(report):
     if report.when != "teardown":  # the last report of an item holds every property it was given, once
         return
@@ -149,9 +147,11 @@ def pytest_runtest_logreport(report):
             _CPU_BY_FILE[report.nodeid.split("::")[0]] += value
         elif key == "slow-unexplained":
             _SLOW_UNEXPLAINED.append((value, report.nodeid))
-    for _, (name, value) in (p for p in report.user_properties if p[0] == "fault-figure"):
-        _FIGURES.setdefault(name, []).append(value)
-    _BATCH_JOBS.extend(value for key, value in report.user_properties if key == "batch-job")
+        elif key == "fault-figure":
+            name, figure = value
+            _FIGURES.setdefault(name, []).append(figure)
+        elif key == "batch-job":
+            _BATCH_JOBS.append(value)
 
 
 def pytest_terminal_summary(terminalreporter):

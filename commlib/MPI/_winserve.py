@@ -109,7 +109,7 @@ class Target:
         self.failed = {}  # origin rank -> the error of a request it gets no reply to (reported at its next ack)
         self.held = {}  # origin rank -> its requests that came after its lock request, until the lock is granted
         self.req, self.stopping = None, False  # the posted receive of the next request; Free was called
-        self.inbox, self.serving, self._arrived_meanwhile = collections.deque(), False, False
+        self.inbox, self.serving = collections.deque(), False  # requests received, not yet served; _arrived runs
         self.deferred, self.deferred_lock, self.deferred_worker = collections.deque(), threading.Lock(), None
 
     # ------------------------------------------------------------ memory
@@ -219,20 +219,19 @@ class Target:
     def _arrived(self, msg, payload):
         """A request arrived (the engine's lock held, as for every receive's completion): serve it
         and every one that arrives meanwhile, then post the receive of the next. Posting may find
-        the next already there and complete at once, calling this again: that call only queues."""
+        the next already there and complete at once, calling this again: that call only queues
+        (no receive is posted while one is served, so nothing else arrives here meanwhile)."""
         self.inbox.append((msg.source, payload))
-        self._arrived_meanwhile = True
         if self.serving:
             return None
         self.serving = True
         try:
-            while self._arrived_meanwhile:
-                self._arrived_meanwhile = False
+            while self.inbox:
                 while self.inbox:
                     src, request = self.inbox.popleft()
                     self.handle(src, request)
                 if not self.stopping:
-                    self._post()  # (may complete at once: _arrived_meanwhile, and one more turn)
+                    self._post()  # (may complete at once: the inbox has one more, and one more turn)
         finally:
             self.serving = False
         return None
