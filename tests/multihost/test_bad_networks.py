@@ -235,12 +235,15 @@ def _iperf3(f, seconds):
 
 @pytest.mark.parametrize("loss", [0.01, 0.03])
 def test_throughput_over_a_lossy_link_is_within_2x_of_iperf3(loss, tmp_path):
-    """Interleaved, 3 repeats of each (2 s), medians compared: this 2-core machine is shared."""
+    """Interleaved, 3 repeats of each (2 s), medians compared. The link is capped at 200 Mbit/s (25 MB/s)
+    so that both flows are bound by the link and its loss, which is what this compares: uncapped, the
+    delayer, the sender and the receiver share the 2 cores at ~130 MB/s, and a CI run with the cores
+    busy measured commlib's Python ranks at half of iperf3's C for want of CPU, not of loss recovery."""
     import statistics
     case = tmp_path / "tput.py"
     case.write_text(THROUGHPUT)
     ours, reference = [], []
-    with ShapedFabric(2, "10.76", loss=loss, seed=9) as f:
+    with ShapedFabric(2, "10.76", loss=loss, rate="200mbit", seed=9) as f:
         argv = f.commrun("--hosts", f"{f.hosts[0]}:1,{f.hosts[1]}:1", "--coordinator-host", f.addr(0),
                          str(case), "2")
         for _ in range(3):
