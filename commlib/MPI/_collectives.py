@@ -10,7 +10,7 @@ import numpy as np
 from .._api import within as _within
 from .._dtypes import DT_BYTES
 from .._engine import wait_all as _wait_all
-from ._p2p import dumps, loads, recv_into, recv_obj, send
+from ._p2p import dumps, exchange, loads, recv_into, recv_obj, send
 
 # Tags of the collectives that run over point-to-point (negative: never a user's).
 (TAG_SCAN, TAG_GATHERV, TAG_SCATTERV, TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALL_OBJ,
@@ -80,10 +80,11 @@ def gatherv_body(g, s, R, root):
     if me != root:
         _p2p_send(g, s, root, TAG_GATHERV)
         return
-    reqs = [_p2p_recv(g, R.block(i), i, TAG_GATHERV, block=False) for i in range(n) if i != root]
+    for i in range(n):  # in turn, each blocking: senders only send, so none waits on another
+        if i != root:
+            _p2p_recv(g, R.block(i), i, TAG_GATHERV)
     if s is not None:
         R.block(root)[...] = s
-    _wait_all(reqs)
 
 
 def scatterv_body(g, S, r, root):
@@ -91,21 +92,21 @@ def scatterv_body(g, S, r, root):
     if me != root:
         _p2p_recv(g, r, root, TAG_SCATTERV)
         return
-    reqs = [_p2p_send(g, S.block(i), i, TAG_SCATTERV, block=False) for i in range(n) if i != root]
+    for i in range(n):  # in turn, each blocking: receivers only receive, so none waits on another
+        if i != root:
+            _p2p_send(g, S.block(i), i, TAG_SCATTERV)
     if r is not None:
         r[...] = S.block(root)
-    _wait_all([q for q in reqs if q is not None])
 
 
 def exchange_body(g, send_block, recv_block, tag):
     """Every rank sends send_block(j) to j and receives recv_block(i) from i (all-to-all pattern)."""
     me, n = g.rank(), g.size()
-    reqs = [_p2p_recv(g, recv_block(i), i, tag, block=False) for i in range(n) if i != me]
-    reqs += [_p2p_send(g, send_block(j), j, tag, block=False) for j in range(n) if j != me]
+    exchange(g, [(i, tag, recv_block(i).view(np.uint8)) for i in range(n) if i != me],
+             [(j, tag, send_block(j).view(np.uint8)) for j in range(n) if j != me], "collective")
     mine = send_block(me)
     if mine is not None:
         recv_block(me)[...] = mine
-    _wait_all([q for q in reqs if q is not None])
 
 
 def alltoall_obj_body(g, objs):

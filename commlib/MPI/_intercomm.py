@@ -47,7 +47,7 @@ from ._constants import (ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_GROUP, ERR_RANK, ERR
                          UNDEFINED, MPIException)
 from ._groups import Group
 from ._ops import SUM
-from ._p2p import done_empty, dumps, loads, recv_obj
+from ._p2p import done_empty, dumps, exchange, loads, recv_obj
 from ._requests import Request
 
 # Tags of the collectives' messages over the union (negative: never a user's; each collective
@@ -236,9 +236,8 @@ def _scatter(c, send_block, r, root):
 def _exchange(c, send_block, recv_block):
     """Alltoall(v/w), Allgatherv: send_block(j) to each remote rank j, recv_block(i) from each remote rank i."""
     n = len(c.remote)
-    reqs = [_p2p_recv(c.union, recv_block(i), c.ro + i, TAG_EXCHANGE, block=False) for i in range(n)]
-    reqs += [_p2p_send(c.union, send_block(j), c.ro + j, TAG_EXCHANGE, block=False) for j in range(n)]
-    _wait_all([q for q in reqs if q is not None])
+    exchange(c.union, [(c.ro + i, TAG_EXCHANGE, recv_block(i).view(np.uint8)) for i in range(n)],
+             [(c.ro + j, TAG_EXCHANGE, send_block(j).view(np.uint8)) for j in range(n)], "collective")
 
 
 def _allgather(c, s, out):

@@ -20,7 +20,7 @@ from .._dtypes import DT_BYTES
 from .._engine import wait_all
 from ._bufspec import blocks, parse_recv, parse_send, parse_vector, parse_vectorw
 from ._constants import ERR_TOPOLOGY, PROC_NULL, MPIException
-from ._p2p import dumps, loads, recv_into, recv_obj, send
+from ._p2p import dumps, exchange, loads, recv_obj, send
 
 _PRIVATE = weakref.WeakKeyDictionary()  # a communicator's commlib Group -> its private sub-group
 _PRIVATE_LOCK = threading.Lock()
@@ -37,16 +37,10 @@ def private(g):
 
 def exchange_body(g, nb, recv_blocks, send_blocks, what):
     """Receive recv_blocks[i] from nb.sources[i] and send send_blocks[j] to nb.destinations[j]."""
-    pg = private(g)
-    reqs = []
-    for src, tag, block in zip(nb.sources, nb.rtags, recv_blocks):  # receives first: a self-send finds its own
-        if src != PROC_NULL:
-            reqs.append(recv_into(pg, block.view(np.uint8), DT_BYTES, src, tag, False, what))
-    for dst, tag, block in zip(nb.destinations, nb.stags, send_blocks):
-        if dst != PROC_NULL:
-            u8 = block.view(np.uint8)
-            reqs.append(send(pg, u8, DT_BYTES, u8.nbytes, dst, tag, block=False, what=what))
-    wait_all([r for r in reqs if r is not None])
+    exchange(private(g),
+             [(src, tag, b.view(np.uint8)) for src, tag, b in zip(nb.sources, nb.rtags, recv_blocks) if src != PROC_NULL],
+             [(dst, tag, b.view(np.uint8)) for dst, tag, b in zip(nb.destinations, nb.stags, send_blocks)
+              if dst != PROC_NULL], what)
 
 
 def exchange_obj_body(g, nb, payloads, what):

@@ -6,6 +6,8 @@ import pickle
 import numpy as np
 
 from .._dtypes import DT_BYTES
+from .._engine import EAGER_BYTES, wait_all
+from .._wire import HEADER_NBYTES
 from ._constants import ANY_SOURCE, ANY_TAG, ERR_TRUNCATE, PROC_NULL, MPIException
 
 _UNBOUNDED = 1 << 62
@@ -43,6 +45,32 @@ def recv_into(g, u8, wire, source, tag, block, what, msg=None):
     if msg is not None:
         return g.engine.mrecv(g.p2p, msg, u8, finish, what=what, block=block, check=check, raw=True)
     return g.engine.recv(g.p2p, source, tag, u8, finish, what=what, block=block, check=check, raw=True)
+
+
+def exchange(g, recvs, sends, what):
+    """This rank's part of an exchange every rank of g takes part in (all-to-all, neighbourhood
+    collectives): receive each (source, tag, uint8 block) of recvs, send each (dest, tag, block) of sends.
+
+    At most EAGER_BYTES of frames to each destination: the sends go first, each a blocking send that
+    completes into its connection's buffer, then the receives, each blocking: the one-call paths,
+    with no request and no progress loop (~5x less time a message than posting each). A send that
+    finds its connection full hands itself to the engine, which reads what arrives while it waits, so
+    ranks that all send first still all go on. More than that: every receive is posted first, so the
+    data lands in place, then the sends, and all are waited on. Each rank decides alone; either way
+    meets the other.
+    """
+    load = {}
+    for dst, _, u8 in sends:
+        load[dst] = load.get(dst, 0) + u8.nbytes + HEADER_NBYTES
+    if all(b <= EAGER_BYTES for b in load.values()):
+        for dst, tag, u8 in sends:
+            send(g, u8, DT_BYTES, u8.nbytes, dst, tag, block=True, what=what)
+        for src, tag, u8 in recvs:
+            recv_into(g, u8, DT_BYTES, src, tag, True, what)
+        return
+    reqs = [recv_into(g, u8, DT_BYTES, src, tag, False, what) for src, tag, u8 in recvs]
+    reqs += [send(g, u8, DT_BYTES, u8.nbytes, dst, tag, block=False, what=what) for dst, tag, u8 in sends]
+    wait_all([r for r in reqs if r is not None])
 
 
 def recv_buf(g, m, source, tag, block, what):

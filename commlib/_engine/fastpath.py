@@ -95,7 +95,7 @@ class FastPaths:
 
     # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
     def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):
-        """The rest of a blocking send stuck `sent` bytes into its frame (lock held): queued first in
+        """The rest of a blocking send stuck `sent` bytes into its frame (0: before its first) (lock held): queued first in
         line, the engine writes it; the caller waits on the Request returned."""
         dst_w = ctx.world[dst]
         conn = self.p2p.outgoing(dst_w, time.monotonic() + ctx.timeout, what)

@@ -14,10 +14,10 @@ dtype code and size, from `commlib._engine`).
 
 Anything it does not take returns NotImplemented before any byte moves, and
 the engine queues or posts it (and raises whatever error the arguments
-deserve). A send whose step stalls before its first byte (the receiver is
-not reading) steps again while nothing else is outstanding. A step that
-stops mid-frame is not handled here: a send's rest is queued first in line
-through the engine (`_fast_send_queue`), a receive hands its claimed
+deserve). A step that stalls is not handled here: a send's rest (all of it
+where the receiver took no byte) is queued first in line through the engine
+(`_fast_send_queue`), whose loop reads incoming frames while it waits, so
+ranks that send to each other at once never wait on each other; a receive hands its claimed
 connection and the step's status to the engine's loop (`_fast_recv_rest`),
 and a failed step raises through the transport's `_raise`.
 """
@@ -86,24 +86,22 @@ cdef class P2PFast:
         key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
         hdr = self._header(self.rank, t, code, count, nbytes, flags)
         deadline = _now() + self.timeout
-        while True:
-            with self.lock:
-                if not self.idle():
-                    return NotImplemented
-                out = self.conns_out.get(dst_w)
-                if out is not None and out.queue or self.fds.get(key) != fd:
-                    return NotImplemented  # (fd closed for being idle since the caller took it)
-                self.used[dst_w] = _now()
-                rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
-                if rc == ST_OK:
-                    return None
-                if rc != ST_SLOW:
-                    self.p2p_raise(rc, what, dst_w, None, nbytes)
-                sent = int(self.p2p_state[0])
-                if sent > 0:  # stuck mid-frame (the receiver is not reading): the engine writes the rest, first in line
-                    req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, sent)
-                    break
-            # nothing written yet: step again (out of the lock, so others may post meanwhile)
+        with self.lock:
+            if not self.idle():
+                return NotImplemented
+            out = self.conns_out.get(dst_w)
+            if out is not None and out.queue or self.fds.get(key) != fd:
+                return NotImplemented  # (fd closed for being idle since the caller took it)
+            self.used[dst_w] = _now()
+            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
+            if rc == ST_OK:
+                return None
+            if rc != ST_SLOW:
+                self.p2p_raise(rc, what, dst_w, None, nbytes)
+            # stuck, mid-frame or before its first byte (the receiver is not reading): the engine writes
+            # the rest, first in line, and reads what arrives while this thread waits, so two ranks
+            # stuck sending to each other (a full buffer each way) both go on
+            req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
         req.wait()
         return None
 

@@ -3,7 +3,10 @@
 usage: send_first.py SEED
 Each rank sends 16 MiB to both neighbours, then receives from both: the sends
 stall until the engine hands them over and drains the peer's message into the
-unexpected queue while it writes, so nobody deadlocks.
+unexpected queue while it writes, so nobody deadlocks. Then 64 sends of 60 KiB
+each way (each small enough for the one-call path, 3.8 MiB in all: more than
+any connection buffers) before any receive: a one-call send that finds its
+connection full hands itself to the engine, which reads while it waits.
 """
 import numpy as np
 
@@ -21,4 +24,14 @@ for size in (1 << 10, 2 << 20):  # 8 KiB and 16 MiB of float64
     from_right = cl.recv((size,), np.float64, right, tag=2)
     c.equal(from_left, np.arange(size, dtype=np.float64) + left * 1e6, f"from left, {size} elements", record=False)
     c.equal(from_right, (np.arange(size, dtype=np.float64) + right * 1e6) * 2, f"from right, {size} elements", record=False)
+block = 60 << 10 >> 3  # float64 elements of a 60 KiB message
+for k in range(64):
+    cl.send(np.full(block, me * 1000.0 + k), right, tag=3)
+    cl.send(np.full(block, -me * 1000.0 - k), left, tag=4)
+got_left = [cl.recv((block,), np.float64, left, tag=3) for _ in range(64)]
+got_right = [cl.recv((block,), np.float64, right, tag=4) for _ in range(64)]
+c.equal(np.stack(got_left), np.repeat(left * 1000.0 + np.arange(64.0), block).reshape(64, block),
+        "64 eager-sized sends from left, in order", record=False)
+c.equal(np.stack(got_right), np.repeat(-right * 1000.0 - np.arange(64.0), block).reshape(64, block),
+        "64 eager-sized sends from right, in order", record=False)
 c.finish()
