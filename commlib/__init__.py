@@ -35,19 +35,50 @@ def _unbuilt(exc):
                        f"(or `pip install -e .` / `python setup.py build_ext --inplace` for development): {exc}")
 
 
-try:
-    from . import _kernels  # noqa: F401  (compiled extensions)
-    from ._transport import _io  # noqa: F401
-except ImportError as exc:
-    raise _unbuilt(exc) from exc
+import importlib.util as _util
 
-from ._api import *  # noqa: F401,F403  (exactly the names of API.md)
-from ._api import __all__ as _api_names
-from ._dtypes import ReduceOp
-from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
-from ._trace import stats
+try:  # built? (a look for the extension's file: loading it, and NumPy, waits for the first public name)
+    _built = _util.find_spec(__name__ + "._kernels") is not None
+except ImportError:
+    _built = False
+if not _built:
+    raise _unbuilt("no module named 'commlib._kernels'")
 
 __version__ = "0.1.0"
 
-__all__ = sorted(set(_api_names) | {"AuthError", "CommError", "CommTimeout", "MismatchError", "PeerLost",
-                                     "ReduceOp", "stats"})
+# The public names (exactly those of API.md) load the layers on first use (PEP 562): a program's
+# first `cl.init()`, or `from commlib import *`, imports them all; commrun, which imports commlib's
+# host and rendezvous modules, never loads NumPy, the kernels or the step loop for them.
+_NAMES = ("AuthError", "CommError", "CommTimeout", "MismatchError", "PeerLost", "ReduceOp", "stats")
+
+
+def _load():
+    g = globals()
+    try:
+        from . import _kernels  # noqa: F401  (compiled extensions)
+        from ._transport import _io  # noqa: F401
+    except ImportError as exc:
+        raise _unbuilt(exc) from exc
+    from . import _api
+    from ._dtypes import ReduceOp
+    from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
+    from ._trace import stats
+    api = vars(_api)  # (as tracing left them: it wraps the calls where they are looked up)
+    for name in _api.__all__:
+        g.setdefault(name, api[name])
+    for name, value in zip(_NAMES, (AuthError, CommError, CommTimeout, MismatchError, PeerLost, ReduceOp, stats)):
+        g.setdefault(name, value)
+    g["__all__"] = sorted(set(_api.__all__) | set(_NAMES))
+    return g
+
+
+def __getattr__(name):
+    if name == "__all__" or not name.startswith("_"):
+        g = _load()
+        if name in g:
+            return g[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_load()["__all__"]))

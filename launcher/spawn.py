@@ -252,6 +252,7 @@ def preload():
     """Import what forked ranks share; call before the first fork, with no thread running."""
     for name in PRELOAD:
         __import__(name)
+    __import__("commlib").__all__  # noqa: B018 -- its layers, which its public names load on first use
 
 
 class Forked:

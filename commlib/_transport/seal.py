@@ -29,7 +29,6 @@ import time
 
 from .. import _auth, _debug
 from .._errors import CommError
-from . import _io
 from .limits import thread_limit_text
 
 log = logging.getLogger("commlib")
@@ -70,6 +69,7 @@ def bind():
     global _bound
     if _bound is not None:
         return _bound
+    from . import _io  # (here: commrun, which reads enabled(), loads the step loop only to seal)
     path = _libcrypto_path()
     if path is None:
         raise CommError(f"{ENV}=1 needs OpenSSL's libcrypto (the library Python's ssl module uses); "
@@ -128,6 +128,7 @@ class Pumps:
         return self.seal(tcp, *((c2s, s2c) if client else (s2c, c2s)), peer, other)
 
     def _run(self, tcp, theirs, send_key, recv_key, peer, other):
+        from . import _io  # (loaded by bind() already)
         try:
             code, detail = _io.seal_pump(tcp.fileno(), theirs.fileno(), self._stop_r, send_key, recv_key)
             if code in (_io.PUMP_FORGED, _io.PUMP_BAD_LENGTH):  # the job fails before the data path sees EOF
