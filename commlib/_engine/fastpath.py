@@ -58,8 +58,8 @@ class FastPaths:
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
         Returns None once it arrived; the header of another frame that came instead (no payload
-        byte read); or FALLBACK when other work appeared before any byte of the frame (the engine
-        then serves this receive with the rest). `first`: what a first step already taken (by
+        byte read); or FALLBACK when other work appeared, or another connection has bytes waiting,
+        before any byte of the frame (the engine then serves this receive with the rest). `first`: what a first step already taken (by
         `_io.P2PFast`) returned, `saved` the stepper's state it stopped in. The stepper is shared:
         between steps, with the lock let go, another thread's blocking send or receive may use it,
         so each step resumes from the state the last one saved.
@@ -84,7 +84,7 @@ class FastPaths:
                         notices.current = None
                 if got is None or isinstance(got, bytes):
                     return got
-                if got == 0 and not self.idle():
+                if got == 0 and (not self.idle() or self._others_waiting(conn)):
                     return FALLBACK
                 departed = got == 0 and not resume and self.p2p.finishing(src_w)
                 resume = got > 0 or resume
@@ -92,6 +92,13 @@ class FastPaths:
             if departed:  # why it left (its exit code, once the launcher reports it): without the lock
                 raise PeerLost(f"rank {self.me}: {what} lost rank {src_w} ({notices.departure(src_w)})",
                                rank=src_w, op=what)
+
+    def _others_waiting(self, conn):
+        """(lock held) Whether an incoming connection other than conn has bytes waiting: its sender
+        may be stuck writing to this rank (ranks that each send before they receive), and only the
+        engine's loop reads every connection while it waits, so a receive that has read nothing of
+        its frame for a slice hands itself over."""
+        return any(c is not conn and not c.busy and c.pending() for c in self._in.values())
 
     # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
     def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):

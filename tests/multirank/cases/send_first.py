@@ -6,7 +6,11 @@ stall until the engine hands them over and drains the peer's message into the
 unexpected queue while it writes, so nobody deadlocks. Then 64 sends of 60 KiB
 each way (each small enough for the one-call path, 3.8 MiB in all: more than
 any connection buffers) before any receive: a one-call send that finds its
-connection full hands itself to the engine, which reads while it waits.
+connection full hands itself to the engine, which reads while it waits. At
+n >= 3, a chain no rank can end alone: rank 0 sends 30 such messages to rank 1
+before it sends rank 2 the one rank 2 waits for before it sends rank 1 the one
+rank 1 waits for first: rank 1's receive, which has read nothing of its frame,
+hands itself to the engine once another connection has bytes waiting.
 """
 import numpy as np
 
@@ -34,4 +38,16 @@ c.equal(np.stack(got_left), np.repeat(left * 1000.0 + np.arange(64.0), block).re
         "64 eager-sized sends from left, in order", record=False)
 c.equal(np.stack(got_right), np.repeat(-right * 1000.0 - np.arange(64.0), block).reshape(64, block),
         "64 eager-sized sends from right, in order", record=False)
+if n >= 3:
+    if me == 0:
+        for k in range(30):
+            cl.send(np.full(block, float(k)), 1, tag=5)
+        cl.send(np.ones(4), 2, tag=6)
+    elif me == 1:
+        c.equal(cl.recv((4,), np.float64, 2, tag=7), np.full(4, 2.0), "rank 2's, after rank 0's thirty", record=False)
+        got = np.stack([cl.recv((block,), np.float64, 0, tag=5) for _ in range(30)])
+        c.equal(got, np.repeat(np.arange(30.0), block).reshape(30, block), "rank 0's thirty, in order", record=False)
+    elif me == 2:
+        c.equal(cl.recv((4,), np.float64, 0, tag=6), np.ones(4), "rank 0's, after its thirty", record=False)
+        cl.send(np.full(4, 2.0), 1, tag=7)
 c.finish()
