@@ -4,8 +4,8 @@
     python benchmarks/suite_census.py --log FILE --summary                  (tables from a log, no run)
 
 A temporary `sitecustomize` (on PYTHONPATH for the run only; never part of the package) appends one
-line per Python process at its exit: its kind (a rank: COMMLIB_RANK set; a launcher: commrun's
-command line; other), its own CPU seconds (user + system), its life in seconds, the test that
+line per Python process at its exit: its kind (a rank: COMMLIB_RANK set; a launcher: commrun, as
+the console script or `python -m commrun`; other), its own CPU seconds (user + system), its life in seconds, the test that
 started it (PYTEST_CURRENT_TEST, which subprocesses inherit) and its command line. A process that
 ends by a signal or os._exit (a killed rank, a forked one) writes nothing: the counts are floors.
 Then the summary: processes and CPU by kind, and the files that start the most.
@@ -24,8 +24,10 @@ def _census():
     try:
         t = os.times()
         argv = " ".join(sys.argv[:3])[:200].replace("\\t", " ")
+        first = sys.argv[0] if sys.argv else ""
         kind = ("rank" if "COMMLIB_RANK" in os.environ else
-                "launcher" if "commrun" in argv or "launcher/__main__" in argv else "other")
+                "launcher" if os.path.basename(first) == "commrun" or first.endswith("/__main__.py") and
+                os.path.basename(os.path.dirname(first)) in ("commrun", "launcher") else "other")
         test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
         with open({log!r}, "a") as f:
             f.write(f"{{kind}}\\t{{t.user + t.system:.3f}}\\t{{time.monotonic() - _t0:.3f}}\\t{{test}}\\t{{argv}}\\n")
