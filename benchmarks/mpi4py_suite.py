@@ -87,15 +87,16 @@ def count_verdicts_by_module(text):
     return by_module
 
 
-def run_modules(testdir, modules, n, timeout):
+def run_modules(testdir, modules, n, timeout, env=None):
     """Every module in one `commrun -n N --mpi4py runtests.py -v MODULE...` job (unittest's own way of
     running a suite): {"by_module": {module: counts}, "rc", "seconds", "timed_out", "last"}, where
-    "last" is the last test rank 0 started (where a job that timed out was)."""
+    "last" is the last test rank 0 started (where a job that timed out was). `env`: the job's
+    environment (default: this process's)."""
     argv = [sys.executable, "-m", "commrun", "-n", str(n), "--mpi4py", "--timeout", str(timeout),
             os.path.join(testdir, "runtests.py"), "-v", *modules]
     t = time.monotonic()
     try:
-        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60)
+        p = subprocess.run(argv, cwd=testdir, capture_output=True, text=True, timeout=timeout + 60, env=env)
         out, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as exc:
         out, rc = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"), 124

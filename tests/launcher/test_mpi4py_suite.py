@@ -92,7 +92,8 @@ SELECTED = {}  # n -> modules this session selected (conftest's pytest_collectio
 def _result(module, n, mpi4py_tests):
     if n not in _JOBS:
         modules = SELECTED.get(n) or [module]
-        _JOBS[n] = _suite_runner().run_modules(str(mpi4py_tests), modules, n, JOB_TIMEOUT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        _JOBS[n] = _suite_runner().run_modules(str(mpi4py_tests), modules, n, JOB_TIMEOUT, env)  # this checkout's
     job = _JOBS[n]
     got = job["by_module"].get(module)
     assert got is not None, (
