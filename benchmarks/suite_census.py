@@ -5,9 +5,10 @@
 
 A temporary `sitecustomize` (on PYTHONPATH for the run only; never part of the package) appends one
 line per Python process at its exit: its kind (a rank: COMMLIB_RANK set; a launcher: commrun, as
-the console script or `python -m commrun`; other), its own CPU seconds (user + system), its life in seconds, the test that
-started it (PYTEST_CURRENT_TEST, which subprocesses inherit) and its command line. A process that
-ends by a signal or os._exit (a killed rank, a forked one) writes nothing: the counts are floors.
+the console script or `python -m commrun`; other), its own CPU seconds (user + system), its life in
+seconds, the test that started it (PYTEST_CURRENT_TEST, which subprocesses inherit) and its command
+line. A process that ends by a signal or os._exit (a killed rank, a forked one) writes nothing: the
+counts are floors.
 Then the summary: processes and CPU by kind, and the files that start the most.
 """
 import argparse

@@ -37,10 +37,10 @@ def private(g):
 
 def exchange_body(g, nb, recv_blocks, send_blocks, what):
     """Receive recv_blocks[i] from nb.sources[i] and send send_blocks[j] to nb.destinations[j]."""
-    exchange(private(g),
-             [(src, tag, b.view(np.uint8)) for src, tag, b in zip(nb.sources, nb.rtags, recv_blocks) if src != PROC_NULL],
-             [(dst, tag, b.view(np.uint8)) for dst, tag, b in zip(nb.destinations, nb.stags, send_blocks)
-              if dst != PROC_NULL], what)
+    recvs = zip(nb.sources, nb.rtags, recv_blocks)
+    sends = zip(nb.destinations, nb.stags, send_blocks)
+    exchange(private(g), [(src, tag, b.view(np.uint8)) for src, tag, b in recvs if src != PROC_NULL],
+             [(dst, tag, b.view(np.uint8)) for dst, tag, b in sends if dst != PROC_NULL], what)
 
 
 def exchange_obj_body(g, nb, payloads, what):

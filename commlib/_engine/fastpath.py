@@ -59,10 +59,10 @@ class FastPaths:
 
         Returns None once it arrived; the header of another frame that came instead (no payload
         byte read); or FALLBACK when other work appeared, or another connection has bytes waiting,
-        before any byte of the frame (the engine then serves this receive with the rest). `first`: what a first step already taken (by
-        `_io.P2PFast`) returned, `saved` the stepper's state it stopped in. The stepper is shared:
-        between steps, with the lock let go, another thread's blocking send or receive may use it,
-        so each step resumes from the state the last one saved.
+        before any byte of the frame (the engine then serves this receive with the rest). `first`:
+        what a first step already taken (by `_io.P2PFast`) returned, `saved` the stepper's state it
+        stopped in. The stepper is shared: between steps, with the lock let go, another thread's
+        blocking send or receive may use it, so each step resumes from the state the last one saved.
         """
         notices, p2p = self.p2p.notices, self.p2p
         resume = False
@@ -102,8 +102,8 @@ class FastPaths:
 
     # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
     def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):
-        """The rest of a blocking send stuck `sent` bytes into its frame (0: before its first) (lock held): queued first in
-        line, the engine writes it; the caller waits on the Request returned."""
+        """The rest of a blocking send stuck `sent` bytes into its frame (0: before its first byte; lock
+        held): queued first in line, the engine writes it; the caller waits on the Request returned."""
         dst_w = ctx.world[dst]
         conn = self.p2p.outgoing(dst_w, time.monotonic() + ctx.timeout, what)
         part = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
