@@ -23,6 +23,6 @@ __all__ = [
     "send_obj", "sendrecv", "test_all", "test_any", "wait_all", "wait_any",
 ]
 
-from .. import _trace  # noqa: E402
+import commlib._trace as _trace  # noqa: E402
 
 _trace.configure()  # COMMLIB_TRACE / COMMLIB_STATS: every call recorded (else nothing replaced: no cost at all)

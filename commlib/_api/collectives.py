@@ -10,7 +10,9 @@ import zlib
 
 import numpy as np
 
-from .. import _debug, _kernels, _tracecall
+import commlib._debug as _debug
+import commlib._kernels as _kernels
+import commlib._tracecall as _tracecall
 from .._algorithms import choose, decide, doubling, hier, logstep, pairwise, ring, tree
 from .._plan import RES, even, slots
 from .._wire import COLL as _WIRE_COLL

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from .. import _debug
+import commlib._debug as _debug
 from .._errors import CommError, MismatchError
 from .._wire import ProtocolError, decode
 
@@ -145,7 +145,7 @@ def finalize():
     Raises MismatchError when ranks ran different collectives (after closing).
     """
     global _world, _client, _finalized
-    from .. import _trace
+    import commlib._trace as _trace
     if _trace.ENABLED and _world is not None and _world.transport is not None and not _aborting:
         _trace.note_clock_end(_world)  # the clock against the coordinator's again: its drift over the job
         if _trace.STATS:
