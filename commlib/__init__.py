@@ -54,6 +54,8 @@ _NAMES = ("AuthError", "CommError", "CommTimeout", "MismatchError", "PeerLost", 
 
 def _load():
     g = globals()
+    if "__all__" in g:  # loaded (a name asked for that is not there, e.g. hasattr(commlib, "MPI"))
+        return g
     try:
         from . import _kernels  # noqa: F401  (compiled extensions)
         from ._transport import _io  # noqa: F401
