@@ -397,7 +397,7 @@ def _install_handles():
 
     install(Comm, lambda c: None if c._c is _NULL else c._c,
             lambda cls, o: _comm_class(o._c)._of(o._c) if o._c is not _NULL else cls())
-    install(Datatype, lambda t: None if t._base is None else (t if t._combiner == COMBINER_NAMED else t._blocks),
+    install(Datatype, lambda t: None if t._base is None else (t if t._combiner == COMBINER_NAMED else t._lay),
             lambda cls, o: o if o._predefined else cls(o))
     install(Op, lambda o: o if o else None, lambda cls, o: o if o.is_predefined else cls(o))
     install(Request, lambda r: r._persist if r._persist is not None else r._r, lambda cls, o: cls(o))

@@ -23,6 +23,38 @@ from ._constants import (
 
 _I64 = np.dtype(np.int64)
 _NO_BLOCKS = np.empty((0, 2), np.int64)
+_NO_RUNS = np.empty((0, 4), np.int64)
+_LAZY = frozenset(("_blocks", "_runs", "_simple", "_plan"))  # made from `_lay` when first read
+
+
+class _Layout:
+    """A type's typemap, made when first needed and shared by every handle of the type: its flat
+    blocks and the kernel's runs of them. A derived type holds its components' layouts (never the
+    handles, which the program may free meanwhile) until then. Most derived types are made, asked
+    their extent and freed: building typemaps with NumPy at creation cost ~50 us a step."""
+
+    __slots__ = ("pieces", "blocks", "runs")
+
+    def __init__(self, pieces=None, blocks=None, runs=None):
+        self.pieces, self.blocks, self.runs = pieces, blocks, runs
+
+    def made(self):
+        """(blocks, runs), computed once: each piece is `count` copies of a component's blocks, one
+        extent `ext` apart, from byte `disp`."""
+        if self.blocks is None:
+            rows = []
+            for lay, count, disp, ext in self.pieces:
+                b = lay.made()[0]
+                if len(b) == 1 and b[0, 1] == ext:  # copies that touch: one block, however many
+                    rows.append(np.array([[disp + b[0, 0], count * ext]], np.int64))
+                else:
+                    reps = (disp + np.arange(count, dtype=np.int64) * ext)[:, None]
+                    rows.append(np.stack([(reps + b[:, 0]).ravel(), np.broadcast_to(b[:, 1], (count, len(b))).ravel()],
+                                         1))
+            self.blocks = _merge(np.concatenate(rows) if rows else _NO_BLOCKS)
+            self.runs = _runs_of(self.blocks)
+            self.pieces = None
+        return self.blocks, self.runs
 
 
 class Datatype(Attributes):
@@ -38,7 +70,7 @@ class Datatype(Attributes):
 
     __slots__ = ("_base", "_mult", "_name", "_code", "_predefined", "_wire", "_blocks", "_runs", "_lb", "_ub", "_tlb",
                  "_tub", "_bytes", "_simple", "_plan", "_mixed", "_align", "_x32", "_combiner", "_ints", "_addrs",
-                 "_types",
+                 "_types", "_lay",
                  "_committed", "_attr", "__weakref__")
     _kind, _null_error = "Datatype", ERR_TYPE
 
@@ -54,8 +86,26 @@ class Datatype(Attributes):
 
     def _copy(self, other):
         other._attrs()  # made now, so that every handle of the type shares one attribute dict
-        for k in Datatype.__slots__[:-1]:
-            setattr(self, k, getattr(other, k, None))
+        for k, slot in _SLOTS:
+            try:
+                setattr(self, k, slot.__get__(other))
+            except AttributeError:  # not made yet (_LAZY): the copy makes its own from the shared layout
+                continue
+
+    def __getattr__(self, name):  # only for a slot not set: the typemap's parts, made on first use
+        if name not in _LAZY:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        self._fill()
+        return object.__getattribute__(self, name)
+
+    def _fill(self):
+        blocks, runs = self._lay.made()
+        size, lb, ub = self._bytes, self._lb, self._ub
+        self._blocks, self._runs = blocks, runs
+        self._simple = simple = (lb == 0 and ub == size and
+                                 (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
+        # what _kernels.derived_pack/space/unpack need, in one tuple: a packed message in one C call
+        self._plan = None if simple else (runs, ub - lb, self._tlb, self._tub, size)
 
     def _attrs(self):
         """Attributes by keyval (_attributes.py), shared by the handles of this type; None for the null type."""
@@ -76,7 +126,8 @@ class Datatype(Attributes):
         size = 0 if base is None else base.itemsize * mult
         self._bytes, self._lb, self._ub, self._tlb, self._tub = size, 0, size, 0, size
         self._blocks = np.array([[0, size]], np.int64) if size else _NO_BLOCKS
-        self._runs = _runs_of(self._blocks)
+        self._runs = np.array([[0, size, 0, 1]], np.int64) if size else _NO_RUNS
+        self._lay = _Layout(None, self._blocks, self._runs)
         self._simple, self._mixed, self._plan = True, False, None
         self._align = 0 if base is None else (base.itemsize // 2 if base.kind == "c" else base.itemsize)
         self._x32 = None if base is None else base.itemsize
@@ -450,7 +501,7 @@ class Datatype(Attributes):
             return self._base is None and other._base is None
         if self._combiner == other._combiner == COMBINER_NAMED:
             return self._name == other._name and self._base == other._base
-        return self._blocks is other._blocks and self._types == other._types  # one handle: MPI.Datatype(t) copies
+        return self._lay is other._lay and self._types == other._types  # one handle: MPI.Datatype(t) copies
 
     __hash__ = None  # unhashable, as mpi4py's handles (equal handles may be freed apart)
 
@@ -546,10 +597,11 @@ def _darray_indices(gsize, distrib, darg, psize, coord, d):
 
 def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struct=False):
     """A derived datatype of `pieces`, each (datatype, count, byte displacement): count copies of the
-    datatype one extent apart. Computes the flattened typemap, the bounds and the basic type."""
+    datatype one extent apart. Computes the bounds and the basic type now, the flattened typemap
+    (`_Layout`) when a message first needs it."""
     for t in types:
         t._require()
-    rows, lb, ub, tlb, tub, size = [], None, None, None, None, 0
+    parts, lb, ub, tlb, tub, size = [], None, None, None, None, 0
     bases, align, x32 = set(), 0, set()
     for t, count, disp in pieces:
         if count == 0 or t._bytes == 0 and t._ub == t._lb:
@@ -561,13 +613,7 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
         if t._bytes:
             tlo, thi = disp + t._tlb + min(0, span), disp + t._tub + max(0, span)
             tlb, tub = (tlo, thi) if tlb is None else (min(tlb, tlo), max(tub, thi))
-            b = t._blocks
-            if len(b) == 1 and b[0, 1] == ext:  # copies that touch: one block, however many
-                rows.append(np.array([[disp + b[0, 0], count * ext]], np.int64))
-            else:
-                reps = (disp + np.arange(count, dtype=np.int64) * ext)[:, None]
-                rows.append(np.stack([(reps + b[:, 0]).ravel(), np.broadcast_to(b[:, 1], (count, len(b))).ravel()],
-                                     1))
+            parts.append((t._lay, count, disp, ext))
             size += count * t._bytes
             bases.add(t._base if not t._mixed else None)
             x32.add(t._x32 if not t._mixed else None)
@@ -578,7 +624,6 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
         ub = lb + -(-(ub - lb) // align) * align
     if resized is not None:
         lb, ub = resized
-    blocks = _merge(np.concatenate(rows) if rows else _NO_BLOCKS)
     dt = object.__new__(Datatype)
     base = bases.pop() if len(bases) == 1 else None
     mixed = base is None and size > 0
@@ -588,18 +633,14 @@ def _derive(combiner, ints, addrs, types, pieces, name=None, resized=None, struc
     dt._name = name if name is not None else f"{_COMBINER_NAMES[combiner].lower()}({types[0]._name if types else ''})"
     dt._code, dt._predefined = None, False
     dt._wire = DT_BYTES if mixed or base == np.uint8 else dtype_code(base)
-    dt._blocks, dt._bytes, dt._lb, dt._ub, dt._tlb, dt._tub = blocks, size, lb, ub, tlb, tub
-    dt._runs = _runs_of(blocks)
-    dt._simple = (lb == 0 and ub == size and
-                  (size == 0 or (len(blocks) == 1 and blocks[0, 0] == 0 and blocks[0, 1] == size)))
-    # what _kernels.derived_pack/space/unpack need, in one tuple: a packed message in one C call
-    dt._plan = None if dt._simple else (dt._runs, ub - lb, tlb, tub, size)
+    dt._bytes, dt._lb, dt._ub, dt._tlb, dt._tub = size, lb, ub, tlb, tub
+    dt._lay = _Layout(tuple(parts))
     dt._align = align
     dt._x32 = x32.pop() if len(x32) == 1 else (types[0]._x32 if not x32 and types else None)
     # its own handles of the types it was made from: freeing those later leaves this one whole, as in MPI
     dt._combiner, dt._ints, dt._addrs, dt._types = combiner, tuple(ints), tuple(addrs), tuple(_handle(t) for t in types)
     dt._committed = False
-    if not dt._simple:
+    if not _derived_seen and not dt._simple:  # (made now only until the first type that is not a plain view)
         _note_derived()
     return dt
 
@@ -647,6 +688,7 @@ def _runs_of(blocks):
     return np.ascontiguousarray(np.concatenate(parts), dtype=np.int64)
 
 
+_SLOTS = [(k, getattr(Datatype, k)) for k in Datatype.__slots__[:-1]]
 _derived_hooks = []
 _derived_seen = False
 
