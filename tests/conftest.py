@@ -24,9 +24,12 @@ import resource  # noqa: E402
 
 import pytest  # noqa: E402
 
+import _slots  # noqa: E402
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "quick: the edit loop's slice of the suite (`pytest -m quick`, ~2 minutes)")
+    _slots.configure(config)
     _compile(config)
 
 
@@ -67,6 +70,7 @@ from _waiting import SCALE  # noqa: E402
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
+    _slots.order(items, REPO)
     for item in items:
         if _quick(item):
             item.add_marker(pytest.mark.quick)
@@ -79,9 +83,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: a worker a core up to 4. Each test's job runs 2-8 ranks of its own; more workers
-    than that only share the cores and stretch the tests that bound a failure's time."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """`-n auto`: a worker a core up to 4, and one more for the tests that wait (_slots.py). Each test's job
+    runs 2-8 ranks of its own: more computing tests than cores only share the cores and stretch the tests
+    that bound a failure's time."""
+    return _slots.slot_count() + 1
 
 _SHM = pathlib.Path("/dev/shm")
 
@@ -123,10 +128,14 @@ def _cpu_seconds():
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's: waiting for a slot is not the test's time
 def pytest_runtest_protocol(item, nextitem):
-    item.stash[_CPU_START] = _cpu_seconds()
-    yield
+    slot = _slots.acquire(item)
+    try:
+        item.stash[_CPU_START] = _cpu_seconds()
+        yield
+    finally:
+        _slots.release(slot)
 
 
 @pytest.hookimpl(hookwrapper=True)

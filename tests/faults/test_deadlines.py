@@ -12,6 +12,8 @@ import pytest
 
 from faultlib import survivor_reports
 
+pytestmark = pytest.mark.waits  # each test waits out a deadline: ~0.2 cores
+
 TIMEOUT_S = 2.0
 BOUND_S = TIMEOUT_S + 2.0  # the deadline, plus the stall query (1 s) and slack for a busy machine
 

@@ -124,6 +124,7 @@ TRAVEL_BOUND_S = 5.0  # the default peer check (1 s) plus slack for 4 ranks on 2
 @pytest.mark.parametrize("linger", ["ignore-sigterm", "sleep-1s"])
 @pytest.mark.parametrize("case", list(TRAVEL_NAMES))
 @pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.waits
 def test_mismatch_reaches_every_rank(jobs, n, case, linger):
     """Bug E: rank 0 disagrees with the others; every rank raises MismatchError naming both sides.
 

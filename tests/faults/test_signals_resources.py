@@ -108,6 +108,7 @@ def test_no_fd_thread_or_socket_growth_over_10000_ops(jobs, n):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.waits
 def test_early_finalize_makes_peers_fail_clearly(jobs, n):
     body = """
 g = cl.init(); r = g.rank(); n = g.size()

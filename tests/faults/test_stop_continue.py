@@ -35,6 +35,7 @@ emit(done=True, rounds=i)
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("n,victim", [(2, 1), (3, 0)])
+@pytest.mark.waits
 def test_a_rank_stopped_mid_transfer_and_continued_loses_nothing(jobs, n, victim):
     job = jobs(MIXED_LOOP, n, env=JOB_ENV, args=[1 << 19, 100000]).start()  # 4 MiB messages
     ranks = job.wait_ranks()

@@ -201,6 +201,7 @@ def test_an_agent_killed_mid_tree_loses_its_subtree_and_nothing_is_left(commrun,
     assert running([pid for pid, _ in logged.values()]) == []
 
 
+@pytest.mark.waits
 def test_timeout_dumps_remote_stacks_and_interrupt_stops_agents(commrun, hostshell):
     rsh, shells = hostshell
     marker = f"agentstop{os.getpid()}"

@@ -65,6 +65,7 @@ def kill_all(procs):
         ("os.kill(os.getpid(), signal.SIGSEGV)", 139, "killed by SIGSEGV"),
     ],
 )
+@pytest.mark.waits
 def test_first_failure_stops_the_job_with_its_code(commrun, body, code, words):
     script = commrun.script("fail.py", f"""
         import os, pathlib, signal, sys, time

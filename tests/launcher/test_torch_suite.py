@@ -51,6 +51,7 @@ def _run(backend, tmp_path, only=(), run="all"):
 
 
 @pytest.mark.timeout(1500)
+@pytest.mark.waits
 def test_every_test_gloo_passes_passes_on_commlib(tmp_path):
     """Over 20 s (about 80 s on 2 cores): torch's own distributed_test.py, every test on commlib at world size 2,
     then on gloo the ones commlib did not pass, then on commlib again, the same way, those gloo passed there: each

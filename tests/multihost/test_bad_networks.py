@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _netns import Job, base_env, leftovers, run_job
 from _shaped import ShapedFabric, rtt
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.waits]  # links slow by design: ~0.35 cores
 
 CASE = """
 import sys, time, numpy as np, commlib as cl
@@ -234,6 +234,7 @@ def _iperf3(f, seconds):
 
 
 @pytest.mark.parametrize("loss", [0.01, 0.03])
+@pytest.mark.waits(False)  # a timing comparison: it takes a core's slot
 def test_throughput_over_a_lossy_link_is_within_2x_of_iperf3(loss, tmp_path):
     """Interleaved, 3 repeats of each (2 s), medians compared. The link is capped at 200 Mbit/s (25 MB/s)
     so that both flows are bound by the link and its loss, which is what this compares: uncapped, the

@@ -235,6 +235,7 @@ def test_loopback_is_never_advertised_across_hosts():
         assert rc == 2 and "loopback address 127.0.0.1" in err, err
 
 
+@pytest.mark.waits
 def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
     with Fabric(2, "10.236.4") as fab:
         case = os.path.join(CASES, "collective_loop.py")
@@ -341,6 +342,7 @@ def test_doctor_table_and_matrices_across_hosts():
                 assert cells[r] == "-" and all(float(c) > 0 for i, c in enumerate(cells) if i != r), (title, out)
 
 
+@pytest.mark.waits
 def test_doctor_reports_an_unreachable_pair_and_checks_the_rest():
     with Fabric(3, "10.236.7") as fab:
         fab.ip(1, "route", "add", "unreachable", f"{fab.addr(2)}/32")  # host 1 cannot reach host 2

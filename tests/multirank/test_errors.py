@@ -38,6 +38,7 @@ def test_bad_inputs_raise_on_every_rank_and_group_survives(n, assert_ranks_ok, r
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("scenario,n", [_case(s, n) for s, n in CASES])
+@pytest.mark.waits
 def test_mismatch_raises_on_every_rank(scenario, n, rank_lines, run):
     # A short group timeout: a mismatch that is not detected shows up as CommTimeout (wrong class) quickly.
     rc, out, err = run(n, "mismatch.py", scenario, env={"COMMLIB_TIMEOUT": "10"}, timeout=50)
