@@ -210,15 +210,23 @@ def note_clock_end(world):
         _warn_once(exc)
 
 
+_own_dirs = []  # the directories recorder() made for COMMLIB_STATS alone
+_own_dirs_cleanup = []
+
+
+def _remove_own_dirs():
+    import shutil
+    while _own_dirs:
+        shutil.rmtree(_own_dirs.pop(), True)
+
+
 def recorder():
     global _recorder, _dir
     if _recorder is None:
         if not _dir:  # COMMLIB_STATS alone: the records are this process's business, gone at its exit
-            import atexit
-            import shutil
             import tempfile
             _dir = tempfile.mkdtemp(prefix="commlib-stats-")
-            atexit.register(shutil.rmtree, _dir, True)
+            _own_dirs.append(_dir)
         _recorder = Recorder(_dir)
         world = _world()
         if _recorder.meta["rank"] is None and world is not None:  # no launcher's variable: the world's rank
@@ -285,6 +293,13 @@ def enable(directory):
     commrun, which imported commlib before it had a trace directory, calls it itself."""
     global _dir, ENABLED
     _dir, ENABLED = directory, True
+    if not directory and not _own_dirs_cleanup:
+        # Registered now, before init() registers finalize at exit: atexit runs last what it got first, so
+        # the directory outlives finalize's last records (removed at the first record's registration, it went
+        # before them, and each rank said "a record was lost").
+        import atexit
+        _own_dirs_cleanup.append(True)
+        atexit.register(_remove_own_dirs)
     if _installed:
         return
     _installed.append(True)

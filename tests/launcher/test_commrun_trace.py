@@ -225,6 +225,7 @@ def test_commlib_stats_and_the_table_at_finalize(commrun, tmp_path):
     row, = [line for line in table if line.startswith("all_sum")]
     assert "rank 1 (4×)" in row
     assert os.listdir(tmp) == []  # each rank's private records are gone
+    assert "a record was lost" not in r.stderr  # ... after finalize's last records, not before them
 
 
 def test_commlib_stats_says_when_nothing_is_recorded(commrun):
