@@ -51,7 +51,6 @@ def slot_count():
 
 
 def configure(config):
-    config.addinivalue_line("markers", "cores(k): a test whose processes keep k cores busy takes k slots")
     config.addinivalue_line("markers", "waits: a test that mostly waits (a link, a timeout, a stopped rank): it runs "
                                        "beside the computing tests instead of taking one of the cores' slots; "
                                        "waits(False) on a test of a module so marked takes a slot")
@@ -82,68 +81,26 @@ def order(items, repo):
     items[:] = sorted(items, key=key)
 
 
-def cores_of(item, total):
-    """The slots an item takes: `cores(k)` for a test whose processes keep k cores busy (Ray's daemons
-    beside its workers; mpi4py's suite with a rank a core), at most them all; else 1."""
-    mark = item.get_closest_marker("cores")
-    return max(1, min(int(mark.args[0]), total)) if mark is not None else 1
-
-
-def _try_lock(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except BlockingIOError:
-        os.close(fd)
-        return None
-
-
-def _try_shared(fd):
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
 def acquire(item):
-    """The open, locked slot files this item runs under: [] without slots or for a test that waits.
-
-    A test of one slot takes any free one and never holds one while waiting for another. A test of
-    more gathers them one by one, holding what it has, under the lock `many` (exclusive) so that only
-    one test gathers at a time and no single-slot test (which takes `many` shared while it looks)
-    takes a slot meanwhile: no two tests wait for each other's slots, and one that needs both cores is
-    not starved by single-slot tests taking turns."""
+    """The open, locked slot file this item runs under, or None (no slots, or a test that waits)."""
     slots = os.environ.get(SLOTS_VAR)
     if not slots or not os.path.isdir(slots) or waits(item):
-        return []
-    names = sorted(n for n in os.listdir(slots) if n.startswith("slot"))
-    want = cores_of(item, len(names))
+        return None
+    names = sorted(os.listdir(slots))
     deadline = time.monotonic() + WAIT_LIMIT_S
-    held = []
-    gathering = os.open(os.path.join(slots, "many"), os.O_RDONLY | os.O_CREAT)
-    try:
-        if want > 1:
-            fcntl.flock(gathering, fcntl.LOCK_EX)  # (the one gathering before us gets its slots, then lets go)
-        while True:
-            if want > 1 or _try_shared(gathering):  # a single-slot test takes none while one is gathering
-                for name in names:
-                    fd = _try_lock(os.path.join(slots, name))
-                    if fd is not None:
-                        held.append(fd)
-                        if len(held) == want:
-                            return held
-                if want == 1:
-                    fcntl.flock(gathering, fcntl.LOCK_UN)
-            if time.monotonic() > deadline:  # (cannot happen while every item is bounded): run without them
-                release(held)
-                return []
-            time.sleep(0.02)  # (a poll: a slot freeing is what is waited for)
-    finally:
-        os.close(gathering)
+    while True:
+        for name in names:
+            fd = os.open(os.path.join(slots, name), os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        if time.monotonic() > deadline:  # (cannot happen while every item is bounded): run without one
+            return None
+        time.sleep(0.02)  # (a poll: the slot freeing is what is waited for)
 
 
-def release(held):
-    for fd in held:
+def release(fd):
+    if fd is not None:
         os.close(fd)  # closing drops the lock

@@ -17,7 +17,6 @@ import pytest
 import _sdist
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.cores(2)  # its jobs of 2-4 ranks compute all the time (1.7-2 cores)
 VERSION = "4.1.2"
 CACHE = pathlib.Path(os.environ.get("COMMLIB_TEST_CACHE", pathlib.Path.home() / ".cache" / "commlib-tests"))
 

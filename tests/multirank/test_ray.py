@@ -20,7 +20,6 @@ import pytest
 import _harness
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
-pytestmark = pytest.mark.cores(2)  # Ray's daemons beside the workers: ~1.5 cores, most not this test's children
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'commlib[ray]')")
 
