@@ -123,6 +123,8 @@ SHAPES = {
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_collectives_are_right_over_a_bad_link(shape, tmp_path):
+    """Over 20 s for the 200 ms link (20-25 s on 2 cores, one round): each of the round's 11 calls
+    crosses the link in several steps, each step at least a 200 ms round trip; the other links 5-25 s."""
     with ShapedFabric(2, "10.72", seed=hash(shape) & 0xFFFF, **SHAPES[shape]) as f:
         argv, env = _job(f, tmp_path, 1 if "200 ms" in shape else 3, 60)
         rc, out, err, _ = run_job(argv, env, 200)

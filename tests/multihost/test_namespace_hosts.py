@@ -237,6 +237,8 @@ def test_loopback_is_never_advertised_across_hosts():
 
 @pytest.mark.waits
 def test_link_down_mid_job_fails_every_rank_naming_the_unreachable_one():
+    """Over 20 s (about 20 s on 2 cores): the ranks of the far host learn of the cut only by the group's
+    timeout (15 s, so that a busy machine's start across two hosts never reaches it), then the job ends."""
     with Fabric(2, "10.236.4") as fab:
         case = os.path.join(CASES, "collective_loop.py")
         marker = f"loop-{fab.tag}"
