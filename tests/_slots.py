@@ -24,6 +24,8 @@ import shutil
 import tempfile
 import time
 
+from commrun.spawn import cpu_count
+
 SLOTS_VAR = "COMMLIB_TEST_SLOTS"
 WAIT_LIMIT_S = 3600  # a slot is always freed by the item holding it (each bounded by pytest-timeout)
 
@@ -38,16 +40,10 @@ LONG_FILES = (
 )
 
 
-def cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def slot_count():
-    """Computing tests at once: a core each, up to 4 (as many as xdist's workers were before)."""
-    return max(1, min(cores(), 4))
+    """Computing tests at once: a core each (those this process may run on, as commrun counts them), up to 4
+    (as many as xdist's workers were before)."""
+    return max(1, min(cpu_count(), 4))
 
 
 def configure(config):

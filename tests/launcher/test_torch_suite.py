@@ -1,12 +1,11 @@
 """torch's own backend test suite (`DistributedTest._DistTestBase`, shipped in the torch wheel) run
 by tests/torch_suite/runner.py at world size 2: every test that passes on gloo must pass on commlib.
 commlib runs every test, then gloo runs the ones commlib did not pass (only there can gloo's answer
-change the verdict; gloo's 90 passes would cost the suite another minute), except those torch skipped for
-want of GPUs or ranks, which gloo skips alike. Each test's ranks are
-forked from the runner (`--fork`, 0.3-1 s a test instead of 4-7 s spawning interpreters; RESULTS.md
-has the spawned runs at world sizes 2, 3 and 4 as torch's own runner does them). Skipped with the
-reason where torch or torch's test dependencies (expecttest) are missing, except in CI, where that
-is a failure.
+change the verdict; gloo's 90 passes would cost the suite another minute), except those torch skipped
+for want of GPUs or ranks, which gloo skips alike. Each test's ranks are forked from the runner
+(`--fork`, 0.3-1 s a test instead of 4-7 s spawning interpreters; RESULTS.md has the spawned runs at
+world sizes 2, 3 and 4 as torch's own runner does them). Skipped with the reason where torch or torch's
+test dependencies (expecttest) are missing, except in CI, where that is a failure.
 """
 import json
 import os
