@@ -44,6 +44,11 @@ def send(x, dst, tag=0, *, group=None):
 
 def isend(x, dst, tag=0, *, group=None):
     """Non-blocking send; the Request's wait() returns None once x may be reused."""
+    f = _g(group).p2p_fast
+    if f is not None:
+        req = f.isend(x, dst, tag)
+        if req is not NotImplemented:
+            return req
     return _post_send(x, dst, tag, group, False, False, "isend")
 
 

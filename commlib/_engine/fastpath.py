@@ -102,8 +102,9 @@ class FastPaths:
 
     # `_io.P2PFast` runs every blocking send and receive; a step that does not finish goes on here.
     def _fast_send_queue(self, ctx, dst, buf, nbytes, tag, dtype, count, flags, what, sent):
-        """The rest of a blocking send stuck `sent` bytes into its frame (0: before its first byte; lock
-        held): queued first in line, the engine writes it; the caller waits on the Request returned."""
+        """The rest of a one-call send stuck `sent` bytes into its frame (0: before its first byte; lock
+        held): queued first in line, the engine writes it; a blocking caller waits on the Request
+        returned, an isend returns it (its data then a copy of the caller's)."""
         dst_w = ctx.world[dst]
         conn = self.p2p.outgoing(dst_w, time.monotonic() + ctx.timeout, what)
         part = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf

@@ -39,9 +39,8 @@ from .fastpath import FastPaths
 from .matching import Matcher
 from .progress import Progress
 from .receiving import Receives
-from .sending import Sends
-
-EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
+from .requests import completed
+from .sending import EAGER_BYTES, Sends
 
 
 class _Context:
@@ -145,3 +144,4 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
             self.poller.close()
 
     transport_address = staticmethod(_address)
+    completed = staticmethod(completed)  # (`_io.P2PFast`: an isend the connection took in its call)

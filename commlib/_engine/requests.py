@@ -110,6 +110,15 @@ class Request:
         return f"<commlib.Request {self.what} {state}>"
 
 
+def completed(what):
+    """A Request complete from its birth, for an operation its own call finished (an isend the
+    connection took whole): no waiter, and nothing to notify, since no thread can wait on it yet."""
+    req = Request(what)
+    req._finished = True
+    req._callbacks = None
+    return req
+
+
 def _check(reqs):
     reqs = list(reqs)
     for r in reqs:

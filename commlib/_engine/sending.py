@@ -1,9 +1,11 @@
 """The send side of the point-to-point engine: one FIFO of frames per connection.
 
-A send becomes a `_Send` (a transport Frame: its header and the user's
-buffers, written back to back) queued on the transport's Outgoing connection
-to its destination (every group's frames, in order), written at once as far as the connection takes
-it, then by whoever makes progress (progress.py). An issend's frame carries
+A blocking send, and a non-blocking one of at most EAGER_BYTES, is written by the calling
+thread in one call when nothing else is outstanding (`_io.P2PFast`: an isend the connection
+takes whole returns a completed Request). Otherwise a send becomes a `_Send` (a transport
+Frame: its header and the user's buffers, written back to back) queued on the transport's
+Outgoing connection to its destination (every group's frames, in order), written at once as far
+as the connection takes it, then by whoever makes progress (progress.py). An issend's frame carries
 FLAG_SYNC and the connection's next sequence number and waits in
 `Engine._acks` after its last byte until the receiver's FLAG_ACK frame comes
 back; this rank sends that
@@ -21,6 +23,8 @@ from .._wire import FLAG_SYNC, ack_header, message_header
 from .matching import Message
 from .requests import Request
 
+EAGER_BYTES = 64 << 10  # sends up to this size complete into the socket buffer without the receiver
+
 
 class _Send(Frame):
     """A queued frame and what its completion does: finish req (None: an acknowledgement), or wait for
@@ -31,6 +35,16 @@ class _Send(Frame):
     def __init__(self, parts, req, seq, tag, sync):
         Frame.__init__(self, parts)
         self.req, self.seq, self.tag, self.sync = req, seq, tag, sync
+
+
+def _joined(parts, nbytes):
+    """The uint8 buffers `parts` copied back to back into one array of nbytes."""
+    out = np.empty(nbytes, np.uint8)
+    pos = 0
+    for p in parts:
+        out[pos:pos + p.nbytes] = np.frombuffer(p, np.uint8)
+        pos += p.nbytes
+    return out
 
 
 def _u8(a):
@@ -56,12 +70,21 @@ class Sends:
         conn = self._connection(dst_w, deadline, what)
         if sync:
             flags |= FLAG_SYNC
-        if block and not sync and len(parts) == 1:
-            part = parts[0]
-            done = self.one_call(ctx).send_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype,
-                                                 count, flags, what)
-            if done is None:
-                return None
+        elif len(parts) == 1 or nbytes <= EAGER_BYTES:
+            # the one-call path: a blocking send written by this thread, a small isend written now
+            # (complete at once, or its rest queued from a copy); a small message of several parts
+            # (a header and its data) joined into one buffer for it
+            part = parts[0] if len(parts) == 1 else _joined(parts, nbytes)
+            fast = self.one_call(ctx)
+            if block:
+                if fast.send_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype, count, flags,
+                                   what) is None:
+                    return None
+            elif nbytes <= EAGER_BYTES:
+                req = fast.isend_bytes(conn, part, self.transport_address(part), nbytes, dst, tag, dtype, count,
+                                       flags, what)
+                if req is not NotImplemented:
+                    return req
         req = self._queue_send(ctx, dst_w, conn, parts, nbytes, tag, dtype, count, flags, what, timeout)
         if block:
             req.wait()

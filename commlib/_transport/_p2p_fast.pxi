@@ -29,6 +29,7 @@ cdef class P2PFast:
 
     cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
     cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
+    cdef object completed
     cdef list world
     cdef int n, rank
     cdef Py_ssize_t max_in
@@ -41,6 +42,7 @@ cdef class P2PFast:
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
         self.engine, self.lock, self.idle = engine, engine.lock, engine.idle
+        self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
         self.limit_incoming, self.max_in = engine._limit_incoming, p2p.max_connections
@@ -105,6 +107,35 @@ cdef class P2PFast:
         req.wait()
         return None
 
+    cdef object _isend(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, Py_ssize_t ptr,
+                       Py_ssize_t nbytes, object what):
+        """A non-blocking send written now: a completed Request when the connection took the whole frame,
+        else the Request of its rest, queued first in line from a copy of the data (the caller may reuse
+        its buffer at once); NotImplemented when other work is queued first."""
+        cdef int rc
+        cdef bytearray copy
+        dst_w = self.world[d]
+        key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
+        hdr = self._header(self.rank, t, code, count, nbytes, flags)
+        with self.lock:
+            if not self.idle():
+                return NotImplemented
+            out = self.conns_out.get(dst_w)
+            if out is not None and out.queue or self.fds.get(key) != fd:
+                return NotImplemented
+            now = _now()
+            self.used[dst_w] = now
+            # no waiting for a receiver that does not read: past the adaptive spin the step stops (ST_TIMEOUT)
+            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, now, False)
+            if rc == ST_OK:
+                return self.completed(what)
+            if rc != ST_SLOW and rc != ST_TIMEOUT:
+                self.p2p_raise(rc, what, dst_w, None, nbytes)
+            copy = bytearray(nbytes)
+            if nbytes:
+                memcpy(<char*>copy, <const char*>_ptr(ptr), nbytes)
+            return self.send_queue(self.ctx, d, copy, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
+
     cdef object _recv(self, long s, long t, int code, Py_ssize_t count, Py_ssize_t nbytes, object out,
                       Py_ssize_t ptr, object what):
         """A step receiving the frame into out; out when received, NotImplemented when the engine must serve it."""
@@ -140,6 +171,15 @@ cdef class P2PFast:
         """Blocking send of the nbytes at ptr (those of buf, a uint8 buffer) to group rank dst over
         Outgoing conn; None when sent, NotImplemented: queue it."""
         return self._send(conn.fd, dst, tag, code, count, flags, buf, ptr, nbytes, what)
+
+    def isend_bytes(self, conn, buf, Py_ssize_t ptr, Py_ssize_t nbytes, long dst, long tag, int code,
+                    Py_ssize_t count, int flags, what):
+        """Non-blocking send of the nbytes at ptr (those of buf, at most the eager size) to group rank dst
+        over Outgoing conn: its Request (complete where the connection took it whole), NotImplemented:
+        queue it."""
+        if nbytes > self.limit:
+            return NotImplemented
+        return self._isend(conn.fd, dst, tag, code, count, flags, ptr, nbytes, what)
 
     def recv_bytes(self, into, Py_ssize_t ptr, Py_ssize_t nbytes, long src, long tag, int code, what):
         """Blocking receive from group rank src of the plain frame of nbytes (tag, dtype code) into
@@ -180,6 +220,32 @@ cdef class P2PFast:
             return NotImplemented
         return self._send(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
                           self._what("send", t))
+
+    def isend(self, x, dst, tag):
+        """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or
+        NotImplemented: take the Python path."""
+        cdef cnp.ndarray a
+        cdef long d, t
+        cdef Py_ssize_t nbytes
+        cdef int code
+        if type(x) is not cnp.ndarray or type(dst) is not int or type(tag) is not int:
+            return NotImplemented
+        if not 0 <= dst < self.n or not 0 <= tag <= 0x7FFFFFFF:
+            return NotImplemented
+        d, t = dst, tag
+        a = <cnp.ndarray>x
+        nbytes = cnp.PyArray_NBYTES(a)
+        if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
+                or not cnp.PyArray_ISNOTSWAPPED(a):
+            return NotImplemented
+        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
+        if code < 0:
+            return NotImplemented
+        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
+        if fd is None or self.ep.failure is not None:
+            return NotImplemented
+        return self._isend(fd, d, t, code, cnp.PyArray_SIZE(a), 0, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
+                           self._what("isend", t))
 
     def recv(self, shape, dtype, src, tag):
         """Blocking receive of a (shape, dtype) array from group rank src with this tag; the array, or

@@ -3,7 +3,7 @@
 usage: nonblocking.py SEED [PART-OR-SECTION ...]      (default: every part but `exit`)
 
 Parts (what test_nonblocking.py runs, one launch each):
-  p2p   fanin ring halo many
+  p2p   fanin ring halo many owned
   sync  issend cancel blocking testany
   coll  icoll groups
   exit  leftover  (ends with receives nobody ever matches; the job must still exit 0 promptly)
@@ -243,6 +243,38 @@ def many():
                 is_none(got, f"many ({how}): {label} wait()")
             else:
                 c.equal(got, expect, f"many ({how}): {label}", record=False)
+
+
+def owned():
+    """A small isend owns its data: the caller overwrites x after each call, and every message arrives
+    as it was sent, in order, both where the connection took the frame in the call (a completed
+    request) and where it did not: rank 1 sits in a barrier, reading no point-to-point byte, while
+    rank 0 isends it 16 MB in 64 KB messages (more than a shared-memory ring or a loopback socket buffer holds),
+    so the later isends queue their rest, which must not be read from x afterwards."""
+    K, size, tag = 256, 8192, 6400
+    if n == 1:
+        src = dst = 0
+    else:
+        src, dst = 0, 1
+    reqs, done_in_call = [], 0
+    if me == src:
+        x = np.empty(size, np.float64)
+        for k in range(K):
+            x[:] = data(np.float64, (size,), "owned", k)
+            reqs.append(cl.isend(x, dst, tag=tag))
+            done_in_call += reqs[-1].test()
+            x[:] = -1.0  # reused at once
+    if n > 1:
+        cl.barrier()
+        if me == src:
+            c.ok(0 < done_in_call < K, "owned: isends done in the call",
+                 f"{done_in_call} of {K} completed in their call (expected some, not all: the receiver read nothing)")
+    if me == dst:
+        got = [cl.irecv((size,), np.float64, src, tag=tag) for _ in range(K)]
+        for k, r in enumerate(got):
+            c.equal(r.wait(), data(np.float64, (size,), "owned", k), f"owned: message {k}", record=False)
+    for r in reqs:
+        is_none(r.wait(), "owned: isend wait()")
 
 
 # -------------------------------------------------------------- 4. issend
@@ -563,7 +595,7 @@ def leftover():
                 c.fail(f"leftover irecv ({label})", f"wait() raised {type(err).__name__}: {err}")
 
 
-PARTS = {"p2p": ["fanin", "ring", "halo", "many"], "sync": ["issend", "cancel", "blocking", "testany"],
+PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"], "sync": ["issend", "cancel", "blocking", "testany"],
          "coll": ["icoll", "groups"], "exit": ["leftover"]}
 SECTIONS = {name: globals()[name] for names in PARTS.values() for name in names}
 
