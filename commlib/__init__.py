@@ -64,7 +64,7 @@ def _load():
     from . import _api
     from ._dtypes import ReduceOp
     from ._errors import AuthError, CommError, CommTimeout, MismatchError, PeerLost
-    from ._trace import stats
+    from ._api.stats import stats
     api = vars(_api)  # (as tracing left them: it wraps the calls where they are looked up)
     for name in _api.__all__:
         g.setdefault(name, api[name])

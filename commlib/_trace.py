@@ -1,8 +1,10 @@
 """A timeline of every rank's communication calls (COMMLIB_TRACE=DIR, `commrun --trace FILE.json`).
 
 With COMMLIB_TRACE (or COMMLIB_STATS) set when commlib is imported, the public calls of the API layer (collectives,
-their i-variants, point-to-point, the object calls) and Request.wait are replaced by recording
-wrappers; without it nothing is replaced, so tracing off costs nothing at all. Each call is one
+their i-variants, point-to-point, the object calls), Request.wait and commlib.MPI's communication methods
+are replaced by recording wrappers; without it nothing is replaced, so tracing off costs nothing at all.
+This module knows none of those layers: each registers what it offers for recording (`register`), and
+`enable` asks each to install its wrappers (`install`, `install_methods`, `install_wait`). Each call is one
 fixed-size record (start, end, bytes, the group's sequence number, op, group, peer) written into a
 file-backed map, `DIR/trace-<pid>.bin`, a chunk of CHUNK records at a time: the kernel holds what
 was written even if the process is killed the next instant, and memory stays one chunk. Beside it
@@ -61,7 +63,7 @@ def configure():
 
 
 _recorder = None
-_lifecycle = None  # commlib._api.lifecycle, once a call is wrapped
+_world_of = None  # the API's default group, through the callable it registered (None: no API yet)
 
 
 class Recorder:
@@ -243,8 +245,6 @@ def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
     peer rank is in the arguments (point-to-point); group_of(args, kwargs): the call's group (absent:
     the `group` keyword, else the default group; returning None: no group). The recorder is made at
     the first record: a process that imports commlib and never calls it, like commrun, leaves no file."""
-    global _lifecycle
-    from ._api import lifecycle as _lifecycle
     short = name.rpartition(".")[2]
     blocking_coll = peer_at is None and short != "wait" and short[:1] not in ("i", "I")
     return _tracecall.Traced(fn, op_id(name), _world, recorder, group_of,
@@ -252,8 +252,8 @@ def wrap(name, fn, peer_at=None, peer_kw=None, group_of=None):
 
 
 def _world():
-    """The default group (None before init, or before any call was wrapped)."""
-    return _lifecycle._world if _lifecycle is not None else None
+    """The default group (None before init, or where no API registered)."""
+    return _world_of() if _world_of is not None else None
 
 
 def _after_fork():
@@ -273,14 +273,7 @@ def _warn_once(exc):
         print(f"[commlib] tracing: a record was lost ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
-# where the peer is in each point-to-point call's arguments
-P2P_PEER = {"send": (1, "dst"), "isend": (1, "dst"), "issend": (1, "dst"), "recv": (2, "src"),
-            "irecv": (2, "src"), "recv_like": (1, "src"), "recv_into": (1, "src"), "sendrecv": (1, "dst"),
-            "probe": (0, "src"), "iprobe": (0, "src"), "send_obj": (1, "dst"), "recv_obj": (0, "src")}
-
-
-NOT_CALLS = ("ANY_SOURCE", "ANY_TAG", "Group", "Request", "Status", "init", "finalize", "is_available",
-             "test_all", "test_any")
+_installers = []  # what each layer registered: called with this module when recording starts
 _installed = []
 
 
@@ -288,9 +281,9 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def enable(directory):
-    """Record from now on into `directory`: the API's calls wrapped where they are looked up (the
-    API modules and `commlib` itself). At import with COMMLIB_TRACE set; a rank forked from
-    commrun, which imported commlib before it had a trace directory, calls it itself."""
+    """Record from now on into `directory`: every registered layer's calls wrapped where they are
+    looked up. At import with COMMLIB_TRACE set; a rank forked from commrun, which imported commlib
+    before it had a trace directory, calls it itself."""
     global _dir, ENABLED
     _dir, ENABLED = directory, True
     if not directory and not _own_dirs_cleanup:
@@ -303,25 +296,31 @@ def enable(directory):
     if _installed:
         return
     _installed.append(True)
-    import sys
-    from . import _api, _engine
-    from ._api import collectives, objects, p2p
-    namespaces = [collectives, p2p, objects, _api]
-    if "commlib" in sys.modules:
-        namespaces.append(sys.modules["commlib"])
-    install(namespaces, [name for name in _api.__all__ if name not in NOT_CALLS])
-    install_wait(_engine.Request)
     from . import _algorithms
     _algorithms.note = _tracecall.note_algo  # each record names the algorithm its call chose
     from ._transport import _io
     _io.set_trace_slot(_tracecall.slot_address())  # ... on the one-call path too
     _tracecall.set_group_note(_note_group)  # ... and the transport to its peers
-    if "commlib.MPI._comm" in sys.modules:  # imported before tracing was enabled (a forked rank)
-        install_mpi(sys.modules["commlib.MPI._comm"].Comm)
+    for installer in _installers:
+        installer(sys.modules[__name__])
 
 
-def install(namespaces, names):
-    """Replace each of `names` in every module/dict of `namespaces` by its recording wrapper."""
+def register(installer, world=None):
+    """A layer's calls, offered for recording: installer(this module) installs its wrappers (with
+    `install`, `install_methods`, `install_wait`) when recording starts, at once if it has (a layer
+    imported after tracing was enabled, or a rank forked from commrun that enabled it itself).
+    world(): the default group, for calls that name none (the API's)."""
+    global _world_of
+    if world is not None:
+        _world_of = world
+    _installers.append(installer)
+    if _installed:
+        installer(sys.modules[__name__])
+
+
+def install(namespaces, names, peers=None):
+    """Replace each of `names` in every module/dict of `namespaces` by its recording wrapper.
+    peers: {name: (position, keyword)} of the argument naming the peer rank (point-to-point)."""
     done = {}
     for name in names:
         for ns in namespaces:
@@ -330,46 +329,27 @@ def install(namespaces, names):
             if fn is None or not callable(fn):
                 continue
             if name not in done:
-                peer_at, peer_kw = P2P_PEER.get(name, (None, None))
+                peer_at, peer_kw = (peers or {}).get(name, (None, None))
                 done[name] = wrap(name, fn, peer_at, peer_kw)
             d[name] = done[name]
 
 
-# commlib.MPI's communication methods (recorded as "MPI.<name>"): where the peer is among the
-# arguments (self first) of the point-to-point ones, and the collectives
-MPI_PEER = {name: (2, "dest") for name in ("Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Sendrecv",
-                                             "send", "ssend", "isend", "issend", "sendrecv")}
-MPI_PEER.update({name: (2, "source") for name in ("Recv", "Irecv", "recv", "irecv")})
-MPI_PEER.update({name: (1, "source") for name in ("Probe", "Iprobe", "probe", "iprobe")})
-MPI_COLL = ("Barrier", "Ibarrier", "Bcast", "Ibcast", "Allreduce", "Iallreduce", "Reduce", "Ireduce", "Scan",
-            "Iscan", "Exscan", "Iexscan", "Gather", "Igather", "Scatter", "Iscatter", "Allgather", "Iallgather",
-            "Alltoall", "Ialltoall", "Gatherv", "Igatherv", "Scatterv", "Iscatterv", "Allgatherv", "Iallgatherv",
-            "Alltoallv", "Ialltoallv", "Alltoallw", "Ialltoallw", "Reduce_scatter", "Reduce_scatter_block",
-            "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv",
-            "Neighbor_alltoallw", "barrier", "bcast", "gather", "scatter", "allgather", "alltoall", "reduce",
-            "allreduce", "scan", "exscan")
-
-
-def _mpi_group(args, kwargs):
-    c = getattr(args[0], "_c", None) if args else None
-    return getattr(c, "g", None)
-
-
-def install_mpi(comm_cls):
-    """Every communicator class's communication methods recorded under their MPI names."""
-    seen, todo = set(), [comm_cls]
+def install_methods(cls, names, peers, prefix, group_of):
+    """The methods `names` of cls and of every subclass recorded as PREFIX + name; peers as in
+    `install` (positions count self); group_of(args, kwargs): the call's group."""
+    seen, todo = set(), [cls]
     while todo:
-        cls = todo.pop()
-        if cls in seen:
+        c = todo.pop()
+        if c in seen:
             continue
-        seen.add(cls)
-        todo.extend(cls.__subclasses__())
-        for name in MPI_COLL + tuple(MPI_PEER):
-            fn = cls.__dict__.get(name)
+        seen.add(c)
+        todo.extend(c.__subclasses__())
+        for name in names:
+            fn = c.__dict__.get(name)
             if fn is None or isinstance(fn, _tracecall.Traced) or not callable(fn):
                 continue
-            peer_at, peer_kw = MPI_PEER.get(name, (None, None))
-            setattr(cls, name, wrap(f"MPI.{name}", fn, peer_at, peer_kw, group_of=_mpi_group))
+            peer_at, peer_kw = peers.get(name, (None, None))
+            setattr(c, name, wrap(prefix + name, fn, peer_at, peer_kw, group_of=group_of))
 
 
 def install_wait(request_cls):
@@ -705,33 +685,3 @@ def own_records():
     data = os.pread(rec.fd, count * RECORD.size, 0)
     meta = dict(rec.meta, ops=list(_names))
     return meta, [RECORD.unpack_from(data, off) for off in range(0, len(data) - RECORD.size + 1, RECORD.size)]
-
-
-def stats(all_ranks=False, *, group=None):
-    """This rank's communication so far, one dict per call and size class (see summarize()):
-    a pandas-friendly list (`pandas.DataFrame(commlib.stats())`). all_ranks: every rank of `group`
-    (default: the world) calls it and gets the whole group's, with the time spent waiting for the
-    last arrival and which rank that was. Records only while recording (COMMLIB_STATS=1,
-    COMMLIB_TRACE=DIR, commrun --stats or --trace); a CommError otherwise."""
-    if not ENABLED:
-        from ._errors import CommError
-        raise CommError("commlib.stats() counts only calls that are recorded: set COMMLIB_STATS=1 (or run "
-                        "under commrun --stats / --trace) before the program starts")
-    mine = own_records()
-    if not all_ranks:
-        return summarize([mine])
-    from ._api import objects
-    return summarize(list(objects.all_gather_obj.__wrapped__(mine, group=group)))
-
-
-def report_at_finalize(world):
-    """COMMLIB_STATS=1: every rank's records to every rank, rank 0 prints the table (stderr)."""
-    import sys
-    try:
-        rows = stats(all_ranks=True, group=world)
-    except Exception as exc:  # a failed job: its error matters more than the table
-        print(f"[commlib] COMMLIB_STATS: no table ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return
-    if world.rank() == 0:
-        print(f"commlib: communication by call and size (COMMLIB_STATS=1):\n{stats_table(rows)}", file=sys.stderr,
-              flush=True)

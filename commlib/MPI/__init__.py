@@ -411,5 +411,25 @@ def _install_handles():
 
 _install_handles()
 
-if _trace.ENABLED:  # COMMLIB_TRACE: the communicators' calls recorded under their MPI names
-    _trace.install_mpi(Comm)
+# What tracing records of commlib.MPI (COMMLIB_TRACE): each communicator class's communication methods,
+# as "MPI.<name>", with where the peer is among the arguments (self first) of the point-to-point ones.
+_TRACED_PEERS = {name: (2, "dest") for name in ("Send", "Ssend", "Bsend", "Rsend", "Isend", "Issend", "Sendrecv",
+                                                  "send", "ssend", "isend", "issend", "sendrecv")}
+_TRACED_PEERS.update({name: (2, "source") for name in ("Recv", "Irecv", "recv", "irecv")})
+_TRACED_PEERS.update({name: (1, "source") for name in ("Probe", "Iprobe", "probe", "iprobe")})
+_TRACED_COLLECTIVES = (
+    "Barrier", "Ibarrier", "Bcast", "Ibcast", "Allreduce", "Iallreduce", "Reduce", "Ireduce", "Scan", "Iscan",
+    "Exscan", "Iexscan", "Gather", "Igather", "Scatter", "Iscatter", "Allgather", "Iallgather", "Alltoall",
+    "Ialltoall", "Gatherv", "Igatherv", "Scatterv", "Iscatterv", "Allgatherv", "Iallgatherv", "Alltoallv",
+    "Ialltoallv", "Alltoallw", "Ialltoallw", "Reduce_scatter", "Reduce_scatter_block", "Neighbor_allgather",
+    "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw", "barrier", "bcast",
+    "gather", "scatter", "allgather", "alltoall", "reduce", "allreduce", "scan", "exscan")
+
+
+def _comm_group(args, kwargs):
+    c = getattr(args[0], "_c", None) if args else None
+    return getattr(c, "g", None)
+
+
+_trace.register(lambda trace: trace.install_methods(Comm, _TRACED_COLLECTIVES + tuple(_TRACED_PEERS),
+                                                    _TRACED_PEERS, "MPI.", _comm_group))

@@ -37,6 +37,7 @@ _at_exit = False  # finalize() runs from atexit: the program ended without calli
 _NOT_CALLED = object()
 _exit_status = _NOT_CALLED  # what the main thread last passed to sys.exit() (a hint for the peers)
 _lock = threading.Lock()
+report_stats = None  # COMMLIB_STATS: finalize's table, report_stats(world) (stats.py; set by the package)
 # Tests of failure reports: each rank waits a random 0..N s before it leaves (finalize(), at exit,
 # abort()), so that every order in which the peers learn of a cause and of a departure is tried.
 _EXIT_DELAY_S = float(os.environ.get("COMMLIB_TEST_EXIT_DELAY") or 0)
@@ -148,8 +149,8 @@ def finalize():
     import commlib._trace as _trace
     if _trace.ENABLED and _world is not None and _world.transport is not None and not _aborting:
         _trace.note_clock_end(_world)  # the clock against the coordinator's again: its drift over the job
-        if _trace.STATS:
-            _trace.report_at_finalize(_world)  # a collective of every rank, while the world still is one
+        if _trace.STATS and report_stats is not None:
+            report_stats(_world)  # a collective of every rank, while the world still is one
     if _EXIT_DELAY_S > 0:
         _delay_exit()
     with _lock:
