@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from . import _tracecall
+import commlib._tracecall as _tracecall
 from ._debug import env_rank, size_class
 
 RECORD = struct.Struct("<qqqqiiii")  # start ns, end ns, bytes, seq, op, group, peer, flags

@@ -15,6 +15,7 @@ import time
 
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from .._control import clock_offset
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message
 from .table import Table
@@ -240,25 +241,3 @@ class Client:
                 while self._sock.recv(65536):
                     continue
         self._sock.close()
-
-
-def clock_offset(send, receive, tries=5, timeout=1.0):
-    """(offset, error, when) in ns: the coordinator's CLOCK_MONOTONIC minus this process's, from
-    `tries` "clock" round trips (the shortest one's midpoint; error: half of it; when: our clock
-    then). send(msg) sends; receive(seconds) returns the next "clock" reply or None. None when the
-    coordinator does not answer within `timeout` seconds."""
-    best = None
-    deadline = time.monotonic() + timeout
-    for i in range(tries):
-        t0 = time.monotonic_ns()
-        send({"kind": "clock", "echo": i})
-        while True:
-            msg = receive(deadline - time.monotonic())
-            if msg is None:
-                return best
-            if msg.get("echo") == i:
-                break
-        t1 = time.monotonic_ns()
-        if best is None or t1 - t0 < 2 * best[1]:
-            best = (msg["t"] - (t0 + t1) // 2, (t1 - t0) // 2, (t0 + t1) // 2)
-    return best

@@ -34,10 +34,11 @@ import time
 
 from .. import _backoff
 from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, verify
+from .._control import census_wait_s, pack_peers, pack_ranks
 from .._errors import AuthError, CommError
 from .framing import (AGENT_LABEL, CLIENT_LABEL, LINK_DATA, LINK_DROP, LINK_GONE, LINK_HOST, LINK_JOIN, MAGIC,
-                      MAX_MESSAGE, SEALED, SERVER_LABEL, LinkFrames, census_wait_s, decode, encode, fmt_address,
-                      link_frame, link_to, pack_peers, pack_ranks, sealing_pumps)
+                      MAX_MESSAGE, SEALED, SERVER_LABEL, LinkFrames, decode, encode, fmt_address, link_frame, link_to,
+                      sealing_pumps)
 from .table import MAX_INFO_BYTES, Book
 
 HANDSHAKE_TIMEOUT = 5.0

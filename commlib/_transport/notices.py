@@ -18,7 +18,7 @@ import threading
 import time
 
 from .._errors import CommError, CommTimeout, MismatchError, PeerLost
-from .._rendezvous.framing import unpack_peers, unpack_ranks
+from .._control import census_wait_s, clock_offset, unpack_peers, unpack_ranks
 
 log = logging.getLogger("commlib")
 LOST_GRACE_S = 0.5  # how long a "lost" peer waits for the launcher's "died" notice (exit status)
@@ -54,7 +54,6 @@ class Notices:
     def clock_offset(self):
         """The coordinator's clock against ours ((offset, error, when) ns, or None), while the
         listener runs (commlib._trace at finalize)."""
-        from .._rendezvous.client import clock_offset
 
         def receive(left):
             try:
@@ -284,7 +283,6 @@ class Notices:
         if self.send is None or size is None:
             return ""
         if wait_s is None:  # the coordinator's wait for answers, and a margin
-            from .._rendezvous.framing import census_wait_s
             wait_s = census_wait_s(size) + 0.5
         try:
             census = self.census(wait_s)

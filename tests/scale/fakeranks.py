@@ -29,6 +29,7 @@ import sys
 import time
 
 from commlib import _auth
+from commlib import _control
 from commlib._rendezvous import framing, table as table_mod
 
 COORDINATOR = """
@@ -229,11 +230,11 @@ async def _rank(rank, chan, port, secret, tally, table_done, go_bye, lost_heard,
                                                  "state": "in all_reduce #17 (float32, 1048576, op=sum)",
                                                  "peer": (rank - 1) % n}))
                 elif kind == "stall":
-                    groups = [(state, framing.unpack_ranks(ranks, n), peers) for state, ranks, peers in msg["groups"]]
-                    answered = sum(len(ranks) for _, ranks, _ in groups) + len(framing.unpack_ranks(msg["omitted"], n))
+                    groups = [(state, _control.unpack_ranks(ranks, n), peers) for state, ranks, peers in msg["groups"]]
+                    answered = sum(len(ranks) for _, ranks, _ in groups) + len(_control.unpack_ranks(msg["omitted"], n))
                     assert answered == n - 1 and len(groups) == 1, (rank, answered, msg["groups"][:3])
                     ranks, peers = groups[0][1], groups[0][2]  # each waits on its left neighbour
-                    assert framing.unpack_peers(ranks, peers, n) == [(r - 1) % n for r in ranks], (rank, peers)
+                    assert _control.unpack_peers(ranks, peers, n) == [(r - 1) % n for r in ranks], (rank, peers)
                     census.set()
                 elif kind == "verdict":
                     assert msg["peers"] == {}, (rank, msg)  # every fake rank ran the same collectives

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from commlib import _auth, _rendezvous as rv
+from commlib import _auth, _control, _rendezvous as rv
 from commlib._errors import AuthError, CommError
 from commlib._rendezvous import coordinator as rv_coordinator, framing
 from commrun import proxy
@@ -131,7 +131,7 @@ def test_ranks_behind_agents_assemble_relay_and_hear_notices_once_a_host(job, mo
         assert (msg["from"], msg["n"]) == (1, 7)
     clients[2][0].close()  # a goodbye through the agent: "left" for the others, and the hang-up
     for r in (0, 3):
-        assert 2 in framing.unpack_ranks(next_msg(clients[r][1], "left")["ranks"], 6)
+        assert 2 in _control.unpack_ranks(next_msg(clients[r][1], "left")["ranks"], 6)
     wait_for(lambda: 2 not in c.connected())
     for r in (0, 1, 3, 4):
         clients[r][0].close()

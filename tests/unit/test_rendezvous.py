@@ -13,7 +13,7 @@ import time
 import pytest
 
 from _waiting import SCALE, wait_for
-from commlib import _auth, _rendezvous as rv
+from commlib import _auth, _control, _rendezvous as rv
 from commlib._rendezvous import coordinator as rv_coordinator, discovery, framing
 from commlib._transport import notices as notices_module
 from commlib._errors import AuthError, CommError, CommTimeout, PeerLost
@@ -244,7 +244,7 @@ def test_goodbyes_at_once_share_one_left_message(coordinator):
         t.join(5)
     named = []
     while len(named) < 5:
-        named += framing.unpack_ranks(next_msg(out[0][2], "left")["ranks"], 6)
+        named += _control.unpack_ranks(next_msg(out[0][2], "left")["ranks"], 6)
     assert sorted(named) == [1, 2, 3, 4, 5]
     assert "left" not in kinds(before_fences(out[0][2], (out[0][0], [0])))  # no other "left" after those
 
@@ -300,8 +300,8 @@ def test_digests_go_to_the_coordinator_which_answers_each_rank_once(coordinator)
     finishing = {}
     while len(finishing) < 3:
         msg = next_msg(out[2][2], "finishing")
-        ends = {r: [at_exit, code] for at_exit, code, rs in msg.get("ends", []) for r in framing.unpack_ranks(rs, 4)}
-        finishing.update({r: ends.get(r) for r in framing.unpack_ranks(msg["ranks"], 4)})
+        ends = {r: [at_exit, code] for at_exit, code, rs in msg.get("ends", []) for r in _control.unpack_ranks(rs, 4)}
+        finishing.update({r: ends.get(r) for r in _control.unpack_ranks(msg["ranks"], 4)})
     assert finishing == {0: None, 1: [True, 7], 3: None}
     # every digest was handled (its "finishing" came): rank 2 has not finished, so no verdict yet
     assert "verdict" not in kinds(before_fences(out[0][2], (out[2][0], [0])))
@@ -425,30 +425,30 @@ def test_rank_sets_and_peers_travel_compactly_and_read_back_exactly():
             ranks = list(range(first, rng.randint(first, n - 1) + 1))
         else:
             ranks = [r for r in range(n) if rng.random() < 0.9]
-        packed = json.loads(json.dumps(framing.pack_ranks(ranks)))
-        assert framing.unpack_ranks(packed, n) == ranks
+        packed = json.loads(json.dumps(_control.pack_ranks(ranks)))
+        assert _control.unpack_ranks(packed, n) == ranks
         assert len(json.dumps(packed)) <= len(json.dumps(ranks)) + 2  # never longer than the list
         peers = rng.choice([[(r - 1) % n for r in ranks], [rng.choice([None, 0]) for _ in ranks],
                             [None if p < 0 else p for p in (rng.randrange(-1, n) for _ in ranks)]])
-        runs = json.loads(json.dumps(framing.pack_peers(ranks, peers)))
-        assert framing.unpack_peers(ranks, runs, n) == peers
+        runs = json.loads(json.dumps(_control.pack_peers(ranks, peers)))
+        assert _control.unpack_peers(ranks, runs, n) == peers
     every = list(range(8000))  # a stall of 8,000 ranks each waiting on its left neighbour: a few bytes
-    assert framing.pack_ranks(every) == [[0, 7999]]
-    assert framing.pack_peers(every, [(r - 1) % 8000 for r in every]) == [["=", 7999, 1], ["+", -1, 7999]]
+    assert _control.pack_ranks(every) == [[0, 7999]]
+    assert _control.pack_peers(every, [(r - 1) % 8000 for r in every]) == [["=", 7999, 1], ["+", -1, 7999]]
     half = sorted(random.Random(1).sample(every, 4000))  # half the ranks at random: a bitmap
-    assert isinstance(framing.pack_ranks(half), str) and len(framing.pack_ranks(half)) < 1400
+    assert isinstance(_control.pack_ranks(half), str) and len(_control.pack_ranks(half)) < 1400
 
 
 @pytest.mark.parametrize("junk", [[[3, 1]], [[0, 9]], [-1], ["x"], [[0, 1, 2]], "!!", {"a": 1}, 5, "////////"])
 def test_malformed_rank_sets_are_refused(junk):
     with pytest.raises(ValueError):
-        framing.unpack_ranks(junk, 9)
+        _control.unpack_ranks(junk, 9)
 
 
 @pytest.mark.parametrize("junk", [[["=", 9, 1]], [["+", 5, 1]], [["=", 0, 3]], [["?", 0, 1]], [["=", 0, 0]], "x"])
 def test_malformed_peer_runs_are_refused(junk):
     with pytest.raises(ValueError):
-        framing.unpack_peers([4], junk, 9)
+        _control.unpack_peers([4], junk, 9)
 
 
 def test_rank_ranges():
