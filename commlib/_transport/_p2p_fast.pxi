@@ -1,8 +1,12 @@
 # Included at the end of _io.pyx, after _fast.pxi (it uses its dtype table helpers and _now()).
-"""The blocking point-to-point path: a send or receive made by the calling thread in one call.
+"""The one-call point-to-point path: a send or receive made by the calling thread in one call.
 
 Every blocking send, and every blocking receive of a known size from a named
-source, runs here when nothing else is outstanding (`Engine.idle()`): the
+source, runs here when nothing else is outstanding (`Engine.idle()`), and so
+does every isend of at most the eager size (`isend`, `isend_bytes`): an isend
+the connection takes whole returns a completed Request; one it does not stops after the step's spin (never waiting
+for the receiver) and its rest is queued from a copy, so the caller may reuse
+its buffer at once. The
 header from the one header cache, the engine lock, the checks that nothing
 else is queued (then the calling thread may own the connection), and steps
 of the C loop with the GIL released, straight between the connection and
