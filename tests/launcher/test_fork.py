@@ -239,3 +239,28 @@ def test_exec_ranks_share_a_pipe_under_a_low_open_file_limit(commrun):
     assert "each rank's stderr goes to its stdout" in r.stderr
     lines = by_rank(r.stdout)
     assert sorted(lines) == list(range(6)) and all(sorted(v) == [f"err {k}", "sum 6"] for k, v in lines.items()), lines
+
+
+def test_a_forked_rank_records_its_calls_when_asked(commrun):
+    """commrun imported commlib before the rank had COMMLIB_STATS: the rank turns recording on itself,
+    and every layer that registered with tracing (the API at import, commlib.MPI imported later by
+    the program) has its calls recorded."""
+    script = forked(commrun).script("recorded.py", """
+        import json
+        import numpy as np
+        import commlib as cl
+        from commlib import MPI
+        comm = MPI.COMM_WORLD
+        y = np.empty(3)
+        comm.Allreduce(np.ones(3), y)
+        cl.all_reduce(np.ones(2))
+        cl.isend(np.ones(1), (comm.rank + 1) % comm.size, 5).wait()
+        cl.recv((1,), np.float64, (comm.rank - 1) % comm.size, 5)
+        print(json.dumps(sorted({row["op"] for row in cl.stats()})))
+    """)
+    r = commrun.run("--stats", "-n", 2, script)
+    assert r.returncode == 0, r.stderr
+    got = {rank: json.loads(lines[0]) for rank, lines in by_rank(r.stdout).items()}
+    for rank in (0, 1):
+        assert {"MPI.Allreduce", "all_reduce", "isend", "recv", "wait"} <= set(got[rank]), (rank, got[rank])
+    assert "communication by call and size" in r.stderr  # commrun's table of every rank's records
