@@ -161,11 +161,7 @@ class Sends:
             self._kick()
 
     def _send_local(self, ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block):
-        data = np.empty(nbytes, dtype=np.uint8)
-        pos = 0
-        for p in parts:
-            data[pos:pos + p.nbytes] = np.frombuffer(p, dtype=np.uint8)
-            pos += p.nbytes
+        data = _joined(parts, nbytes)
         msg = Message(ctx.rank, tag, nbytes, dtype, count, flags, data=data, complete=True)
         req = Request(what, timeout=ctx.timeout, waiter=self.wait)
         with self.lock:

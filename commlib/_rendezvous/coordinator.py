@@ -335,7 +335,7 @@ class Coordinator:
                 same.append(more)
                 until = min(cap, time.monotonic() + LEFT_COALESCE_S)
             ranks = [m["rank"] for m in same]
-            # (to all: the leavers are gone already); the ranks as runs or a bitmap (framing.pack_ranks)
+            # (to all: the leavers are gone already); the ranks as runs or a bitmap (_control.pack_ranks)
             out = {"kind": kind, "rank": ranks[0], "ranks": pack_ranks(sorted(set(ranks)))}
             if kind == "finishing":  # how each program ended, where it did (sys.exit(7), or its end)
                 ends = {}

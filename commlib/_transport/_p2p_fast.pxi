@@ -84,61 +84,70 @@ cdef class P2PFast:
                                                nbytes=nbytes)
         return hdr
 
-    cdef object _send(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, object buf,
-                      Py_ssize_t ptr, Py_ssize_t nbytes, object what):
-        """Steps sending the frame; None when sent, NotImplemented when other work is queued first."""
+    cdef object _post(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, object buf,
+                      Py_ssize_t ptr, Py_ssize_t nbytes, object what, bint block):
+        """Steps sending the frame; NotImplemented when other work is queued first. Blocking: None once
+        sent. Not (an isend): a completed Request when the connection took the whole frame, else the
+        Request of its rest, queued first in line from a copy of the data (the caller may reuse its
+        buffer at once) after the step's spin: an isend never waits for a receiver that does not read."""
         cdef int rc
+        cdef bytearray copy
         dst_w = self.world[d]
         key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
         hdr = self._header(self.rank, t, code, count, nbytes, flags)
-        deadline = _now() + self.timeout
+        deadline = _now() + self.timeout  # (a blocking send's bound, from its call)
         with self.lock:
             if not self.idle():
                 return NotImplemented
             out = self.conns_out.get(dst_w)
             if out is not None and out.queue or self.fds.get(key) != fd:
                 return NotImplemented  # (fd closed for being idle since the caller took it)
-            self.used[dst_w] = _now()
-            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline, False)
+            now = _now()
+            self.used[dst_w] = now
+            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline if block else now, False)
             if rc == ST_OK:
-                return None
-            if rc != ST_SLOW:
+                return None if block else self.completed(what)
+            if rc != ST_SLOW and (block or rc != ST_TIMEOUT):
                 self.p2p_raise(rc, what, dst_w, None, nbytes)
             # stuck, mid-frame or before its first byte (the receiver is not reading): the engine writes
-            # the rest, first in line, and reads what arrives while this thread waits, so two ranks
+            # the rest, first in line, and reads what arrives while a blocking caller waits, so two ranks
             # stuck sending to each other (a full buffer each way) both go on
+            if not block:
+                copy = bytearray(nbytes)
+                if nbytes:
+                    memcpy(<char*>copy, <const char*>_ptr(ptr), nbytes)
+                buf = copy
             req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
+        if not block:
+            return req
         req.wait()
         return None
 
-    cdef object _isend(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, Py_ssize_t ptr,
-                       Py_ssize_t nbytes, object what):
-        """A non-blocking send written now: a completed Request when the connection took the whole frame,
-        else the Request of its rest, queued first in line from a copy of the data (the caller may reuse
-        its buffer at once); NotImplemented when other work is queued first."""
-        cdef int rc
-        cdef bytearray copy
-        dst_w = self.world[d]
-        key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
-        hdr = self._header(self.rank, t, code, count, nbytes, flags)
-        with self.lock:
-            if not self.idle():
-                return NotImplemented
-            out = self.conns_out.get(dst_w)
-            if out is not None and out.queue or self.fds.get(key) != fd:
-                return NotImplemented
-            now = _now()
-            self.used[dst_w] = now
-            # no waiting for a receiver that does not read: past the adaptive spin the step stops (ST_TIMEOUT)
-            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, now, False)
-            if rc == ST_OK:
-                return self.completed(what)
-            if rc != ST_SLOW and rc != ST_TIMEOUT:
-                self.p2p_raise(rc, what, dst_w, None, nbytes)
-            copy = bytearray(nbytes)
-            if nbytes:
-                memcpy(<char*>copy, <const char*>_ptr(ptr), nbytes)
-            return self.send_queue(self.ctx, d, copy, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
+    cdef object _post_array(self, x, dst, tag, bint block):
+        """A send of x (a C-contiguous native NumPy array of at most the eager size) to group rank dst:
+        as _post; NotImplemented for anything else (the Python path takes it)."""
+        cdef cnp.ndarray a
+        cdef long d, t
+        cdef Py_ssize_t nbytes
+        cdef int code
+        if type(x) is not cnp.ndarray or type(dst) is not int or type(tag) is not int:
+            return NotImplemented
+        if not 0 <= dst < self.n or not 0 <= tag <= 0x7FFFFFFF:
+            return NotImplemented
+        d, t = dst, tag
+        a = <cnp.ndarray>x
+        nbytes = cnp.PyArray_NBYTES(a)
+        if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
+                or not cnp.PyArray_ISNOTSWAPPED(a):
+            return NotImplemented
+        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
+        if code < 0:
+            return NotImplemented
+        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
+        if fd is None or self.ep.failure is not None:
+            return NotImplemented
+        return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
+                          self._what("send" if block else "isend", t), block)
 
     cdef object _recv(self, long s, long t, int code, Py_ssize_t count, Py_ssize_t nbytes, object out,
                       Py_ssize_t ptr, object what):
@@ -174,7 +183,7 @@ cdef class P2PFast:
                    Py_ssize_t count, int flags, what):
         """Blocking send of the nbytes at ptr (those of buf, a uint8 buffer) to group rank dst over
         Outgoing conn; None when sent, NotImplemented: queue it."""
-        return self._send(conn.fd, dst, tag, code, count, flags, buf, ptr, nbytes, what)
+        return self._post(conn.fd, dst, tag, code, count, flags, buf, ptr, nbytes, what, True)
 
     def isend_bytes(self, conn, buf, Py_ssize_t ptr, Py_ssize_t nbytes, long dst, long tag, int code,
                     Py_ssize_t count, int flags, what):
@@ -183,7 +192,7 @@ cdef class P2PFast:
         queue it."""
         if nbytes > self.limit:
             return NotImplemented
-        return self._isend(conn.fd, dst, tag, code, count, flags, ptr, nbytes, what)
+        return self._post(conn.fd, dst, tag, code, count, flags, buf, ptr, nbytes, what, False)
 
     def recv_bytes(self, into, Py_ssize_t ptr, Py_ssize_t nbytes, long src, long tag, int code, what):
         """Blocking receive from group rank src of the plain frame of nbytes (tag, dtype code) into
@@ -202,54 +211,12 @@ cdef class P2PFast:
 
     def send(self, x, dst, tag):
         """Blocking send of x to group rank dst; None when sent, NotImplemented: take the Python path."""
-        cdef cnp.ndarray a
-        cdef long d, t
-        cdef Py_ssize_t nbytes
-        cdef int code
-        if type(x) is not cnp.ndarray or type(dst) is not int or type(tag) is not int:
-            return NotImplemented
-        if not 0 <= dst < self.n or not 0 <= tag <= 0x7FFFFFFF:
-            return NotImplemented
-        d, t = dst, tag
-        a = <cnp.ndarray>x
-        nbytes = cnp.PyArray_NBYTES(a)
-        if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
-                or not cnp.PyArray_ISNOTSWAPPED(a):
-            return NotImplemented
-        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
-        if code < 0:
-            return NotImplemented
-        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
-        if fd is None or self.ep.failure is not None:
-            return NotImplemented
-        return self._send(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
-                          self._what("send", t))
+        return self._post_array(x, dst, tag, True)
 
     def isend(self, x, dst, tag):
         """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or
         NotImplemented: take the Python path."""
-        cdef cnp.ndarray a
-        cdef long d, t
-        cdef Py_ssize_t nbytes
-        cdef int code
-        if type(x) is not cnp.ndarray or type(dst) is not int or type(tag) is not int:
-            return NotImplemented
-        if not 0 <= dst < self.n or not 0 <= tag <= 0x7FFFFFFF:
-            return NotImplemented
-        d, t = dst, tag
-        a = <cnp.ndarray>x
-        nbytes = cnp.PyArray_NBYTES(a)
-        if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
-                or not cnp.PyArray_ISNOTSWAPPED(a):
-            return NotImplemented
-        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
-        if code < 0:
-            return NotImplemented
-        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
-        if fd is None or self.ep.failure is not None:
-            return NotImplemented
-        return self._isend(fd, d, t, code, cnp.PyArray_SIZE(a), 0, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
-                           self._what("isend", t))
+        return self._post_array(x, dst, tag, False)
 
     def recv(self, shape, dtype, src, tag):
         """Blocking receive of a (shape, dtype) array from group rank src with this tag; the array, or

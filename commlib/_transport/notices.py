@@ -68,7 +68,7 @@ class Notices:
         return len(table) if table else 1 << 24
 
     def _ranks(self, msg, peer):
-        """The ranks a coalesced notice names (framing.pack_ranks), or [peer]; junk reads as [peer]."""
+        """The ranks a coalesced notice names (_control.pack_ranks), or [peer]; junk reads as [peer]."""
         try:
             return unpack_ranks(msg["ranks"], self._limit()) if "ranks" in msg else [peer]
         except ValueError:
