@@ -27,6 +27,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 
 import numpy as np
 
@@ -489,13 +490,20 @@ class Win(Attributes, ErrorHandling):
         self._await(w, lambda: t.applied >= expected, what)
 
     def _await(self, w, ready, what):
-        """Wait (the target's condition held) until ready(); PeerLost if a rank of the window leaves."""
+        """Wait until ready() (what this rank's service does for the others: it serves them
+        meanwhile, driving progress itself unless another thread does, then sleeping on the
+        target's condition); PeerLost if a rank of the window leaves."""
         t, g = w.target, w.g
-        with t.cv:
-            while not ready():
-                t.cv.wait(POLL_S)
-                if not ready():
-                    _check_peers(g, what)
+        while True:
+            with t.cv:
+                if ready():
+                    return
+            if not g.engine.progress_until(ready, time.monotonic() + POLL_S):
+                with t.cv:
+                    if not ready():
+                        t.cv.wait(POLL_S)
+            if not ready():
+                _check_peers(g, what)
 
     def Start(self, group, assertion=0):
         """Begin an access epoch to the ranks of group (waits for their Post)."""

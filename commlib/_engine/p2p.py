@@ -78,6 +78,9 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self._thread = None
         self._driver = None  # the caller thread driving progress from wait(), if any
         self._polling = False  # the progress thread is waiting on the poller
+        self._deferring = False  # ... is letting a caller that drove progress be (progress.DEFER_S)
+        self._drove_at = 0.0  # when a caller last stopped driving progress
+        self._waiters = 0  # callers sleeping on a request while another drives
         self.spin_s = spin_seconds() if transport is not None else 0.0
         self._closed = False
         self.poller = self.p2p.poller() if self.p2p is not None else None

@@ -6,7 +6,8 @@ message half read) and nobody is waiting, so the caller can compute while
 messages move and any number of requests complete in any order of wait; and
 by a caller waiting on a request, which waits on the transport's poller and
 services the connections itself (no hand-off to the thread, which parks
-meanwhile). Either one waits on every connection with work, then, under the
+meanwhile, and for DEFER_S after: a program that waits again at once, in a
+ping-pong or an RMA epoch, never shares its connections with the thread). Either one waits on every connection with work, then, under the
 engine lock and never blocking, adopts new connections, has them read
 headers and payloads (matching each header as it completes, and naming
 where its payload goes) and write queued frames. The bytes move in the
@@ -25,13 +26,19 @@ from .._wire import FLAG_ACK, FLAG_BYE, KIND_P2P, ProtocolError, decode
 from .matching import Message
 
 _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sender cannot starve others
+# After a waiting caller drove progress, the thread lets it be for this long before it watches the
+# connections itself: a caller that waits again at once (a ping-pong, an RMA epoch's round trips)
+# would otherwise share every message with a second thread woken by the same bytes.
+DEFER_S = 0.001
 
 
 class Progress:
     """How `p2p.Engine` moves bytes: the progress thread, a waiting caller, the connections they service."""
 
-    def _kick(self):
-        """Wake the progress thread (starting it on first use)."""
+    def _kick(self, rewatch=True):
+        """Wake the progress thread (starting it on first use). rewatch: what it waits on changed
+        (frames queued to write), so a wait in progress starts again; a receive posted changes
+        nothing the thread watches (it watches every incoming connection while work is out)."""
         if self.transport is None:
             return
         if self._thread is None:
@@ -42,16 +49,29 @@ class Progress:
                 raise CommError(f"rank {self.transport.ep.rank}: no thread for point-to-point progress "
                                 f"({exc}: {thread_limit_text()})") from None
             self._thread = thread
+        if self._deferring:  # it looks again within DEFER_S
+            return
         self._work.notify_all()
-        if self._polling or self._driver is not None:  # a wait on a stale set: interrupt it
+        if rewatch and (self._polling or self._driver is not None):  # a wait on a stale set: interrupt it
             self.poller.wake()
 
     def _run(self):
         while True:
             with self.lock:
-                # Park while idle, and while a waiting caller drives progress itself.
-                while not self._closed and (self.idle() or self._driver is not None):
-                    self._work.wait()
+                # Park while idle; while a waiting caller drives progress itself, and for DEFER_S
+                # after, look again every DEFER_S (the caller does not wake it: it may wait again).
+                while not self._closed:
+                    if self.idle():
+                        self._work.wait()
+                        continue
+                    rest = DEFER_S if self._driver is not None else self._drove_at + DEFER_S - time.monotonic()
+                    if rest <= 0:
+                        break
+                    self._deferring = True
+                    try:
+                        self._work.wait(rest)
+                    finally:
+                        self._deferring = False
                 if self._closed:
                     return
                 self._polling = True
@@ -94,33 +114,63 @@ class Progress:
                 driving = self._driver is None and not self._closed
                 if driving:
                     self._driver = threading.current_thread()
+                    if self._polling:  # the thread leaves its wait on these connections, and defers
+                        self.poller.wake()
             if not driving:  # another caller drives: the result arrives on the request's event
-                self._kick_locked()
-                req._done.wait(max(0.0, slice_end - now))
+                with self.lock:
+                    self._waiters += 1
+                    if not self.idle():
+                        self._kick()
+                try:
+                    req._done.wait(max(0.0, slice_end - now))
+                finally:
+                    with self.lock:
+                        self._waiters -= 1
                 continue
             try:
-                self._drive(watch, slice_end)
+                self._drive(lambda: any(r.test() for r in watch), slice_end)
             finally:
-                with self.lock:
-                    self._driver = None
-                    if not self.idle():
-                        self._kick()  # the progress thread takes over, with a fresh set to wait on
+                self._stop_driving()
 
-    def _drive(self, watch, until):
-        """The waiting caller makes progress itself (no hand-off to the progress thread):
-        spin on zero-timeout waits for spin_s, then sleep in the poller until something is ready."""
+    def progress_until(self, ready, until):
+        """Make progress from this thread until ready() holds or the monotonic time `until` passes
+        (a caller waiting for what no request stands for: a window's counts and locks). False, at
+        once, when another thread drives progress (the caller then sleeps its own way)."""
+        if self.transport is None:
+            return False
+        with self.lock:
+            if self._driver is not None or self._closed:
+                return False
+            self._driver = threading.current_thread()
+            if self._polling:
+                self.poller.wake()
+        try:
+            self._drive(ready, until)
+        finally:
+            self._stop_driving()
+        return True
+
+    def _stop_driving(self):
+        with self.lock:
+            self._driver = None
+            if self._waiters:  # callers sleep on requests this one no longer serves: the thread, now
+                self._drove_at = 0.0
+                self._work.notify_all()
+            else:
+                self._drove_at = time.monotonic()
+            if not self.idle():
+                self._kick()  # the progress thread takes over (after DEFER_S), on a fresh set
+
+    def _drive(self, done, until):
+        """The waiting caller makes progress itself (no hand-off to the progress thread) until
+        done(): spin on zero-timeout waits for spin_s, then sleep in the poller until something is ready."""
         spin_until = time.monotonic() + self.spin_s
-        while not any(r.test() for r in watch):
+        while not done():
             now = time.monotonic()
             if now >= until or self.transport.ep.failure is not None:
                 return
             timeout_ms = 0 if now < spin_until else max(1, int((until - now) * 1000))
             self._poll_once(timeout_ms)
-
-    def _kick_locked(self):
-        with self.lock:
-            if not self.idle():
-                self._kick()
 
     def _timeout(self, req):
         ep = self.transport.ep

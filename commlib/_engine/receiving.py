@@ -54,7 +54,7 @@ class Receives:
             else:
                 self._take(ctx, posted, msg)
             if not req.test():
-                self._kick()
+                self._kick(rewatch=False)
         return req.wait() if block else req
 
     def probe(self, ctx, src, tag, block):
@@ -71,7 +71,7 @@ class Receives:
             posted = Posted(src, tag, probe=True, req=req)
             ctx.matcher.post(posted)
             self.n_posted += 1
-            self._kick()
+            self._kick(rewatch=False)
         return req.wait()
 
     def mprobe(self, ctx, src, tag, block):
@@ -89,7 +89,7 @@ class Receives:
                 raise CommError("mprobe on a group of size 1 with no message sent to self: it would wait forever")
             posted.req = Request("mprobe", timeout=ctx.timeout, waiter=self.wait)
             self.n_posted += 1
-            self._kick()
+            self._kick(rewatch=False)
         return posted.req.wait()
 
     def mrecv(self, ctx, msg, into, finish, *, what="mrecv", block=False, check=None, raw=False):
@@ -100,7 +100,7 @@ class Receives:
         with self.lock:
             self._take(ctx, posted, msg)
             if not req.test():
-                self._kick()
+                self._kick(rewatch=False)
         return req.wait() if block else req
 
     def _take(self, ctx, posted, msg):

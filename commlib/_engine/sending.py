@@ -158,7 +158,7 @@ class Sends:
         if len(out.queue) == 1:
             self._write(out)
         if not self.idle():
-            self._kick()
+            self._kick(rewatch=bool(out.queue))  # (written whole: nothing new to watch)
 
     def _send_local(self, ctx, parts, nbytes, tag, dtype, count, flags, sync, what, block):
         data = _joined(parts, nbytes)

@@ -20,6 +20,8 @@ Sections:
             sends only after its Lock/Accumulate/Get/Unlock epoch on it: the epochs complete
             meanwhile (the waiting thread serves them); and, commlib's own check, three windows
             cost no thread of their own
+  serving   (commlib's own check) a target waiting in Win.Wait serves its origins' requests on
+            its own thread, while they come (no hand-off to the progress thread)
   shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
             is left in /dev/shm (commlib's own check)
   sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
@@ -210,6 +212,45 @@ def blocked():
         w.Free()
 
 
+def serving():
+    if USING_MPI4PY or n == 1:  # (which thread serves is commlib's own check)
+        return
+    import commlib
+    from commlib.MPI import _winserve
+    engine, by_thread = commlib.init().engine, []
+    mem = np.zeros(20 * n, "i8")
+    win = MPI.Win.Create(mem, mem.itemsize, comm=comm)
+    group = win.Get_group()
+    if me == 0:
+        serve = _winserve.Target._serve
+
+        def counted(self, *args):
+            by_thread.append(threading.current_thread() is engine._thread)
+            return serve(self, *args)
+        _winserve.Target._serve = counted
+        try:
+            win.Post(group.Excl([0]))
+            comm.Barrier()
+            win.Wait()
+        finally:
+            _winserve.Target._serve = serve
+        want = np.arange(20 * n) % 20 + np.arange(20 * n) // 20 * 100
+        want[:20] = 0
+        c.equal(mem, want, "serving: every Put reached the waiting target")
+        c.ok(len(by_thread) >= 20 * (n - 1) and not any(by_thread),
+             "serving: the waiting target served every request itself",
+             f"{sum(by_thread)} of {len(by_thread)} requests served by the progress thread")
+    else:
+        comm.Barrier()
+        time.sleep(0.2)  # an origin that comes late: rank 0 waits in Win.Wait by now (what is checked: who serves)
+        win.Start(group.Incl([0]))
+        for k in range(20):
+            win.Put(np.array([100 * me + k], "i8"), 0, (20 * me + k, 1, MPI.INT64_T))
+        win.Complete()
+    comm.Barrier()
+    win.Free()
+
+
 def shared():
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     r, size = node.Get_rank(), node.Get_size()
@@ -300,7 +341,7 @@ def die():
 
 if "die" in sys.argv[2:]:
     die()
-for fn in (counter, halo, pscw, passive, exclusive, blocked, shared, sync_tools, errors):
+for fn in (counter, halo, pscw, passive, exclusive, blocked, serving, shared, sync_tools, errors):
     c.run([fn])
     comm.Barrier()
 forgotten = MPI.Win.Allocate(64, comm=comm)  # never freed: the exit must not wait for it

@@ -4,7 +4,7 @@ usage: nonblocking.py SEED [PART-OR-SECTION ...]      (default: every part but `
 
 Parts (what test_nonblocking.py runs, one launch each):
   p2p   fanin ring halo many owned
-  sync  issend cancel blocking testany
+  sync  issend cancel blocking handoff testany
   coll  icoll groups
   exit  leftover  (ends with receives nobody ever matches; the job must still exit 0 promptly)
 A section name runs that section alone. With one rank every message goes to self.
@@ -404,6 +404,37 @@ def blocking():
         is_none(s.wait(), "8 MB isend wait()")
 
 
+def handoff():
+    """The progress thread takes over from a caller that stopped waiting: the caller that waits
+    drives progress itself and the thread lets it be for a moment after (a caller that waits again
+    at once keeps its messages to itself), but not for longer. Right after a receive, rank 0
+    isends 4 MB (more than a ring or a socket buffer holds) and computes for 1.5 s without a
+    call, a receive nobody answers posted meanwhile; rank 1's receive of the 4 MB completes long
+    before the computing ends. (With one rank: the 4 MB to itself, no thread involved.)"""
+    big = data(np.float64, (1 << 19,), "handoff")
+    if n == 1:
+        s = cl.isend(big, 0, tag=7303)
+        c.equal(cl.recv((1 << 19,), np.float64, 0, tag=7303), big, "handoff: 4 MB to self", record=False)
+        is_none(s.wait(), "handoff: 4 MB isend wait()")
+        return
+    if me == 0:
+        unanswered = cl.irecv((1,), np.float64, 0, tag=7399)  # nothing sends it: cancelled below
+        cl.recv((1,), np.float64, 1, tag=7302)
+        s = cl.isend(big, 1, tag=7303)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # computing: no commlib call
+            pass
+        is_none(s.wait(), "handoff: 4 MB isend wait()")
+        c.ok(unanswered.cancel(), "handoff: the unanswered receive cancelled", repr(unanswered))
+    elif me == 1:
+        cl.send(np.zeros(1), 0, tag=7302)
+        t = time.monotonic()
+        got = cl.recv((1 << 19,), np.float64, 0, tag=7303)
+        took = time.monotonic() - t
+        c.equal(got, big, "handoff: the 4 MB message", record=False)
+        c.ok(took < 0.75, "handoff: the 4 MB message came while its sender computed", f"after {took:.2f} s")
+
+
 # ------------------------------------------------------------- 10. testany
 def testany():
     peer = 1 % n  # rank 0 receives from it (itself when n == 1)
@@ -595,7 +626,7 @@ def leftover():
                 c.fail(f"leftover irecv ({label})", f"wait() raised {type(err).__name__}: {err}")
 
 
-PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"], "sync": ["issend", "cancel", "blocking", "testany"],
+PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"], "sync": ["issend", "cancel", "blocking", "handoff", "testany"],
          "coll": ["icoll", "groups"], "exit": ["leftover"]}
 SECTIONS = {name: globals()[name] for names in PARTS.values() for name in names}
 
