@@ -150,6 +150,23 @@ class Progress:
             self._stop_driving()
         return True
 
+    def may_call(self):
+        """(lock held) Whether a one-call send or receive (`_io.P2PFast`) may own a connection now:
+        nothing is queued to write, awaits an acknowledgement or is half read, and no other
+        thread drives progress. Receives posted (a window's service, a pending irecv) are no
+        obstacle: a one-call receive takes only its own frame, where its group has no receive
+        posted (the caller checks), and hands any other frame to the engine. A caller at work here
+        counts as one driving progress: the thread defers to it (DEFER_S) and leaves a wait it is in."""
+        if self.n_sending or self._acks or self._partial or self._closing:
+            return False
+        if self.n_posted:
+            if self._driver is not None:
+                return False
+            self._drove_at = time.monotonic()
+            if self._polling:
+                self.poller.wake()
+        return True
+
     def _stop_driving(self):
         with self.lock:
             self._driver = None

@@ -1,7 +1,8 @@
 """The send side of the point-to-point engine: one FIFO of frames per connection.
 
 A blocking send, and a non-blocking one of at most EAGER_BYTES, is written by the calling
-thread in one call when nothing else is outstanding (`_io.P2PFast`: an isend the connection
+thread in one call when nothing is queued or half read (`Engine.may_call`; receives posted are no
+obstacle) (`_io.P2PFast`: an isend the connection
 takes whole returns a completed Request). Otherwise a send becomes a `_Send` (a transport
 Frame: its header and the user's buffers, written back to back) queued on the transport's
 Outgoing connection to its destination (every group's frames, in order), written at once as far

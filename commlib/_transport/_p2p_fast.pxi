@@ -2,7 +2,9 @@
 """The one-call point-to-point path: a send or receive made by the calling thread in one call.
 
 Every blocking send, and every blocking receive of a known size from a named
-source, runs here when nothing else is outstanding (`Engine.idle()`), and so
+source, runs here when nothing is queued, half read or driven by another thread
+(`Engine.may_call()`: receives posted elsewhere, a window's service, are no
+obstacle; a receive's group must have none posted), and so
 does every isend of at most the eager size (`isend`, `isend_bytes`): an isend
 the connection takes whole returns a completed Request; one it does not stops after the step's spin (never waiting
 for the receiver) and its rest is queued from a copy, so the caller may reuse
@@ -45,7 +47,7 @@ cdef class P2PFast:
 
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
-        self.engine, self.lock, self.idle = engine, engine.lock, engine.idle
+        self.engine, self.lock, self.idle = engine, engine.lock, engine.may_call
         self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
@@ -162,7 +164,7 @@ cdef class P2PFast:
             conn = self.conns_in.get(src_w)
             if conn is None:
                 conn = self.adopt(src_w)
-            if conn is None or conn.busy or self.matcher.unexpected or not self.idle():
+            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.idle():
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
             self.notices.current = (what, src_w, None)

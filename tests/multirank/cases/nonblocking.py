@@ -387,6 +387,19 @@ def blocking():
         cl.send(np.arange(5, dtype=np.int64) * 7, 0, tag=7005)
     if me == 0:
         c.equal(r.wait(), np.arange(5, dtype=np.int64) * 7, "the pending irecv completes afterwards", record=False)
+    # a receive posted first takes the first message it matches, even where a blocking receive
+    # that matches it too was called before the message came
+    if me == 0:
+        r = cl.irecv((3,), np.int64, src, tag=cl.ANY_TAG)
+    cl.barrier()
+    if me == src:
+        for k in (1, 2):
+            cl.send(np.full(3, k, np.int64), 0, tag=7011)
+    if me == 0:
+        c.equal(cl.recv((3,), np.int64, src, tag=7011), np.full(3, 2, np.int64),
+                "a blocking recv after an irecv of any tag takes the second message", record=False)
+        c.equal(r.wait(), np.full(3, 1, np.int64), "the irecv of any tag posted first takes the first message",
+                record=False)
     # A large isend waiting for its receiver does not hold up blocking collectives on the sender.
     dst = 1 % n
     big = data(np.float64, (1 << 20,), "blocking-big")
@@ -404,6 +417,40 @@ def blocking():
         is_none(s.wait(), "8 MB isend wait()")
 
 
+def one_call():
+    """(handoff) Blocking sends and receives keep their one call while receives are posted in other
+    groups (a window's service, a pending irecv): with one posted on a group of this rank alone,
+    ranks 0 and 1 ping-pong 200 round trips, and the engine reads few of those messages itself."""
+    if n == 1:
+        return
+    alone = c.g.split(me)  # a group of this rank alone: its receive never matches anything here
+    pending = cl.irecv((1,), np.float64, 0, tag=7398, group=alone)
+    engine, read = c.g.engine, [0]
+    header_done = engine._header_done
+
+    def counted(conn):  # (an instance attribute: what the engine's loop calls)
+        read[0] += 1
+        return header_done(conn)
+    engine._header_done = counted
+    try:
+        rounds, x = 200, np.zeros(1, np.float64)
+        if me < 2:
+            for _ in range(rounds):
+                if me == 0:
+                    cl.send(x + 1, 1, tag=7300)
+                    x = cl.recv((1,), np.float64, 1, tag=7301)
+                else:
+                    x = cl.recv((1,), np.float64, 0, tag=7300)
+                    cl.send(x + 1, 0, tag=7301)
+            c.ok(x[0] == 2 * rounds - me, "handoff: the ping-pong's last value", repr(x))
+            c.ok(read[0] < rounds // 10, "handoff: ping-pong messages the engine read itself",
+                 f"{read[0]} of {rounds}: a blocking call took the engine's path though only another group's "
+                 f"receive was posted")
+    finally:
+        del engine._header_done
+    c.ok(pending.cancel(), "handoff: the other group's receive cancelled", repr(pending))
+
+
 def handoff():
     """The progress thread takes over from a caller that stopped waiting: the caller that waits
     drives progress itself and the thread lets it be for a moment after (a caller that waits again
@@ -411,6 +458,7 @@ def handoff():
     isends 4 MB (more than a ring or a socket buffer holds) and computes for 1.5 s without a
     call, a receive nobody answers posted meanwhile; rank 1's receive of the 4 MB completes long
     before the computing ends. (With one rank: the 4 MB to itself, no thread involved.)"""
+    one_call()
     big = data(np.float64, (1 << 19,), "handoff")
     if n == 1:
         s = cl.isend(big, 0, tag=7303)
