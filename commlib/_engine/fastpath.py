@@ -3,9 +3,10 @@
 Every blocking send, and every blocking receive of a known size from a named
 source, is `_io.P2PFast` (`Engine.one_call`): when nothing is queued, half
 read or driven by another thread (`Engine.may_call`: receives posted in other
-groups are no obstacle, a receive's own group must have none) it runs steps of the transport's C loop straight between the connection and the
-user's buffer, with no queue and no progress thread (the latency path), from
-the API in one call or from `Engine.send`/`recv`. Every FAST_PATH_SLICE_S
+groups are no obstacle, a receive's own group must have none) it runs steps
+of the transport's C loop straight between the connection and the user's
+buffer, with no queue and no progress thread (the latency path), from the
+API in one call or from `Engine.send`/`recv`. Every FAST_PATH_SLICE_S
 without progress a step stops; then, if other work was posted meanwhile (or,
 for a send, it is stuck mid-frame, the receiver perhaps sending to us), what
 remains goes to the engine here: a send's rest is queued first in line

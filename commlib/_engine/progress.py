@@ -7,7 +7,8 @@ messages move and any number of requests complete in any order of wait; and
 by a caller waiting on a request, which waits on the transport's poller and
 services the connections itself (no hand-off to the thread, which parks
 meanwhile, and for DEFER_S after: a program that waits again at once, in a
-ping-pong or an RMA epoch, never shares its connections with the thread). Either one waits on every connection with work, then, under the
+ping-pong or an RMA epoch, never shares its connections with the thread).
+Either one waits on every connection with work, then, under the
 engine lock and never blocking, adopts new connections, has them read
 headers and payloads (matching each header as it completes, and naming
 where its payload goes) and write queued frames. The bytes move in the

@@ -19,7 +19,8 @@ from _harness import batched
 ENV = {"COMMLIB_TIMEOUT": "10"}
 PARTS = {
     "p2p": "ring/halo/fan-in with wait_any/100 outstanding requests",
-    "sync": "issend/cancel/blocking calls beside pending requests/test_any and test_all",
+    "sync": "issend/cancel/blocking calls beside pending requests/who makes progress (handoff)/test_any and "
+            "test_all",
     "coll": "i-collectives and sub-group requests",
 }
 EXIT_S = 20.0  # "promptly": an exit that waits out the group timeout (25 s or 60 s below) fails

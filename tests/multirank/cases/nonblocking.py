@@ -674,7 +674,8 @@ def leftover():
                 c.fail(f"leftover irecv ({label})", f"wait() raised {type(err).__name__}: {err}")
 
 
-PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"], "sync": ["issend", "cancel", "blocking", "handoff", "testany"],
+PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"],
+         "sync": ["issend", "cancel", "blocking", "handoff", "testany"],
          "coll": ["icoll", "groups"], "exit": ["leftover"]}
 SECTIONS = {name: globals()[name] for names in PARTS.values() for name in names}
 
