@@ -9,8 +9,8 @@ matcher. A frame for a group this rank has not created yet (a peer left the
 split first and sent at once) is read and kept until `context()` registers
 the group. Progress is made by
 one progress thread while the caller computes, by a caller waiting on a
-request, and, when nothing is outstanding, by a blocking call itself on the
-latency path. `Engine` is this module's state and lifetime, assembled from
+request, and, when nothing is queued or half read (`may_call`), by a blocking
+call itself on the latency path. `Engine` is this module's state and lifetime, assembled from
 one part per job:
 
 - sending.py    the send queues, sends to this rank itself, issend acknowledgements;
@@ -108,7 +108,7 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         return ctx.blocking
 
     def idle(self):
-        """Nothing outstanding: the caller may use a blocking fast path."""
+        """Nothing outstanding: the progress thread has nothing to do."""
         return not (self.n_posted or self.n_sending or self._acks or self._partial or self._closing)
 
     def _mark(self, conn):

@@ -33,7 +33,7 @@ from numpy import dtype as np_dtype
 cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
-    cdef object engine, lock, idle, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
+    cdef object engine, lock, may_call, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
     cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
     cdef object completed
     cdef list world
@@ -47,7 +47,7 @@ cdef class P2PFast:
 
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
-        self.engine, self.lock, self.idle = engine, engine.lock, engine.may_call
+        self.engine, self.lock, self.may_call = engine, engine.lock, engine.may_call
         self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
@@ -99,7 +99,7 @@ cdef class P2PFast:
         hdr = self._header(self.rank, t, code, count, nbytes, flags)
         deadline = _now() + self.timeout  # (a blocking send's bound, from its call)
         with self.lock:
-            if not self.idle():
+            if not self.may_call():
                 return NotImplemented
             out = self.conns_out.get(dst_w)
             if out is not None and out.queue or self.fds.get(key) != fd:
@@ -164,7 +164,7 @@ cdef class P2PFast:
             conn = self.conns_in.get(src_w)
             if conn is None:
                 conn = self.adopt(src_w)
-            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.idle():
+            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.may_call():
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
             self.notices.current = (what, src_w, None)
