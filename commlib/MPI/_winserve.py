@@ -108,6 +108,8 @@ class Target:
         self.excl, self.shared, self.queue = None, 0, collections.deque()
         self.failed = {}  # origin rank -> the error of a request it gets no reply to (reported at its next ack)
         self.held = {}  # origin rank -> its requests that came after its lock request, until the lock is granted
+        self.blocked = set()  # origin ranks whose lock request (not waited for) is not granted yet
+        self.draining = set()  # origin ranks whose held requests a thread is serving (_release)
         self.req, self.stopping = None, False  # the posted receive of the next request; Free was called
         self.inbox, self.serving = collections.deque(), False  # requests received, not yet served; _arrived runs
         self.deferred, self.deferred_lock, self.deferred_worker = collections.deque(), threading.Lock(), None
@@ -258,15 +260,29 @@ class Target:
         self._serve(src, payload)
 
     def _release(self, src):
-        """src's lock is granted: its held requests, in order (more may arrive meanwhile)."""
-        while True:
+        """src's lock is granted: its held requests, in order (more may arrive meanwhile, a next
+        Lock among them). One thread serves them; a Lock of src's served on the way that cannot be
+        granted at once stops it, and that lock's grant serves the rest."""
+        with self.cv:
+            self.blocked.discard(src)
+            if src in self.draining:  # granted while its requests are served: that thread goes on
+                return
+            self.draining.add(src)
+        try:
+            while True:
+                with self.cv:
+                    held = self.held.get(src)
+                    if src in self.blocked or not held:
+                        self.draining.discard(src)
+                        if src not in self.blocked:
+                            self.held.pop(src, None)
+                        return
+                    payload = held.popleft()
+                self._serve(src, payload)
+        except BaseException:
             with self.cv:
-                held = self.held[src]
-                if not held:
-                    del self.held[src]
-                    return
-                payload = held.popleft()
-            self._serve(src, payload)
+                self.draining.discard(src)
+            raise
 
     def _serve(self, src, payload):
         try:
@@ -286,9 +302,10 @@ class Target:
         if kind == LOCK:
             if tag:  # the origin waits for the grant
                 self.lock(src, disp, lambda: self.reply(src, tag, None))
-            else:  # it went on: what it sends next waits here for the grant instead
-                with self.cv:
-                    self.held[src] = collections.deque()
+            else:  # it went on: what it sends next waits here for the grant instead (behind what
+                with self.cv:  # is held already, where this Lock came while those were served)
+                    self.held.setdefault(src, collections.deque())
+                    self.blocked.add(src)
                 self.lock(src, disp, lambda: self._release(src))
             return
         if kind == UNLOCK:
