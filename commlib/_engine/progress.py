@@ -111,13 +111,7 @@ class Progress:
                     return
                 raise self._timeout(req)
             slice_end = now + 0.05 if deadline is None else min(now + 0.05, deadline)
-            with self.lock:
-                driving = self._driver is None and not self._closed
-                if driving:
-                    self._driver = threading.current_thread()
-                    if self._polling:  # the thread leaves its wait on these connections, and defers
-                        self.poller.wake()
-            if not driving:  # another caller drives: the result arrives on the request's event
+            if not self._start_driving():  # another caller drives: the result arrives on the request's event
                 with self.lock:
                     self._waiters += 1
                     if not self.idle():
@@ -137,18 +131,23 @@ class Progress:
         """Make progress from this thread until ready() holds or the monotonic time `until` passes
         (a caller waiting for what no request stands for: a window's counts and locks). False, at
         once, when another thread drives progress (the caller then sleeps its own way)."""
-        if self.transport is None:
+        if self.transport is None or not self._start_driving():
             return False
+        try:
+            self._drive(ready, until)
+        finally:
+            self._stop_driving()
+        return True
+
+    def _start_driving(self):
+        """Make this thread the one driving progress; False when another already does (or the engine
+        closed). The progress thread leaves its wait on these connections, and defers."""
         with self.lock:
             if self._driver is not None or self._closed:
                 return False
             self._driver = threading.current_thread()
             if self._polling:
                 self.poller.wake()
-        try:
-            self._drive(ready, until)
-        finally:
-            self._stop_driving()
         return True
 
     def may_call(self):
