@@ -24,7 +24,7 @@ import selectors
 import socket
 import time
 
-from commlib._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from commlib._auth import DIGEST_BYTES, NONCE_BYTES, connect, mac, recv_exact, verify
 from commlib._rendezvous.framing import (AGENT_LABEL, CLIENT_LABEL, LINK_DATA, LINK_DROP, LINK_GONE, LINK_HOST,
                                          LINK_JOIN, LINK_TO, MAGIC, SERVER_LABEL, LinkFrames, encode, link_frame,
                                          link_targets)
@@ -43,7 +43,7 @@ def connect_link(address, secret, host, timeout=CONNECT_S):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            sock = socket.create_connection(address, timeout=max(0.1, deadline - time.monotonic()))
+            sock = connect(address, max(0.1, deadline - time.monotonic()))
             break
         except OSError:
             if time.monotonic() >= deadline:

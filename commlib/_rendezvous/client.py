@@ -14,7 +14,7 @@ import threading
 import time
 
 from .. import _backoff
-from .._auth import DIGEST_BYTES, NONCE_BYTES, mac, recv_exact, verify
+from .._auth import DIGEST_BYTES, NONCE_BYTES, connect, mac, recv_exact, verify
 from .._control import clock_offset
 from .._errors import AuthError, CommError, CommTimeout, PeerLost
 from .framing import CLIENT_LABEL, MAGIC, SEALED, SERVER_LABEL, encode, fmt_address, recv_message
@@ -57,7 +57,7 @@ class Client:
                     op="connect",
                 ) from last
             try:
-                sock = socket.create_connection(address, timeout=min(remaining, 5.0))
+                sock = connect(address, min(remaining, 5.0))
                 break
             except OSError as e:
                 last = e

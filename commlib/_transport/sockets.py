@@ -561,6 +561,7 @@ class Endpoint:
             try:
                 sock.settimeout(min(left, HANDSHAKE_TIMEOUT_S))
                 sock.connect(address)
+                _auth.refuse_self(sock)
                 magic, nonce = _SERVER_HELLO.unpack(_auth.recv_exact(sock, _SERVER_HELLO.size))
                 if magic != _DATA_MAGIC:
                     raise AuthError(f"rank {self.rank}: rank {dst}'s address answered as something else")

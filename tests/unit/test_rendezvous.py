@@ -176,6 +176,37 @@ def test_connect_waits_for_a_coordinator_that_starts_later(logs, monkeypatch):
     c.close()
 
 
+def test_a_connect_that_opens_with_itself_is_refused_and_leaves_the_port_to_the_coordinator(logs, monkeypatch):
+    """A rank knocking on a coordinator port nobody listens on yet can draw that port as its own
+    ephemeral one (a TCP simultaneous open with itself): it then held the port, rank 0 failed with
+    "Address already in use" and the rank waited for a greeting nobody sent. Here the first connect
+    is given that port on purpose."""
+    real, drawn = socket.create_connection, []
+
+    def first_onto_itself(address, timeout=None, source_address=None):
+        if drawn:
+            return real(address, timeout=timeout, source_address=source_address)
+        sock = real(address, timeout=timeout, source_address=address)
+        drawn.append(sock.getsockname() == sock.getpeername())
+        return sock
+
+    monkeypatch.setattr(_auth.socket, "create_connection", first_onto_itself)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("c", rv.Client.connect(("127.0.0.1", port), SECRET, 0, 10)))
+    t.start()
+    wait_for(lambda: drawn, 5, "the client never tried to connect")
+    assert drawn == [True], "the first connect did not open with itself"
+    c = rv.Coordinator(1, SECRET, port=port, log=logs.append)  # binds: the refused socket let go
+    c.start()
+    t.join()
+    assert list(result["c"].register({}, 5)) == [{}]
+    result["c"].close()
+    c.close()
+
+
 def test_rank_that_dies_before_assembly_fails_the_others_fast(coordinator):
     c = coordinator(3)
     c.notify_died(2, 139, "killed by SIGSEGV")
