@@ -43,6 +43,28 @@ class FastPaths:
             return FALLBACK
         return finish(Message(src, tag, nbytes, dtype, count), into)
 
+    def _recv_posted(self, req, deadline):
+        """A wait on a posted receive of a known size from a named source (an irecv) that is first in
+        line for that source in its group: its frame through the same one blocking path, straight into
+        its buffer. True once the request completed here; False: the engine serves it (a frame that is
+        not its own came first, other work is queued, a receive posted before it could match)."""
+        if self.transport.ep.failure is not None:
+            return False
+        ctx, posted = req._posted
+        finish, check, raw = posted.extra
+        src, tag, into = posted.source, posted.tag, posted.into
+        if tag == ANY_TAG:  # expect the tag this source used last; any other frame hands over to the engine
+            tag = self._last_tag.get((ctx.gid, src), 0)
+        dtype, nbytes = check
+        if deadline is None:
+            deadline = time.monotonic() + ctx.timeout
+        count = self.one_call(ctx).recv_posted(posted, into, self.transport_address(into), nbytes, src, tag, dtype,
+                                               req.what, deadline)
+        if count is NotImplemented:
+            return False
+        self._deliver(ctx, posted, Message(src, tag, nbytes, dtype, count), into)
+        return True
+
     def _claim(self, ctx, src_w, src, tag):
         """The connection from src (world rank src_w), marked busy for a blocking fast path (the engine keeps off it until
         the caller clears it: a frame may be half read); None when the engine must serve the
@@ -113,10 +135,12 @@ class FastPaths:
         return self._queue_send(ctx, dst_w, conn, [part], nbytes, tag, dtype, count, flags, what,
                                 ctx.timeout, sent=sent, seq=0)
 
-    def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc, saved):
+    def _fast_recv_rest(self, ctx, conn, src, src_w, tag, expect, out, nbytes, what, deadline, rc, saved,
+                        posted=None):
         """A one-call receive whose first step stopped with status rc, on `conn` (claimed busy), the
         stepper then in state `saved`: the result, or NotImplemented when the engine must serve it
-        (nothing of its frame was read)."""
+        (nothing of its frame was read). posted: a posted receive out of matching meanwhile
+        (`_recv_posted`), back in line first where its frame is not taken here."""
         try:
             with self.lock:
                 self.p2p.restore_step(saved)
@@ -125,11 +149,19 @@ class FastPaths:
                                    first=got, saved=saved)
             if got is None:
                 self._last_tag[ctx.gid, src] = tag
+                posted = None
                 return out
+            if posted is not None:  # before the frame that came instead is matched: it may be this receive's
+                with self.lock:
+                    self._repost(ctx, posted)
+                posted = None
             if got is not FALLBACK:
                 self._hand_over(conn, got)  # another frame came first: the engine takes it from here
             return NotImplemented
         finally:
+            if posted is not None:  # an error: back in line, where the engine fails it with the others
+                with self.lock:
+                    self._repost(ctx, posted)
             conn.busy = False
             conn.last = time.monotonic()  # (the incoming limit's idea of when it was last used)
 

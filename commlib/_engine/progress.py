@@ -88,6 +88,8 @@ class Progress:
             if any_of is None and not req.test():
                 raise CommError(f"{req.what} on a group of size 1 can never complete: nothing was sent to it")
             return
+        if any_of is None and req._posted is not None and self._recv_posted(req, deadline):
+            return
         ep = self.transport.ep
         watch = any_of if any_of is not None else (req,)
         ep.notices.current = (req.what if any_of is None else f"wait_any of {len(any_of)} requests", None, None)
@@ -157,15 +159,20 @@ class Progress:
         obstacle: a one-call receive takes only its own frame, where its group has no receive
         posted (the caller checks), and hands any other frame to the engine. A caller at work here
         counts as one driving progress: the thread defers to it (DEFER_S) and leaves a wait it is in."""
-        if self.n_sending or self._acks or self._partial or self._closing:
+        if self.n_posted and self._driver is not None or self.n_sending or self._acks or self._partial or self._closing:
             return False
         if self.n_posted:
-            if self._driver is not None:
-                return False
-            self._drove_at = time.monotonic()
-            if self._polling:
-                self.poller.wake()
+            self._caller_at_work()
         return True
+
+    def _caller_at_work(self):
+        """(lock held) A caller is at work in the engine (a one-call step, receives being posted): the
+        thread leaves a wait it is in and defers to it (DEFER_S), as after a caller drove progress, so
+        that a program posting receives and then waiting on them reads its frames itself rather than
+        racing a second thread for them and for the lock."""
+        self._drove_at = time.monotonic()
+        if self._polling:
+            self.poller.wake()
 
     def _stop_driving(self):
         with self.lock:

@@ -51,9 +51,13 @@ class Receives:
                     ctx.matcher.cancel(posted)
                     raise CommError(f"{what} on a group of size 1 with no message sent to self: it would wait forever")
                 self.n_posted += 1
+                if into is not None and check is not None and src not in (ANY_SOURCE, ctx.rank) and self.transport:
+                    req._posted = (ctx, posted)  # its wait may take its frame in one call (_recv_posted)
             else:
                 self._take(ctx, posted, msg)
             if not req.test():
+                if not block:
+                    self._caller_at_work()
                 self._kick(rewatch=False)
         return req.wait() if block else req
 
@@ -133,6 +137,18 @@ class Receives:
         for p in probes:
             self.n_posted -= 1
             p.req._finish(msg)
+
+    def _unpost(self, matcher, posted):
+        """(lock held) A posted receive first in line for its sender leaves matching while a one-call
+        step reads its frame (`_recv_posted`); `_repost` puts it back where that step does not finish."""
+        matcher.posted.remove(posted)
+        self.n_posted -= 1
+
+    def _repost(self, ctx, posted):
+        """(lock held) Back at the head of the queue: it was first in line for its sender, the only
+        sender it matches, so no receive posted since may come before it."""
+        ctx.matcher.posted.appendleft(posted)
+        self.n_posted += 1
 
     def _cancel_posted(self, ctx, posted):
         with self.lock:

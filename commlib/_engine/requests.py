@@ -18,7 +18,7 @@ class Request:
     """Handle of a non-blocking operation: `.wait()` returns its result, `.test()` polls."""
 
     __slots__ = ("_finished", "_event", "_result", "_error", "what", "cancelled", "_cancel", "_waiter", "timeout",
-                 "_callbacks", "__weakref__")
+                 "_callbacks", "_posted", "__weakref__")
 
     def __init__(self, what, *, timeout=None, waiter=None, cancel=None):
         self._finished = False
@@ -30,6 +30,7 @@ class Request:
         self._waiter = waiter  # callable(req, deadline, any_of=None): makes progress until done or deadline
         self._cancel = cancel  # callable(req) -> bool, for a receive not yet matched
         self._callbacks = ()  # called with the request once it completes; None once it has
+        self._posted = None  # a receive's (group context, Posted) that a wait may take in one call (fastpath.py)
 
     @property
     def _done(self):
@@ -51,7 +52,7 @@ class Request:
         if self._finished:
             return
         self._result, self._error = result, error
-        self._cancel = None  # it referred to what the operation held (a posted receive, its buffer): let go now
+        self._cancel = self._posted = None  # they referred to what the operation held (a posted receive, its buffer)
         del result, error  # this thread holds none of it once the waiter wakes
         with _completion:
             self._finished = True

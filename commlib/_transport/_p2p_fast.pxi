@@ -35,6 +35,7 @@ cdef class P2PFast:
 
     cdef object engine, lock, may_call, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
     cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
+    cdef object unpost
     cdef object completed
     cdef list world
     cdef int n, rank
@@ -51,6 +52,7 @@ cdef class P2PFast:
         self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
+        self.unpost = engine._unpost  # (lock held) a posted receive leaves its queue: its frame is being read
         self.limit_incoming, self.max_in = engine._limit_incoming, p2p.max_connections
         self.ctx, self.matcher = ctx, ctx.matcher
         self.world = list(ctx.world)
@@ -151,22 +153,37 @@ cdef class P2PFast:
         return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
                           self._what("send" if block else "isend", t), block)
 
+    cdef bint _first_in_line(self, posted, long s):
+        """(lock held) Whether the posted receive `posted` is still posted and takes the next frame of
+        its group from group rank s: no receive or probe posted before it could match that sender."""
+        for p in self.matcher.posted:
+            if p is posted:
+                return True
+            if p.source == s or p.source < 0:  # (ANY_SOURCE)
+                return False
+        return False
+
     cdef object _recv(self, long s, long t, int code, Py_ssize_t count, Py_ssize_t nbytes, object out,
-                      Py_ssize_t ptr, object what):
-        """A step receiving the frame into out; out when received, NotImplemented when the engine must serve it."""
+                      Py_ssize_t ptr, object what, double deadline, object posted=None):
+        """A step receiving the frame into out; out when received, NotImplemented when the engine must serve it.
+        posted: the receive's Posted entry where it was posted first (a wait on an irecv): it must be
+        first in line for s in its group, and leaves the posted queue while its frame is read."""
         cdef int rc = ST_OK
         src_w = self.world[s]
         expect = self._header(s, t, code, count, nbytes, 0)
-        deadline = _now() + self.timeout
         with self.lock:
             if len(self.conns_in) > self.max_in:  # over the incoming limit: ask senders to close idle ones
                 self.limit_incoming()
             conn = self.conns_in.get(src_w)
             if conn is None:
                 conn = self.adopt(src_w)
-            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.may_call():
+            if conn is None or conn.busy or self.matcher.unexpected:
+                return NotImplemented
+            if (self.matcher.posted if posted is None else not self._first_in_line(posted, s)) or not self.may_call():
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
+            if posted is not None:  # out of matching while its frame is read (the engine's rest puts it back)
+                self.unpost(self.matcher, posted)
             self.notices.current = (what, src_w, None)
             try:
                 rc = self.raw(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, False, expect)
@@ -179,7 +196,7 @@ cdef class P2PFast:
                 return out
             saved = self.save_step()  # (another thread's step may use the stepper once the lock is let go)
         # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
-        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc, saved)
+        return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc, saved, posted)
 
     def send_bytes(self, conn, buf, Py_ssize_t ptr, Py_ssize_t nbytes, long dst, long tag, int code,
                    Py_ssize_t count, int flags, what):
@@ -207,7 +224,25 @@ cdef class P2PFast:
             if itemsize <= 0:
                 return NotImplemented
             count = nbytes // itemsize
-        if self._recv(src, tag, code, count, nbytes, into, ptr, what) is NotImplemented:
+        if self._recv(src, tag, code, count, nbytes, into, ptr, what, _now() + self.timeout) is NotImplemented:
+            return NotImplemented
+        return count
+
+    def recv_posted(self, posted, into, Py_ssize_t ptr, Py_ssize_t nbytes, long src, long tag, int code, what,
+                    double deadline):
+        """A wait on the posted receive `posted` (its plain frame of nbytes from group rank src with this
+        tag and dtype code, into `into` at ptr) by the same steps, where it is first in line for src
+        in its group: its element count once received (it has left the posted queue then; the caller
+        completes it), NotImplemented: the engine serves it (still posted, or taken meanwhile)."""
+        cdef Py_ssize_t count, itemsize
+        if code == 255:  # DT_BYTES
+            count = nbytes
+        else:
+            itemsize = itemsize_of(code)
+            if itemsize <= 0:
+                return NotImplemented
+            count = nbytes // itemsize
+        if self._recv(src, tag, code, count, nbytes, into, ptr, what, deadline, posted) is NotImplemented:
             return NotImplemented
         return count
 
@@ -265,4 +300,5 @@ cdef class P2PFast:
         if self.ep.failure is not None:
             return NotImplemented
         out = self.empty(shape, descr)
-        return self._recv(s, t, code, count, nbytes, out, <Py_ssize_t>cnp.PyArray_DATA(out), self._what("recv", t))
+        return self._recv(s, t, code, count, nbytes, out, <Py_ssize_t>cnp.PyArray_DATA(out), self._what("recv", t),
+                          _now() + self.timeout)

@@ -483,6 +483,88 @@ def handoff():
         c.ok(took < 0.75, "handoff: the 4 MB message came while its sender computed", f"after {took:.2f} s")
 
 
+def posted():
+    """A wait on a posted receive takes its frame in one call where the receive is first in line for
+    its sender, else through the engine's matching, with MPI's matching order either way: each rank
+    receives from its left neighbour (itself with one rank). Another tag's frame first goes to its
+    own receive; two receives of one (sender, tag) complete in the order posted whichever is waited
+    first; a receive of any tag takes the tag that comes; an issend to a posted receive is
+    acknowledged; a message of another size fails its receive (naming the sender) and the next
+    receive still works; a cancelled receive's message goes to the next one posted; and in a ping-pong
+    of irecv/wait the one call takes the frames."""
+    t0 = 7500
+    ra, rb = cl.irecv((3,), np.int64, left, tag=t0 + 1), cl.irecv((3,), np.int64, left, tag=t0 + 2)
+    ra2 = cl.irecv((3,), np.int64, left, tag=t0 + 1)
+    r1, r2 = cl.irecv((2,), np.int32, left, tag=t0 + 3), cl.irecv((2,), np.int32, left, tag=t0 + 3)
+    cl.barrier()
+    cl.send(np.full(3, 2, np.int64), right, tag=t0 + 2)  # the second receive's tag first
+    cl.send(np.full(3, 1, np.int64), right, tag=t0 + 1)
+    cl.send(np.full(3, 3, np.int64), right, tag=t0 + 1)
+    cl.send(np.full(2, 1, np.int32), right, tag=t0 + 3)
+    cl.send(np.full(2, 2, np.int32), right, tag=t0 + 3)
+    c.equal(ra.wait(), np.full(3, 1, np.int64), "posted: waited first, its frame behind another tag's", record=False)
+    c.equal(rb.wait(), np.full(3, 2, np.int64), "posted: the other tag's receive", record=False)
+    c.equal(ra2.wait(), np.full(3, 3, np.int64), "posted: the second receive of the first one's tag", record=False)
+    c.equal(r2.wait(), np.full(2, 2, np.int32), "posted: the second of one (sender, tag), waited first", record=False)
+    c.equal(r1.wait(), np.full(2, 1, np.int32), "posted: the first of one (sender, tag)", record=False)
+    # any tag: the wait expects the tag this sender used last, and takes another
+    r = cl.irecv((1,), np.float64, left, tag=cl.ANY_TAG, status=True)
+    cl.barrier()
+    cl.send(np.array([4.5]), right, tag=t0 + 4)
+    got, st = r.wait()
+    c.ok(got[0] == 4.5 and st.tag == t0 + 4 and st.source == left, "posted: a receive of any tag",
+         f"{got} {st}")
+    # an issend to a posted receive: matched, so acknowledged
+    r = cl.irecv((4,), np.int16, left, tag=t0 + 5)
+    cl.barrier()
+    s = cl.issend(np.arange(4, dtype=np.int16), right, tag=t0 + 5)
+    c.equal(r.wait(), np.arange(4, dtype=np.int16), "posted: an issend's message", record=False)
+    is_none(s.wait(), "posted: the issend acknowledged")
+    # a message of another size than the receive's: its error, naming the sender; then the next one
+    r, after = cl.irecv((5,), np.int64, left, tag=t0 + 6), cl.irecv((2,), np.int64, left, tag=t0 + 7)
+    cl.barrier()
+    cl.send(np.arange(3, dtype=np.int64), right, tag=t0 + 6)
+    cl.send(np.arange(2, dtype=np.int64), right, tag=t0 + 7)
+    c.raises(cl.MismatchError, "posted: a message of another size", r.wait, match=f"rank {left} sent 24 bytes")
+    c.equal(after.wait(), np.arange(2, dtype=np.int64), "posted: the receive after the mismatch", record=False)
+    # a cancelled receive's message goes to the next receive posted
+    r = cl.irecv((1,), np.int64, left, tag=t0 + 8)
+    c.ok(r.cancel(), "posted: cancelled before its message came", repr(r))
+    nxt = cl.irecv((1,), np.int64, left, tag=t0 + 8)
+    cl.barrier()
+    cl.send(np.array([88]), right, tag=t0 + 8)
+    c.equal(nxt.wait(), np.array([88]), "posted: the message of a cancelled receive, to the next", record=False)
+    c.ok(r.wait() is None, "posted: the cancelled receive's wait returns None", repr(r))
+    if n == 1:
+        return
+    # a ping-pong of irecv/wait between ranks 0 and 1: the waits take their frames in one call
+    engine, taken = c.g.engine, [0]
+    recv_posted = engine._recv_posted
+
+    def counted(req, deadline):  # (an instance attribute: what Progress.wait calls)
+        done = recv_posted(req, deadline)
+        taken[0] += done
+        return done
+    engine._recv_posted = counted
+    try:
+        rounds, x = 100, np.zeros(1, np.float64)
+        if me < 2:
+            peer = 1 - me
+            for _ in range(rounds):
+                r = cl.irecv((1,), np.float64, peer, tag=t0 + 9)
+                if me == 0:
+                    cl.send(x + 1, 1, tag=t0 + 9)
+                    x = r.wait()
+                else:
+                    x = r.wait()
+                    cl.send(x + 1, 0, tag=t0 + 9)
+            c.ok(x[0] == 2 * rounds - me, "posted: the irecv ping-pong's last value", repr(x))
+            c.ok(taken[0] >= rounds // 4, "posted: waits that took their frame in one call",
+                 f"{taken[0]} of {rounds}: the engine read (nearly) every frame of a receive first in line")
+    finally:
+        del engine._recv_posted
+
+
 # ------------------------------------------------------------- 10. testany
 def testany():
     peer = 1 % n  # rank 0 receives from it (itself when n == 1)
@@ -674,7 +756,7 @@ def leftover():
                 c.fail(f"leftover irecv ({label})", f"wait() raised {type(err).__name__}: {err}")
 
 
-PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned"],
+PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned", "posted"],
          "sync": ["issend", "cancel", "blocking", "handoff", "testany"],
          "coll": ["icoll", "groups"], "exit": ["leftover"]}
 SECTIONS = {name: globals()[name] for names in PARTS.values() for name in names}
