@@ -836,6 +836,12 @@ cdef class Stepper:
         (the caller parses them). With it, a header of that length comes
         first and must equal it (else MISMATCH, header in rhdr, no payload read).
         """
+        return self.raw_step(send_fd, hdr, send_ptr, send_len, recv_fd, recv_ptr, recv_len, deadline, resume, expect)
+
+    cdef int raw_step(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
+                      int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume,
+                      bytes expect) except? -1:
+        """raw(), called from C (the one-call path) without building its arguments as objects."""
         cdef Step s
         self._restart(resume)
         s.send_fd = send_fd

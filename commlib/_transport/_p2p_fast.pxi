@@ -34,8 +34,15 @@ cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
     cdef object engine, lock, may_call, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
-    cdef object raw, p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
-    cdef object unpost
+    cdef object p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
+    cdef object unpost, acquire, release
+    cdef Stepper stepper
+    cdef list out_keys  # group rank -> the key of its outgoing point-to-point connection in `fds`
+    # the header of the last plain send and of the last plain receive, and what it holds: a program
+    # that sends or receives the same kind of message again (a loop) builds no key to look it up
+    cdef object send_hdr, recv_hdr
+    cdef long send_key[5]
+    cdef long recv_key[5]
     cdef object completed
     cdef list world
     cdef int n, rank
@@ -49,6 +56,7 @@ cdef class P2PFast:
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
         self.engine, self.lock, self.may_call = engine, engine.lock, engine.may_call
+        self.acquire, self.release = engine.lock.acquire, engine.lock.release
         self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
@@ -57,12 +65,14 @@ cdef class P2PFast:
         self.ctx, self.matcher = ctx, ctx.matcher
         self.world = list(ctx.world)
         self.n, self.rank, self.gid, self.timeout = len(ctx.world), ctx.rank, ctx.gid, ctx.timeout
-        self.raw, self.p2p_state, self.p2p_raise, self.save_step = p2p.stepper.raw, p2p.state, p2p._raise, p2p.save_step
+        self.stepper, self.p2p_state, self.p2p_raise, self.save_step = p2p.stepper, p2p.state, p2p._raise, p2p.save_step
         self.ep, self.notices, self.fds, self.used = p2p.ep, p2p.ep.notices, fds, p2p.used
         self.conn_gid = p2p.conn_gid  # the group key of every group's connections (sockets.SHARED_GID)
         self.limit, self.header, self.empty = limit, header, np.empty
         self.hdrs, self.dtypes, self.whats = {}, {}, {}
         _wire_codes_fill(&self.codes, dtype_code, bf16)
+        self.out_keys = [(self.conn_gid, 1, w, 1) for w in self.world]  # CH_P2P, outgoing
+        self.send_hdr = self.recv_hdr = None
 
     cdef object _what(self, str kind, long tag):
         key = (kind, tag)
@@ -72,6 +82,27 @@ cdef class P2PFast:
                 self.whats.clear()
             w = self.whats[key] = f"{kind}(tag={tag})"
         return w
+
+    cdef object _last_header(self, bint send, long source, long tag, int code, Py_ssize_t count,
+                             Py_ssize_t nbytes):
+        """_header() of a plain message, remembering the last one of each direction."""
+        cdef long* k = &self.send_key[0]
+        if not send:
+            k = &self.recv_key[0]
+        last = self.send_hdr if send else self.recv_hdr
+        if last is not None and k[0] == source and k[1] == tag and k[2] == code and k[3] == count and k[4] == nbytes:
+            return last
+        hdr = self._header(source, tag, code, count, nbytes, 0)
+        k[0] = source
+        k[1] = tag
+        k[2] = code
+        k[3] = count
+        k[4] = nbytes
+        if send:
+            self.send_hdr = hdr
+        else:
+            self.recv_hdr = hdr
+        return hdr
 
     cdef object _header(self, long source, long tag, int code, Py_ssize_t count, Py_ssize_t nbytes, int flags):
         """The header of a plain message (source = this rank for a send, the sender for a receive):
@@ -95,20 +126,23 @@ cdef class P2PFast:
         Request of its rest, queued first in line from a copy of the data (the caller may reuse its
         buffer at once) after the step's spin: an isend never waits for a receiver that does not read."""
         cdef int rc
+        cdef double now
         cdef bytearray copy
         dst_w = self.world[d]
-        key = (self.conn_gid, 1, dst_w, 1)  # CH_P2P, outgoing
-        hdr = self._header(self.rank, t, code, count, nbytes, flags)
-        deadline = _now() + self.timeout  # (a blocking send's bound, from its call)
-        with self.lock:
+        hdr = self._header(self.rank, t, code, count, nbytes, flags) if flags else \
+            self._last_header(True, self.rank, t, code, count, nbytes)
+        now = _now()
+        self.acquire()
+        try:
             if not self.may_call():
                 return NotImplemented
             out = self.conns_out.get(dst_w)
-            if out is not None and out.queue or self.fds.get(key) != fd:
+            if out is not None and out.queue or self.fds.get(self.out_keys[d]) != fd:
                 return NotImplemented  # (fd closed for being idle since the caller took it)
-            now = _now()
             self.used[dst_w] = now
-            rc = self.raw(fd, hdr, ptr, nbytes, -1, 0, 0, deadline if block else now, False)
+            # (a blocking send's bound, from its call; an isend takes what the connection takes now)
+            rc = self.stepper.raw_step(fd, hdr, ptr, nbytes, -1, 0, 0, now + self.timeout if block else now, False,
+                                       None)
             if rc == ST_OK:
                 return None if block else self.completed(what)
             if rc != ST_SLOW and (block or rc != ST_TIMEOUT):
@@ -122,6 +156,8 @@ cdef class P2PFast:
                     memcpy(<char*>copy, <const char*>_ptr(ptr), nbytes)
                 buf = copy
             req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
+        finally:
+            self.release()
         if not block:
             return req
         req.wait()
@@ -147,7 +183,7 @@ cdef class P2PFast:
         code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
-        fd = self.fds.get((self.conn_gid, 1, self.world[d], 1))  # CH_P2P, outgoing: opened by a first Python-path send
+        fd = self.fds.get(self.out_keys[d])  # opened by a first Python-path send
         if fd is None or self.ep.failure is not None:
             return NotImplemented
         return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
@@ -170,8 +206,9 @@ cdef class P2PFast:
         first in line for s in its group, and leaves the posted queue while its frame is read."""
         cdef int rc = ST_OK
         src_w = self.world[s]
-        expect = self._header(s, t, code, count, nbytes, 0)
-        with self.lock:
+        expect = self._last_header(False, s, t, code, count, nbytes)
+        self.acquire()
+        try:
             if len(self.conns_in) > self.max_in:  # over the incoming limit: ask senders to close idle ones
                 self.limit_incoming()
             conn = self.conns_in.get(src_w)
@@ -186,7 +223,7 @@ cdef class P2PFast:
                 self.unpost(self.matcher, posted)
             self.notices.current = (what, src_w, None)
             try:
-                rc = self.raw(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, False, expect)
+                rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, False, expect)
             finally:
                 self.notices.current = None
             if rc == ST_OK:
@@ -195,6 +232,8 @@ cdef class P2PFast:
                 self.last_tag[(self.gid, s)] = t
                 return out
             saved = self.save_step()  # (another thread's step may use the stepper once the lock is let go)
+        finally:
+            self.release()
         # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
         return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc, saved, posted)
 
