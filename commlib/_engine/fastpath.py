@@ -62,7 +62,10 @@ class FastPaths:
                                                req.what, deadline)
         if count is NotImplemented:
             return False
-        self._deliver(ctx, posted, Message(src, tag, nbytes, dtype, count), into)
+        try:  # (its frame was the header expected, so it fits: no _check_fit)
+            req._finish(finish(Message(src, tag, nbytes, dtype, count), into))
+        except Exception as exc:  # the layer above reports it: the receive's error
+            req._finish(error=exc)
         return True
 
     def _claim(self, ctx, src_w, src, tag):

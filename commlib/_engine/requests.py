@@ -11,7 +11,8 @@ import time
 
 from .._errors import CommError, CommTimeout
 
-_completion = threading.Condition()  # notified whenever any request completes (wait_any)
+_completion = threading.Condition()  # notified whenever any request completes, while wait_any sleeps on it
+_sleepers = 0  # (under _completion) threads in wait_any's sleep: a completion notifies only where one is
 
 
 class Request:
@@ -58,7 +59,8 @@ class Request:
             self._finished = True
             event = self._event
             callbacks, self._callbacks = self._callbacks, None
-            _completion.notify_all()
+            if _sleepers:
+                _completion.notify_all()
         if event is not None:
             event.set()
         for fn in callbacks or ():
@@ -83,7 +85,7 @@ class Request:
         timeout: seconds, to wait less than the operation's own bound (CommTimeout when it passes).
         """
         if not self._finished:
-            limit = min((t for t in (self.timeout, timeout) if t is not None), default=None)
+            limit = self.timeout if timeout is None else timeout if self.timeout is None else min(self.timeout, timeout)
             deadline = None if limit is None else time.monotonic() + limit
             if self._waiter is not None:
                 self._waiter(self, deadline)
@@ -177,6 +179,17 @@ def wait_any(reqs):
         if drivers:  # let the engine check for failures and make progress for a moment
             drivers[0]._waiter(drivers[0], min(now + 0.05, deadline) if deadline else now + 0.05, any_of=reqs)
         else:
-            with _completion:
-                if not any(r.test() for r in reqs):
-                    _completion.wait(0.05)
+            _sleep_on_completion(reqs)
+
+
+def _sleep_on_completion(reqs):
+    """Sleep until a request completes (any request: the caller looks again), 50 ms at most."""
+    global _sleepers
+    with _completion:
+        if any(r.test() for r in reqs):
+            return
+        _sleepers += 1
+        try:
+            _completion.wait(0.05)
+        finally:
+            _sleepers -= 1

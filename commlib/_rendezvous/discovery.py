@@ -166,7 +166,7 @@ def _from_mpirun(environ, rank_var, size_var, lrank_var, lsize_var, launcher, id
                             f"host) and cannot find its peers without an address: export "
                             f"COMMLIB_COORDINATOR=<host of rank 0>:<free port> (or MASTER_ADDR and MASTER_PORT) "
                             f"to every rank, e.g. mpirun -x COMMLIB_COORDINATOR=node1:29400 ...")
-        coordinator = ("127.0.0.1", 20000 + zlib.crc32(f"{identity}/{size}".encode()) % 20000)
+        coordinator = ("127.0.0.1", derived_port(zlib.crc32(f"{identity}/{size}".encode())))
     env = JobEnv(rank=rank, size=size, local_rank=local_rank, local_size=local_size, coordinator=coordinator,
                  secret=_secret(environ, f"{identity}/{size}/{fmt_address(coordinator)}"), host_coordinator=rank == 0,
                  source="mpirun")
@@ -316,6 +316,17 @@ def _via(environ):
         raise CommError(f"malformed COMMLIB_COORDINATOR_VIA={value!r}") from None
 
 
+# A coordinator port derived from a job's identity (Slurm's job and step, an MPI launcher's job) lies
+# below Linux's default ephemeral range (32768-60999): a port the kernel hands out to some other
+# outgoing connection on that host at the moment rank 0 binds would fail the job.
+DERIVED_PORT_BASE, DERIVED_PORTS = 20000, 12000
+
+
+def derived_port(number):
+    """The coordinator port of a job identified by `number` (DERIVED_PORT_BASE + number % DERIVED_PORTS)."""
+    return DERIVED_PORT_BASE + number % DERIVED_PORTS
+
+
 # Slurm's step ids above this are the batch, extern and interactive pseudo-steps.
 _SLURM_MAX_STEP = 0xFFFFFFF0
 
@@ -352,7 +363,7 @@ def _from_slurm(environ):
     else:
         # Consecutive steps of one job get different ports; two jobs can still
         # collide, which then fails loudly (AuthError), never silently.
-        coordinator = (nodes[0], 20000 + (job + step) % 20000)
+        coordinator = (nodes[0], derived_port(job + step))
     env = JobEnv(
         rank=rank,
         size=size,

@@ -189,13 +189,21 @@ cdef class P2PFast:
         return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
                           self._what("send" if block else "isend", t), block)
 
-    cdef bint _first_in_line(self, posted, long s):
-        """(lock held) Whether the posted receive `posted` is still posted and takes the next frame of
-        its group from group rank s: no receive or probe posted before it could match that sender."""
+    cdef bint _first_in_line(self, posted, long s, long t):
+        """(lock held) Whether the posted receive `posted` (of tag t from group rank s) is still posted and
+        takes the next frame of its group from s that is (s, t): no receive or probe posted before it
+        could match that frame. A receive of any tag is first in line only with nothing posted before
+        it for that sender at all (the step expects the sender's last tag, and another tag may come:
+        the receive then goes back to the head of the queue, which must be where it was for s)."""
+        cdef long ps, pt
+        cdef bint any_tag = posted.tag == -1  # (ANY_TAG)
         for p in self.matcher.posted:
             if p is posted:
                 return True
-            if p.source == s or p.source < 0:  # (ANY_SOURCE)
+            ps, pt = p.source, p.tag
+            if ps != s and ps != -1:  # (ANY_SOURCE) another sender's
+                continue
+            if any_tag or pt == t or pt == -1 and t >= 0:
                 return False
         return False
 
@@ -216,7 +224,7 @@ cdef class P2PFast:
                 conn = self.adopt(src_w)
             if conn is None or conn.busy or self.matcher.unexpected:
                 return NotImplemented
-            if (self.matcher.posted if posted is None else not self._first_in_line(posted, s)) or not self.may_call():
+            if (self.matcher.posted if posted is None else not self._first_in_line(posted, s, t)) or not self.may_call():
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
             if posted is not None:  # out of matching while its frame is read (the engine's rest puts it back)

@@ -28,15 +28,27 @@ def test_16_ranks_start_together_over_tcp(assert_ranks_ok, run):
                     "16 ranks over TCP: init, all_reduce, barrier")
 
 
+def _free_port_below_ephemeral():
+    """A free loopback port where commlib derives Slurm's (20000-31999): one taken from the ephemeral
+    range may be handed to another test's connection before rank 0 binds it."""
+    import random
+    import socket
+
+    for port in random.Random().sample(range(20000, 32000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-31999")
+
+
 @pytest.mark.timeout(200)
 def test_16_ranks_start_together_with_slurm_variables(tmp_path):
     """No launcher: the ranks connect (and retry) until rank 0 has started the coordinator."""
-    import socket
-
     n = 16
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port_below_ephemeral()
     env = base_env({"SLURM_NTASKS": str(n), "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": "4343",
                     "SLURM_STEP_ID": "0", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
                     "SLURM_TASKS_PER_NODE": str(n), "COMMLIB_COORDINATOR": f"127.0.0.1:{port}",

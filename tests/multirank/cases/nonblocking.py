@@ -537,7 +537,8 @@ def posted():
     c.ok(r.wait() is None, "posted: the cancelled receive's wait returns None", repr(r))
     if n == 1:
         return
-    # a ping-pong of irecv/wait between ranks 0 and 1: the waits take their frames in one call
+    # a ping-pong of irecv/wait between ranks 0 and 1: the waits take their frames in one call, a
+    # receive of another tag from any source posted before them notwithstanding
     engine, taken = c.g.engine, [0]
     recv_posted = engine._recv_posted
 
@@ -550,6 +551,7 @@ def posted():
         rounds, x = 100, np.zeros(1, np.float64)
         if me < 2:
             peer = 1 - me
+            other = cl.irecv((1,), np.int64, cl.ANY_SOURCE, tag=t0 + 10)
             for _ in range(rounds):
                 r = cl.irecv((1,), np.float64, peer, tag=t0 + 9)
                 if me == 0:
@@ -561,6 +563,9 @@ def posted():
             c.ok(x[0] == 2 * rounds - me, "posted: the irecv ping-pong's last value", repr(x))
             c.ok(taken[0] >= rounds // 4, "posted: waits that took their frame in one call",
                  f"{taken[0]} of {rounds}: the engine read (nearly) every frame of a receive first in line")
+            cl.send(np.array([10 + me]), peer, tag=t0 + 10)
+            c.equal(other.wait(), np.array([10 + peer]), "posted: the receive from any source, of another tag",
+                    record=False)
     finally:
         del engine._recv_posted
 
