@@ -87,7 +87,10 @@ def recv(shape, dtype, src, tag=0, *, status=False, group=None):
 def irecv(shape, dtype, src, tag=0, *, status=False, group=None):
     """Non-blocking recv: the Request's wait() returns the array (and its Status with status=True)."""
     g = _g(group)
-    src, tag = _src(g, src), _tag(tag, True)
+    if type(src) is not int or not 0 <= src < g._size:  # (a plain rank and tag need no more checking)
+        src = _src(g, src)
+    if type(tag) is not int or tag < 0:
+        tag = _tag(tag, True)
     return _receive(g, np.empty(shape, dtype), src, tag, status, False, f"irecv(tag={tag})")
 
 

@@ -39,7 +39,7 @@ class Receives:
                 got = FALLBACK
             if got is not FALLBACK:
                 return got
-        if self.transport is not None:
+        if self.transport is not None and self.transport.ep.failure is not None:
             self.transport.raise_if_failed()
         req = Request(what, timeout=ctx.timeout, waiter=self.wait)
         posted = Posted(src, tag, into=into, req=req, extra=(finish, check, raw))
@@ -55,7 +55,7 @@ class Receives:
                     req._posted = (ctx, posted)  # its wait may take its frame in one call (_recv_posted)
             else:
                 self._take(ctx, posted, msg)
-            if not req.test():
+            if not req._finished:
                 if not block:
                     self._caller_at_work()
                 self._kick(rewatch=False)
