@@ -30,12 +30,18 @@ and a failed step raises through the transport's `_raise`.
 from numpy import dtype as np_dtype
 
 
+# how long a wait on a posted receive keeps its one-call step (and the engine's lock) for its frame
+# before the engine's loop, which serves every connection, waits instead: a peer's prompt answer
+# (a ping-pong's, a server's) comes well within it; the progress thread defers as long (DEFER_S)
+cdef double POSTED_STEP_S = 0.001
+
+
 cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
     cdef object engine, lock, may_call, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
     cdef object p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
-    cdef object unpost, acquire, release
+    cdef object unpost, repost, acquire, release
     cdef Stepper stepper
     cdef list out_keys  # group rank -> the key of its outgoing point-to-point connection in `fds`
     # the header of the last plain send and of the last plain receive, and what it holds: a program
@@ -61,6 +67,7 @@ cdef class P2PFast:
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
         self.unpost = engine._unpost  # (lock held) a posted receive leaves its queue: its frame is being read
+        self.repost = engine._repost  # (lock held) ... and goes back to its head: the engine serves it
         self.limit_incoming, self.max_in = engine._limit_incoming, p2p.max_connections
         self.ctx, self.matcher = ctx, ctx.matcher
         self.world = list(ctx.world)
@@ -213,6 +220,10 @@ cdef class P2PFast:
         posted: the receive's Posted entry where it was posted first (a wait on an irecv): it must be
         first in line for s in its group, and leaves the posted queue while its frame is read."""
         cdef int rc = ST_OK
+        # A posted receive's wait steps for its frame POSTED_STEP_S at most (not the blocking path's
+        # slice): while this step holds the engine's lock nobody serves the other connections (a
+        # window's requests, another group's frames), and a wait in the engine's loop serves them all.
+        cdef double step_deadline = deadline if posted is None else min(deadline, _now() + POSTED_STEP_S)
         src_w = self.world[s]
         expect = self._last_header(False, s, t, code, count, nbytes)
         self.acquire()
@@ -231,7 +242,7 @@ cdef class P2PFast:
                 self.unpost(self.matcher, posted)
             self.notices.current = (what, src_w, None)
             try:
-                rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, deadline, False, expect)
+                rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, step_deadline, False, expect)
             finally:
                 self.notices.current = None
             if rc == ST_OK:
@@ -239,6 +250,12 @@ cdef class P2PFast:
                 conn.last = _now()  # (the incoming limit's idea of when it was last used)
                 self.last_tag[(self.gid, s)] = t
                 return out
+            if posted is not None and rc == ST_TIMEOUT:
+                if self.stepper._state[S_RECVD] == 0:  # nothing came within the spin: the engine waits
+                    conn.busy = False
+                    self.repost(self.ctx, posted)
+                    return NotImplemented
+                rc = ST_SLOW  # mid-frame: the frame is read to its end (from where the step stopped)
             saved = self.save_step()  # (another thread's step may use the stepper once the lock is let go)
         finally:
             self.release()
