@@ -161,14 +161,20 @@ def test_connect_waits_for_a_coordinator_that_starts_later(logs, monkeypatch):
         return delay(*args, **kwargs)
 
     monkeypatch.setattr(_backoff, "delay", backing_off)
+    _coordinator_after_the_client(logs, lambda: refused.wait(5 * SCALE))
+
+
+def _coordinator_after_the_client(logs, knocked):
+    """A client connects to a free port; once knocked() says it tried, a coordinator starts there and
+    the client joins it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("c", rv.Client.connect(("127.0.0.1", port), SECRET, 0, 10)))
     t.start()
-    assert refused.wait(5 * SCALE), "the client never tried to connect"
-    c = rv.Coordinator(1, SECRET, port=port, log=logs.append)
+    assert knocked(), "the client never tried to connect"
+    c = rv.Coordinator(1, SECRET, port=port, log=logs.append)  # it binds: the port is free
     c.start()
     t.join()
     assert list(result["c"].register({}, 5)) == [{}]
@@ -191,20 +197,12 @@ def test_a_connect_that_opens_with_itself_is_refused_and_leaves_the_port_to_the_
         return sock
 
     monkeypatch.setattr(_auth.socket, "create_connection", first_onto_itself)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("c", rv.Client.connect(("127.0.0.1", port), SECRET, 0, 10)))
-    t.start()
-    wait_for(lambda: drawn, 5, "the client never tried to connect")
-    assert drawn == [True], "the first connect did not open with itself"
-    c = rv.Coordinator(1, SECRET, port=port, log=logs.append)  # binds: the refused socket let go
-    c.start()
-    t.join()
-    assert list(result["c"].register({}, 5)) == [{}]
-    result["c"].close()
-    c.close()
+
+    def knocked():
+        wait_for(lambda: drawn, 5, "the client never tried to connect")
+        assert drawn == [True], "the first connect did not open with itself"
+        return True
+    _coordinator_after_the_client(logs, knocked)  # the coordinator binds: the refused socket let go
 
 
 def test_rank_that_dies_before_assembly_fails_the_others_fast(coordinator):
