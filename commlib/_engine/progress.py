@@ -31,6 +31,10 @@ _READS_PER_SERVICE = 64  # bound the reads per connection per pass, so one sende
 # connections itself: a caller that waits again at once (a ping-pong, an RMA epoch's round trips)
 # would otherwise share every message with a second thread woken by the same bytes.
 DEFER_S = 0.001
+# ... but not for longer than this since the connections were last serviced: a program that posts
+# receives (or makes one-call sends) more often than DEFER_S without ever waiting would otherwise
+# keep the thread away for good, and messages it only tests for would never complete.
+DEFER_MAX_S = 0.005
 
 
 class Progress:
@@ -64,8 +68,13 @@ class Progress:
                 while not self._closed:
                     if self.idle():
                         self._work.wait()
+                        self._served_at = time.monotonic()  # (nothing was outstanding until now)
                         continue
-                    rest = DEFER_S if self._driver is not None else self._drove_at + DEFER_S - time.monotonic()
+                    if self._driver is not None:
+                        rest = DEFER_S
+                    else:
+                        now = time.monotonic()
+                        rest = min(self._drove_at + DEFER_S, self._served_at + DEFER_MAX_S) - now
                     if rest <= 0:
                         break
                     self._deferring = True
@@ -80,6 +89,7 @@ class Progress:
                 self._poll_once(200)
             finally:
                 self._polling = False
+                self._served_at = time.monotonic()
 
     def wait(self, req, deadline, any_of=None):
         """Wait for req (or any of `any_of`) until deadline, driving progress meanwhile (or, while
@@ -170,6 +180,8 @@ class Progress:
         thread leaves a wait it is in and defers to it (DEFER_S), as after a caller drove progress, so
         that a program posting receives and then waiting on them reads its frames itself rather than
         racing a second thread for them and for the lock."""
+        if threading.current_thread() is self._thread:  # the thread at work itself (a window's service)
+            return
         self._drove_at = time.monotonic()
         if self._polling:
             self.poller.wake()
@@ -177,6 +189,7 @@ class Progress:
     def _stop_driving(self):
         with self.lock:
             self._driver = None
+            self._served_at = time.monotonic()  # (the caller serviced every connection while it drove)
             if self._waiters:  # callers sleep on requests this one no longer serves: the thread, now
                 self._drove_at = 0.0
                 self._work.notify_all()

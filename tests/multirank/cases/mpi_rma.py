@@ -22,6 +22,8 @@ Sections:
             cost no thread of their own
   serving   (commlib's own check) a target waiting in Win.Wait serves its origins' requests on
             its own thread, while they come (no hand-off to the progress thread)
+  computing (commlib's own check) a target busy elsewhere (no MPI call) is served by its progress
+            thread, which never defers to itself
   shared    Allocate_shared + Shared_query: each rank reads its neighbour's part directly; nothing
             is left in /dev/shm (commlib's own check)
   sync      util.sync: Counter, Mutex (a read-modify-write under it loses no update), Sequential
@@ -251,6 +253,47 @@ def serving():
     win.Free()
 
 
+def computing():
+    """A target that computes (no MPI call) is served by its progress thread, and the thread never
+    defers to itself: the service posts its next receive (and sends its replies) on that thread,
+    which once counted as a caller at work, and each request then cost the origin the thread's
+    deferral (1 ms; 50 epochs 0.1 -> 0.6 ms each)."""
+    if USING_MPI4PY or n == 1:
+        return
+    import commlib
+    engine = commlib.init().engine
+    mem = np.zeros(4, "i8")
+    win = MPI.Win.Create(mem, mem.itemsize, comm=comm)
+    if me == 1:
+        at_work, seen = engine._caller_at_work, []
+
+        def watched():  # (an instance attribute: what the engine calls)
+            before = engine._drove_at
+            at_work()
+            if threading.current_thread() is engine._thread:
+                seen.append(engine._drove_at != before)
+        engine._caller_at_work = watched
+        try:
+            comm.Barrier()
+            end = time.monotonic() + 10
+            while mem[0] < 50 * (n - 1) and time.monotonic() < end:  # busy elsewhere: no MPI call
+                time.sleep(0.0005)
+        finally:
+            del engine._caller_at_work
+        c.ok(mem[0] == 50 * (n - 1), "computing: every origin's 50 epochs served", repr(mem))
+        c.ok(seen and not any(seen), "computing: the progress thread served and never deferred to itself",
+             f"{sum(seen)} of {len(seen)} of its own posts and sends put it off" if seen else "it served nothing")
+    else:
+        comm.Barrier()
+        one, got = np.ones(1, "i8"), np.empty(1, "i8")
+        for _ in range(50):
+            win.Lock(1)
+            win.Get_accumulate(one, got, 1, op=MPI.SUM)
+            win.Unlock(1)
+    comm.Barrier()
+    win.Free()
+
+
 def shared():
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     r, size = node.Get_rank(), node.Get_size()
@@ -341,7 +384,7 @@ def die():
 
 if "die" in sys.argv[2:]:
     die()
-for fn in (counter, halo, pscw, passive, exclusive, blocked, serving, shared, sync_tools, errors):
+for fn in (counter, halo, pscw, passive, exclusive, blocked, serving, computing, shared, sync_tools, errors):
     c.run([fn])
     comm.Barrier()
 forgotten = MPI.Win.Allocate(64, comm=comm)  # never freed: the exit must not wait for it

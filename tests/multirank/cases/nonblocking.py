@@ -451,6 +451,36 @@ def one_call():
     c.ok(pending.cancel(), "handoff: the other group's receive cancelled", repr(pending))
 
 
+def tested():
+    """(handoff) A receive completes though its rank never waits, only posts more receives (one
+    every 0.2 ms) and tests it: posting defers the progress thread, but not for good (DEFER_MAX_S
+    after the connections were last serviced), so the thread reads the message. (Before, each post
+    put the thread off again and the message was never read while the posting went on.)"""
+    if n == 1:
+        return
+    if me == 1:
+        first, more = cl.irecv((1,), np.float64, 0, tag=7601), []
+        while not first.test() and len(more) < 2000:
+            more.append(cl.irecv((1,), np.float64, 0, tag=7602))
+            if len(more) == 10:  # the posting under way (the thread put off): rank 0 sends once it hears this
+                cl.send(np.zeros(1), 0, tag=7600)
+            end = time.monotonic() + 0.0002
+            while time.monotonic() < end:  # computing, no commlib call
+                pass
+        if len(more) < 10:
+            cl.send(np.zeros(1), 0, tag=7600)  # (never: nothing sends the first receive's message before)
+        done = first.test()
+        c.ok(done, "handoff: a receive only tested completes while its rank posts others",
+             f"not after {len(more)} more receives posted")
+        for r in more:
+            r.cancel()
+        if done:
+            c.equal(first.wait(), np.full(1, 5.0), "handoff: the tested receive's message", record=False)
+    elif me == 0:
+        cl.recv((1,), np.float64, 1, tag=7600)
+        cl.send(np.full(1, 5.0), 1, tag=7601)
+
+
 def handoff():
     """The progress thread takes over from a caller that stopped waiting: the caller that waits
     drives progress itself and the thread lets it be for a moment after (a caller that waits again
@@ -459,6 +489,7 @@ def handoff():
     call, a receive nobody answers posted meanwhile; rank 1's receive of the 4 MB completes long
     before the computing ends. (With one rank: the 4 MB to itself, no thread involved.)"""
     one_call()
+    tested()
     big = data(np.float64, (1 << 19,), "handoff")
     if n == 1:
         s = cl.isend(big, 0, tag=7303)
