@@ -35,13 +35,17 @@ class FastPaths:
 
     def _recv_fast(self, ctx, src, tag, into, finish, what, check):
         """A blocking receive of a known size from src, through the one blocking path (`_io.P2PFast`)."""
-        if tag == ANY_TAG:  # expect the tag this source used last; any other frame hands over to the engine
-            tag = self._last_tag.get((ctx.gid, src), 0)
+        tag = self._expected_tag(ctx, src, tag)
         dtype, nbytes = check if check is not None else (DT_BYTES, into.nbytes)
         count = self.one_call(ctx).recv_bytes(into, self.transport_address(into), nbytes, src, tag, dtype, what)
         if count is NotImplemented:
             return FALLBACK
         return finish(Message(src, tag, nbytes, dtype, count), into)
+
+    def _expected_tag(self, ctx, src, tag):
+        """The tag a one-call receive's header expects: for ANY_TAG the one this source used last (any
+        other frame hands over to the engine, which matches it)."""
+        return self._last_tag.get((ctx.gid, src), 0) if tag == ANY_TAG else tag
 
     def _recv_posted(self, req, deadline):
         """A wait on a posted receive of a known size from a named source (an irecv) that is first in
@@ -52,9 +56,8 @@ class FastPaths:
             return False
         ctx, posted = req._posted
         finish, check, raw = posted.extra
-        src, tag, into = posted.source, posted.tag, posted.into
-        if tag == ANY_TAG:  # expect the tag this source used last; any other frame hands over to the engine
-            tag = self._last_tag.get((ctx.gid, src), 0)
+        src, into = posted.source, posted.into
+        tag = self._expected_tag(ctx, src, posted.tag)
         dtype, nbytes = check
         if deadline is None:
             deadline = time.monotonic() + ctx.timeout

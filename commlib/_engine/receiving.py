@@ -138,10 +138,10 @@ class Receives:
             self.n_posted -= 1
             p.req._finish(msg)
 
-    def _unpost(self, matcher, posted):
+    def _unpost(self, ctx, posted):
         """(lock held) A posted receive first in line for its sender leaves matching while a one-call
         step reads its frame (`_recv_posted`); `_repost` puts it back where that step does not finish."""
-        matcher.posted.remove(posted)
+        ctx.matcher.posted.remove(posted)
         self.n_posted -= 1
 
     def _repost(self, ctx, posted):

@@ -36,6 +36,15 @@ from numpy import dtype as np_dtype
 cdef double POSTED_STEP_S = 0.001
 
 
+cdef inline Py_ssize_t _count_of(int code, Py_ssize_t nbytes):
+    """The element count of nbytes of wire dtype `code` (DT_BYTES: bytes); -1 for a code of no known size."""
+    cdef Py_ssize_t itemsize
+    if code == 255:  # DT_BYTES
+        return nbytes
+    itemsize = itemsize_of(code)
+    return nbytes // itemsize if itemsize > 0 else -1
+
+
 cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
@@ -239,7 +248,7 @@ cdef class P2PFast:
                 return NotImplemented
             conn.busy = True  # the engine keeps off this connection until the receive is done
             if posted is not None:  # out of matching while its frame is read (the engine's rest puts it back)
-                self.unpost(self.matcher, posted)
+                self.unpost(self.ctx, posted)
             self.notices.current = (what, src_w, None)
             try:
                 rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, step_deadline, False, expect)
@@ -280,14 +289,9 @@ cdef class P2PFast:
     def recv_bytes(self, into, Py_ssize_t ptr, Py_ssize_t nbytes, long src, long tag, int code, what):
         """Blocking receive from group rank src of the plain frame of nbytes (tag, dtype code) into
         `into` (a writable uint8 buffer at ptr): its element count once received, NotImplemented: post it."""
-        cdef Py_ssize_t count, itemsize
-        if code == 255:  # DT_BYTES
-            count = nbytes
-        else:
-            itemsize = itemsize_of(code)
-            if itemsize <= 0:
-                return NotImplemented
-            count = nbytes // itemsize
+        cdef Py_ssize_t count = _count_of(code, nbytes)
+        if count < 0:
+            return NotImplemented
         if self._recv(src, tag, code, count, nbytes, into, ptr, what, _now() + self.timeout) is NotImplemented:
             return NotImplemented
         return count
@@ -298,14 +302,9 @@ cdef class P2PFast:
         tag and dtype code, into `into` at ptr) by the same steps, where it is first in line for src
         in its group: its element count once received (it has left the posted queue then; the caller
         completes it), NotImplemented: the engine serves it (still posted, or taken meanwhile)."""
-        cdef Py_ssize_t count, itemsize
-        if code == 255:  # DT_BYTES
-            count = nbytes
-        else:
-            itemsize = itemsize_of(code)
-            if itemsize <= 0:
-                return NotImplemented
-            count = nbytes // itemsize
+        cdef Py_ssize_t count = _count_of(code, nbytes)
+        if count < 0:
+            return NotImplemented
         if self._recv(src, tag, code, count, nbytes, into, ptr, what, deadline, posted) is NotImplemented:
             return NotImplemented
         return count
