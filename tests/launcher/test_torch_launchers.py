@@ -30,7 +30,10 @@ _SCRUB = ("COMMLIB_", "SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD
           "ROLE_", "TORCH_TEST_BACKEND")
 
 CASE = """
-    import datetime, json, os, sys
+    import datetime, faulthandler, json, os, sys
+    # a rank still running after 75 s (of _run's 90) prints every thread's stack and exits: a hang
+    # shows where it is, whichever launcher started the rank (torchrun's in sessions of their own)
+    faulthandler.dump_traceback_later(75 * float(os.environ.get("COMMLIB_TEST_TIMEOUT_SCALE") or 1), exit=True)
     import torch
     import torch.distributed as dist
 

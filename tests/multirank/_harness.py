@@ -55,9 +55,41 @@ def _spawn(argv, env, timeout, cwd=CASES):
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err, None
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return proc.returncode, out, err, f"did not finish within {timeout:.0f} s (process group killed)"
+        _kill_tree(proc.pid)
+        try:  # a process that left the tree (a new session, its parent dead) may still hold the pipes
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired as e:  # what it had read so far, then give up on the pipes
+            out, err = (x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.output, e.stderr))
+            for pipe in (proc.stdout, proc.stderr):
+                pipe.close()
+            proc.wait()
+        return proc.returncode, out, err, f"did not finish within {timeout:.0f} s (process tree killed)"
+
+
+def _kill_tree(pid):
+    """SIGKILL `pid`'s process group and every descendant's, found before any dies (torchrun's
+    workers, for one, run in sessions of their own)."""
+    import psutil
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    groups = {pid}
+    for q in procs:  # (never the test's own group)
+        try:
+            groups.add(os.getpgid(q.pid))
+        except ProcessLookupError:
+            continue
+    for g in groups - {os.getpgid(0)}:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    for q in procs:
+        try:
+            q.kill()
+        except psutil.NoSuchProcess:
+            continue
 
 
 def _communicate(argv, env, timeout, cwd=CASES):
