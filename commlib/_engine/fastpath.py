@@ -51,10 +51,12 @@ class FastPaths:
         """A wait on a posted receive of a known size from a named source (an irecv) that is first in
         line for that source in its group: its frame through the same one blocking path, straight into
         its buffer. True once the request completed here; False: the engine serves it (a frame that is
-        not its own came first, other work is queued, a receive posted before it could match)."""
-        if self.transport.ep.failure is not None:
+        not its own came first, other work is queued, a receive posted before it could match, or it
+        completed meanwhile: another thread's progress may finish it, and clear its slot, any time)."""
+        slot = req._posted  # (read once: None once it completed)
+        if slot is None or self.transport.ep.failure is not None:
             return False
-        ctx, posted = req._posted
+        ctx, posted = slot
         finish, check, raw = posted.extra
         src, into = posted.source, posted.into
         tag = self._expected_tag(ctx, src, posted.tag)
