@@ -79,6 +79,7 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self._driver = None  # the caller thread driving progress from wait(), if any
         self._polling = False  # the progress thread is waiting on the poller
         self._deferring = False  # ... is letting a caller that drove progress be (progress.DEFER_S)
+        self._behind_driver = False  # ... is parked while a caller drives progress (until it stops)
         self._drove_at = 0.0  # when a caller last stopped driving progress
         self._served_at = 0.0  # when every connection was last serviced (by the thread or a driving caller)
         self._waiters = 0  # callers sleeping on a request while another drives

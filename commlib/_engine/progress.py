@@ -35,6 +35,10 @@ DEFER_S = 0.001
 # receives (or makes one-call sends) more often than DEFER_S without ever waiting would otherwise
 # keep the thread away for good, and messages it only tests for would never complete.
 DEFER_MAX_S = 0.005
+# A waiting caller sleeps in the poller this long at most: its frames and the job's failure wake
+# the poller, but another thread may complete what it waits for unseen (a send to itself, a
+# collective stream's request in a wait_any, a window's service).
+DRIVE_SLICE_S = 0.05
 
 
 class Progress:
@@ -63,18 +67,23 @@ class Progress:
     def _run(self):
         while True:
             with self.lock:
-                # Park while idle; while a waiting caller drives progress itself, and for DEFER_S
-                # after, look again every DEFER_S (the caller does not wake it: it may wait again).
+                # Park while idle, and while a waiting caller drives progress itself (it notifies
+                # when it stops: _stop_driving); then let it be for DEFER_S more, looking again when
+                # that ends (the caller does not wake it: it may wait again).
                 while not self._closed:
                     if self.idle():
                         self._work.wait()
                         self._served_at = time.monotonic()  # (nothing was outstanding until now)
                         continue
                     if self._driver is not None:
-                        rest = DEFER_S
-                    else:
-                        now = time.monotonic()
-                        rest = min(self._drove_at + DEFER_S, self._served_at + DEFER_MAX_S) - now
+                        self._behind_driver = True
+                        try:
+                            self._work.wait()
+                        finally:
+                            self._behind_driver = False
+                        continue
+                    now = time.monotonic()
+                    rest = min(self._drove_at + DEFER_S, self._served_at + DEFER_MAX_S) - now
                     if rest <= 0:
                         break
                     self._deferring = True
@@ -134,8 +143,8 @@ class Progress:
                     with self.lock:
                         self._waiters -= 1
                 continue
-            try:
-                self._drive(lambda: any(r.test() for r in watch), slice_end)
+            try:  # (to the end of the wait: each stop and start costs the thread a wake-up)
+                self._drive(lambda: any(r.test() for r in watch), deadline)
             finally:
                 self._stop_driving()
 
@@ -195,18 +204,26 @@ class Progress:
                 self._work.notify_all()
             else:
                 self._drove_at = time.monotonic()
+                if self._behind_driver:  # it parked while this caller drove: it defers from now on
+                    self._work.notify_all()
             if not self.idle():
                 self._kick()  # the progress thread takes over (after DEFER_S), on a fresh set
 
     def _drive(self, done, until):
         """The waiting caller makes progress itself (no hand-off to the progress thread) until
-        done(): spin on zero-timeout waits for spin_s, then sleep in the poller until something is ready."""
+        done(), the monotonic time `until` (None: no limit) or the job's failure: spin on
+        zero-timeout waits for spin_s, then sleep in the poller until something is ready, or
+        DRIVE_SLICE_S passed."""
         spin_until = time.monotonic() + self.spin_s
         while not done():
             now = time.monotonic()
-            if now >= until or self.transport.ep.failure is not None:
+            if until is not None and now >= until or self.transport.ep.failure is not None:
                 return
-            timeout_ms = 0 if now < spin_until else max(1, int((until - now) * 1000))
+            if now < spin_until:
+                timeout_ms = 0
+            else:
+                rest = DRIVE_SLICE_S if until is None else min(DRIVE_SLICE_S, until - now)
+                timeout_ms = max(1, int(rest * 1000))
             self._poll_once(timeout_ms)
 
     def _timeout(self, req):

@@ -16,6 +16,7 @@ barrier fails too (the group is unusable), which skips the rest. Polling loops
 have deadlines; every wait is bounded by the group's timeout (COMMLIB_TIMEOUT).
 The expected values are computed with numpy from every rank's regenerated input.
 """
+import threading
 import time
 import traceback
 
@@ -514,6 +515,44 @@ def handoff():
         c.ok(took < 0.75, "handoff: the 4 MB message came while its sender computed", f"after {took:.2f} s")
 
 
+def parked():
+    """A caller waiting on a receive drives progress itself, and the progress thread stays parked
+    until it stops (it polled every millisecond before: 1,000 wake-ups a second for each waiting
+    rank, which 400 ranks on two cores could not afford). Rank 1 waits 0.6 s for rank 0's message,
+    counting the thread's wake-ups meanwhile. (With one rank: the message comes from another
+    thread of its own, to itself.)"""
+    waiter, sender = (1, 0) if n > 1 else (0, 0)
+    if me == sender and n > 1:
+        cl.recv((1,), np.float64, waiter, tag=7401)
+        time.sleep(0.6)
+        cl.send(np.full(2, 7.0), waiter, tag=7402)
+    if me != waiter:
+        return
+    engine = c.g.engine
+    woken, wait = [], engine._work.wait
+
+    def counting(timeout=None):  # the progress thread's waits on its condition
+        if threading.current_thread() is engine._thread:
+            woken.append(time.monotonic())
+        return wait(timeout)
+    req = cl.irecv((2,), np.float64, sender, tag=7402)  # (the thread starts with the first receive posted)
+    engine._work.wait = counting
+    helper = None
+    try:
+        if n > 1:
+            cl.send(np.zeros(1), sender, tag=7401)
+        else:
+            helper = threading.Timer(0.6, lambda: cl.send(np.full(2, 7.0), 0, tag=7402))
+            helper.start()
+        c.equal(req.wait(), np.full(2, 7.0), "parked: the message waited for", record=False)
+    finally:
+        engine._work.wait = wait
+        if helper is not None:
+            helper.join()
+    c.ok(len(woken) < 20, "parked: the progress thread stays parked while the caller waits",
+         f"it woke {len(woken)} times in the caller's 0.6 s wait")
+
+
 def posted():
     """A wait on a posted receive takes its frame in one call where the receive is first in line for
     its sender, else through the engine's matching, with MPI's matching order either way: each rank
@@ -793,7 +832,7 @@ def leftover():
 
 
 PARTS = {"p2p": ["fanin", "ring", "halo", "many", "owned", "posted"],
-         "sync": ["issend", "cancel", "blocking", "handoff", "testany"],
+         "sync": ["issend", "cancel", "blocking", "handoff", "parked", "testany"],
          "coll": ["icoll", "groups"], "exit": ["leftover"]}
 SECTIONS = {name: globals()[name] for names in PARTS.values() for name in names}
 
