@@ -5,8 +5,9 @@
 
 For each gap, every rank loops over an 8 B all_reduce while the last rank
 sleeps `gap` before each call, so the others wait about that long inside the
-collective. With --op recv (irecv: posted, then waited on) the last rank instead sends each of
-the others an 8 B message after its sleep, and they wait for it in a blocking receive. Per waiting rank: CPU seconds (time.process_time, all threads)
+collective. With --op recv (irecv: posted, then waited on) the last rank instead
+sends each of the others an 8 B message after its sleep, and they wait for it in
+a blocking receive. Per waiting rank: CPU seconds (time.process_time, all threads)
 over wall seconds of the loop, i.e. the cores it burnt while doing nothing
 but wait. Gap 0 is the back-to-back latency (median µs per call) with its CPU.
 Rank 0 prints one line per gap: median latency, and the worst waiting rank's cores.

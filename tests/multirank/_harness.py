@@ -68,27 +68,22 @@ def _spawn(argv, env, timeout, cwd=CASES):
 
 def _kill_tree(pid):
     """SIGKILL `pid`'s process group and every descendant's, found before any dies (torchrun's
-    workers, for one, run in sessions of their own)."""
+    workers, for one, run in sessions of their own; a group takes every process in it)."""
     import psutil
     try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        descendants = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        procs = []
+        descendants = []
     groups = {pid}
-    for q in procs:  # (never the test's own group)
+    for q in descendants:
         try:
             groups.add(os.getpgid(q.pid))
         except ProcessLookupError:
             continue
-    for g in groups - {os.getpgid(0)}:
+    for g in groups - {os.getpgid(0)}:  # (never the test's own group)
         try:
             os.killpg(g, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            continue
-    for q in procs:
-        try:
-            q.kill()
-        except psutil.NoSuchProcess:
             continue
 
 
