@@ -142,6 +142,10 @@ def _check_program(program, module, direct):
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
                    "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
+@click.option("--preload", "preload", multiple=True, metavar="MODULE",
+              help="With --fork: import MODULE too (torch, say: about 1.5 s of CPU a rank) in commrun before it "
+                   "forks the ranks, so each starts with it loaded. Repeatable; refused if the import starts a "
+                   "thread (a forked copy of a threaded process may deadlock).")
 @click.option("--mpi4py", "mpi4py", is_flag=True,
               help="Make 'import mpi4py' load commlib's stand-in (its MPI is commlib.MPI), shadowing any real one.")
 @click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")
@@ -159,7 +163,7 @@ def _check_program(program, module, direct):
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,
-         pair_timeout, threads_per_rank, bind_to, report_bindings, fork, mpi4py, tag_output, timeout, grace, trace, stats, program):
+         pair_timeout, threads_per_rank, bind_to, report_bindings, fork, preload, mpi4py, tag_output, timeout, grace, trace, stats, program):
     """Run PROGRAM as N ranks of a commlib job."""
     raise_fd_limit()  # two pipes and a coordinator connection per rank here, and the ranks inherit it
     direct = ctx.meta.get("commrun.direct", False) and not module
@@ -240,14 +244,16 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         if report_bindings:
             extra[binding.REPORT_VAR] = "1"
 
+    if preload and not fork:
+        raise click.UsageError("--preload imports modules for ranks forked from commrun: it needs --fork")
     if fork:
         if direct:
             raise click.UsageError(f"--fork starts Python programs (a script or -m module), not executables "
                                    f"({program[0]})")
         os.environ.update(threads)  # before NumPy loads: forked ranks keep the thread pools it sizes
         try:
-            spawn.preload()
-        except ImportError as e:
+            spawn.preload(preload)
+        except (ImportError, spawn.PreloadError) as e:
             supervise.say(f"--fork: cannot import what ranks share ({e})")
             ctx.exit(1)
 

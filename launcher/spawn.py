@@ -2,6 +2,7 @@
 import ctypes
 import dataclasses
 import gc
+import importlib
 import io
 import os
 import random
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 from commlib._hosts import DEFAULT_RSH, forwarded_env, remote_argv  # noqa: F401 -- commrun's names for them
 
@@ -248,11 +250,31 @@ PRELOAD = ("numpy", "commlib")
 _KEPT = []  # in a forked rank: commrun's objects that must never be finalized there
 
 
-def preload():
-    """Import what forked ranks share; call before the first fork, with no thread running."""
+class PreloadError(Exception):
+    """A module given to --preload left a thread running: commrun cannot fork safely after it."""
+
+
+def preload(extra=()):
+    """Import what forked ranks share (NumPy, commlib, and the modules in `extra`, --preload's); call
+    before the first fork, with no thread running. PreloadError names a module whose import left a
+    thread running: a forked copy of it would hold that thread's locks with no thread to release them."""
     for name in PRELOAD:
         __import__(name)
     __import__("commlib").__all__  # noqa: B018 -- its layers, which its public names load on first use
+    for name in extra:
+        before = _running_threads()
+        importlib.import_module(name)
+        after = _running_threads()
+        if after > before:
+            raise PreloadError(f"importing {name} started {after - before} thread(s); run without --preload {name}")
+
+
+def _running_threads():
+    """Threads of this process: the kernel's count where it gives one (native threads too), else Python's."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc (macOS)
+        return threading.active_count()
 
 
 class Forked:

@@ -8,9 +8,11 @@ output, stdin, failures, signals, --timeout) is covered by the launcher tests
 that run under both launches.
 """
 import json
+import os
 import re
 import resource
 import subprocess
+import textwrap
 import time
 
 import numpy as np
@@ -264,3 +266,54 @@ def test_a_forked_rank_records_its_calls_when_asked(commrun):
     for rank in (0, 1):
         assert {"MPI.Allreduce", "all_reduce", "isend", "recv", "wait"} <= set(got[rank]), (rank, got[rank])
     assert "communication by call and size" in r.stderr  # commrun's table of every rank's records
+
+
+def _module(commrun, name, body):
+    """A module commrun itself can import (the test's directory on its PYTHONPATH)."""
+    (commrun.cwd / f"{name}.py").write_text(textwrap.dedent(body))
+    return {"PYTHONPATH": os.pathsep.join([str(commrun.cwd), commrun.env["PYTHONPATH"]])}
+
+
+def test_preload_imports_once_before_the_ranks(commrun):
+    """--preload MODULE: imported in commrun before the forks (once: its import-time side effect
+    happens in commrun's process, never in a rank's), and in sys.modules when the program starts."""
+    env = _module(commrun, "heavy", """
+        import os
+        LOADED_IN = os.getpid()
+        TABLE = [i * i for i in range(1000)]
+    """)
+    script = forked(commrun).script("uses.py", """
+        import os, sys
+        was_loaded = "heavy" in sys.modules
+        import heavy
+        import numpy as np
+        import commlib as cl
+        g = cl.init()
+        print(was_loaded, heavy.LOADED_IN != os.getpid(), heavy.TABLE[31], int(cl.all_reduce(np.array([g.rank()]))[0]))
+    """)
+    r = commrun.run("--preload", "heavy", "-n", 3, script, env=env)
+    assert r.returncode == 0, r.stderr
+    assert {rank: lines for rank, lines in by_rank(r.stdout).items()} == {
+        rank: ["True True 961 3"] for rank in range(3)}
+
+
+def test_preload_needs_fork_and_an_importable_module(commrun):
+    script = commrun.script("p.py", "print('never')\n")
+    r = commrun.run("--preload", "json", "-n", 2, script)
+    assert r.returncode == 2 and "--preload imports modules for ranks forked from commrun: it needs --fork" in r.stderr
+    forked(commrun)
+    r = commrun.run("--preload", "no_such_module_here", "-n", 2, script)
+    assert r.returncode == 1 and "never" not in r.stdout
+    assert "--fork: cannot import what ranks share (No module named 'no_such_module_here')" in r.stderr
+
+
+def test_preload_refuses_a_module_that_starts_a_thread(commrun):
+    """A forked copy of a threaded process may deadlock on a lock the thread held: refused, by name."""
+    env = _module(commrun, "threaded", """
+        import threading, time
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    """)
+    script = forked(commrun).script("p.py", "print('never')\n")
+    r = commrun.run("--preload", "threaded", "-n", 2, script, env=env)
+    assert r.returncode == 1 and "never" not in r.stdout
+    assert "importing threaded started 1 thread(s); run without --preload threaded" in r.stderr

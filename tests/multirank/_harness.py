@@ -95,9 +95,16 @@ def _communicate(argv, env, timeout, cwd=CASES):
     return rc, out, err
 
 
-def run(n, script, *args, env=None, timeout=120, seed=SEED):
-    """commrun -n N cases/SCRIPT SEED ARGS...; returns (returncode, stdout, stderr)."""
-    argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, script), str(seed), *map(str, args)]
+# commrun's options for the jobs whose every rank imports torch (about 1.5 s of CPU each on 2 cores): the
+# ranks are forked from a commrun that imported torch once. Torch under exec'd ranks, as most users start
+# it, stays covered by the docs' torch blocks, the fault tests' torch cases, torchrun and Ray.
+TORCH_FORKED = ("--fork", "--preload", "torch")
+
+
+def run(n, script, *args, env=None, timeout=120, seed=SEED, options=()):
+    """commrun [OPTIONS] -n N cases/SCRIPT SEED ARGS...; returns (returncode, stdout, stderr)."""
+    argv = [sys.executable, "-m", "commrun", *options, "-n", str(n), os.path.join(CASES, script), str(seed),
+            *map(str, args)]
     return _communicate(argv, base_env(env), timeout)
 
 
@@ -141,12 +148,12 @@ SELECTED = {}  # key -> names of the checks this session runs (conftest's pytest
 class BatchJob:
     """One `commrun -n N _batch.py CASE ...` job and what each rank reported of each check."""
 
-    def __init__(self, case, n, names, env, timeout, tmp):
+    def __init__(self, case, n, names, env, timeout, tmp, options=()):
         report_dir = tmp / f"{os.path.splitext(case)[0]}-n{n}-{os.environ.get('COMMLIB_TRANSPORT', '')}"
         report_dir.mkdir(parents=True, exist_ok=True)
-        self.case, self.n, self.names = case, n, list(names)
-        argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(CASES, "_batch.py"), case, str(SEED),
-                str(report_dir), *self.names]
+        self.case, self.n, self.names, self.options = case, n, list(names), " ".join(options)
+        argv = [sys.executable, "-m", "commrun", *options, "-n", str(n), os.path.join(CASES, "_batch.py"), case,
+                str(SEED), str(report_dir), *self.names]
         t0 = time.monotonic()
         self.rc, self.out, self.err, killed = _spawn(argv, base_env(env), timeout)
         self.killed = killed and f"the job {killed}"
@@ -158,7 +165,7 @@ class BatchJob:
             self.records[r] = [json.loads(line) for line in lines if line.strip()]
 
     def _context(self):
-        return (f"--- job: commrun -n {self.n} _batch.py {self.case} (seed {SEED}), exit code {self.rc}, "
+        return (f"--- job: commrun {self.options + ' ' if self.options else ''}-n {self.n} _batch.py {self.case} (seed {SEED}), exit code {self.rc}, "
                 f"{self.seconds:.1f} s{'; ' + self.killed if self.killed else ''}\n"
                 f"--- stdout (tail)\n{_tail(self.out)}\n--- stderr (tail)\n{_tail(self.err)}")
 
@@ -233,11 +240,12 @@ def batch_key(item):
     return mark.kwargs["case"], p["n"], p.get("transport", ""), tuple(sorted((mark.kwargs["env"] or {}).items()))
 
 
-def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
+def batched(case, ns, *, env=None, only=None, timeout=600, doc=None, options=()):
     """A test function with an item per (n, check) of cases/CASE; the checks of one (n, transport) run in
     one job, started by the first of its items this process runs. `only`: the checks (names, or their
     functions' names) to take, where not all that apply at those sizes. `timeout` bounds the job (and the
-    item that starts it); each check's own deadline is its `timeout` in the case file."""
+    item that starts it); each check's own deadline is its `timeout` in the case file. `options`:
+    commrun's (TORCH_FORKED)."""
     specs = checks_of(case)
     if only is not None:
         specs = [s for s in specs if s["name"] in only or s["function"] in only]
@@ -253,7 +261,7 @@ def batched(case, ns, *, env=None, only=None, timeout=600, doc=None):
         job = _JOBS.get(key)
         if job is None:
             names = SELECTED.get(key) or [check]
-            job = _JOBS[key] = BatchJob(case, n, names, env, timeout, tmp_path_factory.mktemp("batch"))
+            job = _JOBS[key] = BatchJob(case, n, names, env, timeout, tmp_path_factory.mktemp("batch"), options)
             request.node.user_properties.append(("batch-job", (round(job.seconds, 1), f"{case} n={n} {key[2]}"
                                                  + "".join(f" {k}={v}" for k, v in key[3]), len(names))))
         job.verdict(check)

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from _harness import TORCH_FORKED
+
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
 pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
@@ -18,5 +20,5 @@ BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_meshes_dtensor_tp_hsdp_pipelining(n, assert_ranks_ok, run):
     assert_ranks_ok(run(n, "torch_mesh.py", "dtensor", "tp", "mesh2d", "pipeline",
-                        env={"TORCH_TEST_BACKEND": BACKEND}, timeout=200), n,
+                        env={"TORCH_TEST_BACKEND": BACKEND}, timeout=200, options=TORCH_FORKED), n,
                     f"meshes, DTensor, TP, HSDP and pipelining on backend {BACKEND} vs one process")

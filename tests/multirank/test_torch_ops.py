@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from _harness import batched
+from _harness import TORCH_FORKED, batched
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
@@ -24,4 +24,5 @@ BACKENDS = [b.strip() for b in os.environ.get("TORCH_TEST_BACKEND", "commlib").s
 # One job per (n, backend) runs every part of cases/torch_ops.py, each an item.
 for _backend in BACKENDS:
     globals()[f"test_torch_ops_{_backend}"] = batched("torch_ops.py", NS, env={"TORCH_TEST_BACKEND": _backend},
+                                                     options=TORCH_FORKED,
                                                      doc=f"Each part of cases/torch_ops.py over {_backend!r}.")

@@ -3,7 +3,8 @@
 collectives.py checks its own results on every rank and rank 0 reports them;
 ddp_train.py and fsdp_train.py must end with the weights a single process
 gets on the whole batches, computed here serially (same model, same data).
-Each runs in a job of its own, as a user runs it: run one after another in one process (as the mesh
+Each runs in a job of its own, its ranks forked from a commrun that imported torch once
+(`--fork --preload torch`: a rank's import of torch is most of its CPU): run one after another in one process (as the mesh
 examples are, cases/run_examples.py), fsdp_train.py once hung at its start after ddp_train.py had
 destroyed its process group (1 of 1 full run under two busy loops; 0 of 4 such jobs alone): until that is
 understood, a torch program here gets a fresh process.
@@ -26,7 +27,7 @@ _RESULT = re.compile(r"^\[0\] RESULT (\S+) (.*)$")
 
 
 def _results(n, script):
-    argv = [sys.executable, "-m", "commrun", "-n", str(n), os.path.join(EXAMPLES, script)]
+    argv = [sys.executable, "-m", "commrun", *_harness.TORCH_FORKED, "-n", str(n), os.path.join(EXAMPLES, script)]
     rc, out, err = _harness._communicate(argv, _harness.base_env({"COMMLIB_TIMEOUT": "60"}), 150)
     assert rc == 0, f"{script} n={n}: exit code {rc}\n{_harness._tail(out)}\n{_harness._tail(err)}"
     found = dict(m.groups() for m in map(_RESULT.match, out.splitlines()) if m)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from _harness import batched
+from _harness import TORCH_FORKED, batched
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
@@ -23,6 +23,6 @@ BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 # DDP (mlp, cnn, hooks at 1, 2 and 4 ranks; uneven and graph: DDP under Join, static_graph,
 # find_unused_parameters, at 1 to 4), FSDP (fsdp2, fsdp1, shard at 2 and 4) and
 # torch.distributed.checkpoint of an FSDP2 model (dcp, at 2 to 4): one job per n, each part an item.
-test_torch_train = batched("torch_train.py", [1, 2, 3, 4], env={"TORCH_TEST_BACKEND": BACKEND},
+test_torch_train = batched("torch_train.py", [1, 2, 3, 4], env={"TORCH_TEST_BACKEND": BACKEND}, options=TORCH_FORKED,
                            doc=f"Each part of cases/torch_train.py on backend {BACKEND} vs the single-process "
                                "reference.")
