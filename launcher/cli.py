@@ -145,7 +145,8 @@ def _check_program(program, module, direct):
 @click.option("--preload", "preload", multiple=True, metavar="MODULE",
               help="With --fork: import MODULE too (torch, say: about 1.5 s of CPU a rank) in commrun before it "
                    "forks the ranks, so each starts with it loaded. Repeatable; refused if the import starts a "
-                   "thread (a forked copy of a threaded process may deadlock).")
+                   "thread (a forked copy of a threaded process may deadlock) or commlib (mpi4py does: MPI_Init "
+                   "at import).")
 @click.option("--mpi4py", "mpi4py", is_flag=True,
               help="Make 'import mpi4py' load commlib's stand-in (its MPI is commlib.MPI), shadowing any real one.")
 @click.option("--tag-output/--no-tag-output", default=True, help="Prefix each output line with [rank].")

@@ -267,6 +267,16 @@ def preload(extra=()):
         after = _running_threads()
         if after > before:
             raise PreloadError(f"importing {name} started {after - before} thread(s); run without --preload {name}")
+        if _commlib_started():
+            raise PreloadError(f"importing {name} started commlib (as mpi4py's MPI_Init at import does) in commrun, "
+                               f"where it is a job of one rank; each rank must start its own: run without "
+                               f"--preload {name}")
+
+
+def _commlib_started():
+    """Whether commlib's world exists in this process (ranks forked from it would inherit a world of one)."""
+    lifecycle = sys.modules.get("commlib._api.lifecycle")
+    return lifecycle is not None and lifecycle._world is not None
 
 
 def _running_threads():

@@ -317,3 +317,12 @@ def test_preload_refuses_a_module_that_starts_a_thread(commrun):
     r = commrun.run("--preload", "threaded", "-n", 2, script, env=env)
     assert r.returncode == 1 and "never" not in r.stdout
     assert "importing threaded started 1 thread(s); run without --preload threaded" in r.stderr
+
+
+def test_preload_refuses_a_module_that_starts_commlib(commrun):
+    """mpi4py initializes MPI when imported: preloaded, commlib.MPI's would start in commrun as a job of
+    one rank, and every forked rank would inherit that world (each its own COMM_WORLD of size 1)."""
+    script = forked(commrun).script("p.py", "print('never')\n")
+    r = commrun.run("--mpi4py", "--preload", "mpi4py", "-n", 2, script)
+    assert r.returncode == 1 and "never" not in r.stdout, (r.stdout, r.stderr)
+    assert "importing mpi4py started commlib (as mpi4py's MPI_Init at import does) in commrun" in r.stderr
