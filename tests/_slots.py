@@ -5,9 +5,8 @@ under half a core) runs beside them without one.
 Why: the suite runs a test's job of 2-8 ranks at a time on each xdist worker, a worker a core. A
 test that waits 20 s on a 200 ms link or a 2 s timeout holds its worker, and a core idles: on the
 2-core machine ~420 of the suite's ~2,500 worker-seconds are such waits (their items' CPU with
-their children, junit's `cpu-s`, against their time). So the suite runs two workers more than it has
-slots (with one, two waiting files at once left a core idle), and the computing tests still never outnumber
-the cores, so the timing of the tests that
+their children, junit's `cpu-s`, against their time). So the suite runs one worker more than it has
+slots, and the computing tests still never outnumber the cores, so the timing of the tests that
 bound a failure's detection is not stretched further than two workers stretch it.
 
 Slots are files locked with flock in a directory the controller makes (COMMLIB_TEST_SLOTS); a

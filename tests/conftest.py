@@ -83,13 +83,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: a worker a core up to 4, and two more for the tests that wait (_slots.py) where they run:
-    with one, two waiting files at once (torch's suite, the deadlines) left a single worker to compute and a
-    core idle (80 % busy for minutes). Not in the quick tier, where a third worker's collecting alone costs
-    more than it gains (65 s -> 80-95 s on 2 cores). Each test's job runs 2-8 ranks of its own: more
-    computing tests than cores only share the cores and stretch the tests that bound a failure's time."""
+    """`-n auto`: a worker a core up to 4, and one more for the tests that wait (_slots.py) where they run:
+    not in the quick tier, where a third worker's collecting alone costs more than it gains (65 s -> 80-95 s on
+    2 cores). Each test's job runs 2-8 ranks of its own: more computing tests than cores only share the cores
+    and stretch the tests that bound a failure's time."""
     quick = (config.getoption("markexpr", "") or "").strip() == "quick"
-    return _slots.slot_count() + (0 if quick else 2)
+    return _slots.slot_count() + (0 if quick else 1)
 
 
 _SHM = pathlib.Path("/dev/shm")
