@@ -251,19 +251,25 @@ _KEPT = []  # in a forked rank: commrun's objects that must never be finalized t
 
 
 class PreloadError(Exception):
-    """A module given to --preload left a thread running: commrun cannot fork safely after it."""
+    """A module given to --preload failed to import, or left what commrun cannot fork after."""
 
 
 def preload(extra=()):
     """Import what forked ranks share (NumPy, commlib, and the modules in `extra`, --preload's); call
-    before the first fork, with no thread running. PreloadError names a module whose import left a
-    thread running: a forked copy of it would hold that thread's locks with no thread to release them."""
+    before the first fork, with no thread running. PreloadError names a module of `extra` whose import
+    failed, left a thread running (a forked copy of it would hold that thread's locks with no thread to
+    release them) or started commlib (each forked rank would inherit a world of one rank)."""
     for name in PRELOAD:
         __import__(name)
     __import__("commlib").__all__  # noqa: B018 -- its layers, which its public names load on first use
     for name in extra:
         before = _running_threads()
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise
+        except Exception as e:  # the module's own error at import: commrun says which, and stops
+            raise PreloadError(f"importing {name} raised {type(e).__name__}: {e}") from e
         after = _running_threads()
         if after > before:
             raise PreloadError(f"importing {name} started {after - before} thread(s); run without --preload {name}")

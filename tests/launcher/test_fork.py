@@ -307,6 +307,14 @@ def test_preload_needs_fork_and_an_importable_module(commrun):
     assert "--fork: cannot import what ranks share (No module named 'no_such_module_here')" in r.stderr
 
 
+def test_preload_reports_a_module_that_fails_at_import(commrun):
+    env = _module(commrun, "broken", "raise ValueError('no config file here')\n")
+    script = forked(commrun).script("p.py", "print('never')\n")
+    r = commrun.run("--preload", "broken", "-n", 2, script, env=env)
+    assert r.returncode == 1 and "never" not in r.stdout and "Traceback" not in r.stderr, r.stderr
+    assert "--fork: cannot import what ranks share (importing broken raised ValueError: no config file here)" in r.stderr
+
+
 def test_preload_refuses_a_module_that_starts_a_thread(commrun):
     """A forked copy of a threaded process may deadlock on a lock the thread held: refused, by name."""
     env = _module(commrun, "threaded", """
