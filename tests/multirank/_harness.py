@@ -151,7 +151,8 @@ class BatchJob:
     def __init__(self, case, n, names, env, timeout, tmp, options=()):
         report_dir = tmp / f"{os.path.splitext(case)[0]}-n{n}-{os.environ.get('COMMLIB_TRANSPORT', '')}"
         report_dir.mkdir(parents=True, exist_ok=True)
-        self.case, self.n, self.names, self.options = case, n, list(names), " ".join(options)
+        self.case, self.n, self.names = case, n, list(names)
+        self.command = " ".join(["commrun", *options, "-n", str(n), "_batch.py", case])  # as the report names it
         argv = [sys.executable, "-m", "commrun", *options, "-n", str(n), os.path.join(CASES, "_batch.py"), case,
                 str(SEED), str(report_dir), *self.names]
         t0 = time.monotonic()
@@ -165,7 +166,7 @@ class BatchJob:
             self.records[r] = [json.loads(line) for line in lines if line.strip()]
 
     def _context(self):
-        return (f"--- job: commrun {self.options + ' ' if self.options else ''}-n {self.n} _batch.py {self.case} (seed {SEED}), exit code {self.rc}, "
+        return (f"--- job: {self.command} (seed {SEED}), exit code {self.rc}, "
                 f"{self.seconds:.1f} s{'; ' + self.killed if self.killed else ''}\n"
                 f"--- stdout (tail)\n{_tail(self.out)}\n--- stderr (tail)\n{_tail(self.err)}")
 
