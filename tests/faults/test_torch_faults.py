@@ -30,9 +30,11 @@ import time
 import psutil
 import pytest
 
+from _needs import skip_unless_installed
+
 TRANSPORTS = ("shm",)  # a front-end on the API: the transports' own faults are the rest of this suite's
 
-pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
+skip_unless_installed("torch", "torch is not installed: the torch.distributed backend tests need it")
 
 from faultlib import REPO, record_figure  # noqa: E402
 

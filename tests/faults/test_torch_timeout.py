@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
+from _needs import skip_unless_installed
+
 TRANSPORTS = ("shm",)  # a front-end on the API: the transports' own faults are the rest of this suite's
 
-pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.0 (CPU build)")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

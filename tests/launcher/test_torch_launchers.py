@@ -17,10 +17,12 @@ import sys
 
 import pytest
 
+from _needs import skip_unless_installed
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multirank"))
 import _harness  # noqa: E402
 
-pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
+skip_unless_installed("torch", "torch is not installed: the torch.distributed backend tests need it")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -99,6 +99,10 @@ def _communicate(argv, env, timeout, cwd=CASES):
 # ranks are forked from a commrun that imported torch once. Torch under exec'd ranks, as most users start
 # it, stays covered by the docs' torch blocks, the fault tests' torch cases, torchrun and Ray.
 TORCH_FORKED = ("--fork", "--preload", "torch")
+# commrun's options for batched case files (a job of checks, not a user's program): the ranks are forked from a
+# commrun that imported NumPy and commlib once (about 0.17 CPU-s a rank less on 2 cores). Exec'd ranks, as users
+# start them, are what every other multi-rank test runs.
+FORKED = ("--fork",)
 
 
 def run(n, script, *args, env=None, timeout=120, seed=SEED, options=()):
@@ -241,7 +245,7 @@ def batch_key(item):
     return mark.kwargs["case"], p["n"], p.get("transport", ""), tuple(sorted((mark.kwargs["env"] or {}).items()))
 
 
-def batched(case, ns, *, env=None, only=None, timeout=600, doc=None, options=()):
+def batched(case, ns, *, env=None, only=None, timeout=600, doc=None, options=FORKED):
     """A test function with an item per (n, check) of cases/CASE; the checks of one (n, transport) run in
     one job, started by the first of its items this process runs. `only`: the checks (names, or their
     functions' names) to take, where not all that apply at those sizes. `timeout` bounds the job (and the

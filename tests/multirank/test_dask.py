@@ -9,13 +9,15 @@ import sys
 
 import pytest
 
+from _needs import skip_unless_installed
+
 import _harness
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-pytest.importorskip("dask_mpi", reason="dask-mpi is not installed (pip install dask-mpi)")
-pytest.importorskip("distributed", reason="dask.distributed is not installed")
-pytest.importorskip("dask.array", reason="dask[array] is not installed")
+skip_unless_installed("dask_mpi", "dask-mpi is not installed (pip install dask-mpi)")
+skip_unless_installed("distributed", "dask.distributed is not installed")
+skip_unless_installed("dask", "dask[array] is not installed")  # (not dask.array: finding it imports dask)
 
 
 @pytest.mark.timeout(150)

@@ -6,12 +6,14 @@ import sys
 
 import pytest
 
+from _needs import skip_unless_installed
+
 from _harness import REPO, base_env
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'mlx[cpu]'): commlib.mlx needs it")
-pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed: the bfloat16 checks need it")
+skip_unless_installed("mlx.core", "mlx is not installed (pip install 'mlx[cpu]'): commlib.mlx needs it")
+skip_unless_installed("ml_dtypes", "ml_dtypes is not installed: the bfloat16 checks need it")
 
 
 @pytest.mark.timeout(200)

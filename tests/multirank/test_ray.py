@@ -17,11 +17,13 @@ import tempfile
 import psutil
 import pytest
 
+from _needs import skip_unless_installed
+
 import _harness
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-pytest.importorskip("ray", reason="Ray is not installed (pip install 'commlib[ray]')")
+skip_unless_installed("ray", "Ray is not installed (pip install 'commlib[ray]')")
 
 
 def _leftovers(marker):

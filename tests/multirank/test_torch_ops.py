@@ -8,14 +8,14 @@ and listed by the case as `NOTE skipped for gloo` lines; every check applies to 
 """
 import os
 
-import pytest
+from _needs import skip_unless_installed
 
 from _harness import TORCH_FORKED, batched
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
-pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed: the cases build bfloat16 data with it")
+skip_unless_installed("torch", "torch is not installed: the torch.distributed backend tests need it")
+skip_unless_installed("ml_dtypes", "ml_dtypes is not installed: the cases build bfloat16 data with it")
 
 NS = [1, 2, 3, 4]
 BACKENDS = [b.strip() for b in os.environ.get("TORCH_TEST_BACKEND", "commlib").split(",") if b.strip()]

@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 (CPU build)")
+from _needs import skip_unless_installed
+
+skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.0 (CPU build)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402

@@ -9,13 +9,13 @@ the default, "commlib", imports commlib.torch to register the backend.
 """
 import os
 
-import pytest
+from _needs import skip_unless_installed
 
 from _harness import TORCH_FORKED, batched
 
 TRANSPORTS = ("shm",)  # a front-end on the API: the default transport only (conftest.py)
 
-pytest.importorskip("torch", reason="torch is not installed: the torch.distributed backend tests need it")
+skip_unless_installed("torch", "torch is not installed: the torch.distributed backend tests need it")
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 

@@ -4,22 +4,35 @@ import gc
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from _needs import skip_unless_installed
+from commlib._kernels import array_at
 
-from commlib._kernels import array_at  # noqa: E402
-from commlib.torch._tensors import array  # noqa: E402
+skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.0 (CPU build)")
 
-DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.float16,
-          torch.float32, torch.float64, torch.complex64, torch.complex128]
+# torch is imported by the tests that use it (the `torch` fixture), not by collecting this file in every worker
+DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
+          "complex128"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+    return torch
+
+
+@pytest.fixture(scope="module")
+def array(torch):
+    from commlib.torch._tensors import array
+    return array
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("make", [lambda d: torch.arange(24).to(d).reshape(2, 3, 4),
-                                  lambda d: torch.arange(24).to(d)[5:17],  # an offset into its storage
-                                  lambda d: torch.tensor(3).to(d),          # 0-d
-                                  lambda d: torch.zeros(0, 4, dtype=d)])
-def test_a_view_is_the_tensors_memory(dtype, make):
-    t = make(dtype)
+@pytest.mark.parametrize("make", [lambda torch, d: torch.arange(24).to(d).reshape(2, 3, 4),
+                                  lambda torch, d: torch.arange(24).to(d)[5:17],  # an offset into its storage
+                                  lambda torch, d: torch.tensor(3).to(d),          # 0-d
+                                  lambda torch, d: torch.zeros(0, 4, dtype=d)])
+def test_a_view_is_the_tensors_memory(dtype, make, torch, array):
+    t = make(torch, getattr(torch, dtype))
     a = array(t)
     assert a.shape == tuple(t.shape) and a.dtype == np.dtype(str(t.dtype).split(".")[1].replace("bool", "bool_"))
     np.testing.assert_array_equal(a, t.numpy())
@@ -28,7 +41,7 @@ def test_a_view_is_the_tensors_memory(dtype, make):
         assert t.reshape(-1)[-1].item() == t.reshape(-1)[0].item()
 
 
-def test_the_view_keeps_the_tensor_alive_and_a_grad_tensor_is_viewed_detached():
+def test_the_view_keeps_the_tensor_alive_and_a_grad_tensor_is_viewed_detached(torch, array):
     t = torch.arange(1000, dtype=torch.float64, requires_grad=True)
     a = array(t)
     del t
@@ -39,7 +52,7 @@ def test_the_view_keeps_the_tensor_alive_and_a_grad_tensor_is_viewed_detached():
     assert b.tolist() == [7.0] * 4
 
 
-def test_bfloat16_and_non_contiguous_tensors():
+def test_bfloat16_and_non_contiguous_tensors(torch, array):
     x = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
     try:
         a = array(x)
@@ -51,7 +64,7 @@ def test_bfloat16_and_non_contiguous_tensors():
     assert array(s).tolist() == s.tolist() and not array(s).flags.c_contiguous
 
 
-def test_what_cannot_be_viewed_is_refused_with_the_reason():
+def test_what_cannot_be_viewed_is_refused_with_the_reason(torch, array):
     with pytest.raises(ValueError, match="lazy conj"):
         array(torch.ones(2, dtype=torch.complex64).conj())
     with pytest.raises(ValueError, match="sparse"):

@@ -1,13 +1,25 @@
 """The torch backend's rule for torch's threads where the launcher left every rank at one a core."""
 import pytest
 
-torch = pytest.importorskip("torch")
+from _needs import skip_unless_installed
 
-from commlib.torch import _threads  # noqa: E402
+skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.0 (CPU build)")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch  # by the tests that use it, not by collecting this file in every worker
+    return torch
+
+
+@pytest.fixture(scope="module")
+def _threads(torch):
+    from commlib.torch import _threads
+    return _threads
 
 
 @pytest.fixture
-def threads():
+def threads(torch):
     """torch's thread count, put back afterwards; the cores made to match it (torch's default)."""
     before = torch.get_num_threads()
     torch.set_num_threads(4)
@@ -15,7 +27,7 @@ def threads():
     torch.set_num_threads(before)
 
 
-def test_ranks_at_torchs_default_share_the_cores(threads, capsys, monkeypatch):
+def test_ranks_at_torchs_default_share_the_cores(threads, torch, _threads, capsys, monkeypatch):
     monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: 4)
     assert _threads.share_cores(0, 2, environ={}, ncores=4) == 2
     assert torch.get_num_threads() == 2
@@ -32,19 +44,19 @@ def test_ranks_at_torchs_default_share_the_cores(threads, capsys, monkeypatch):
     (2, {"MKL_NUM_THREADS": "2"}, 4, "the user chose"),
     (2, {}, 8, "2 x 4 threads fit 8 cores"),
 ])
-def test_left_alone(threads, monkeypatch, local_size, environ, ncores, why):
+def test_left_alone(threads, torch, _threads, monkeypatch, local_size, environ, ncores, why):
     monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: ncores)
     assert _threads.share_cores(0, local_size, environ=environ, ncores=ncores) is None, why
     assert torch.get_num_threads() == 4
 
 
-def test_threads_the_program_lowered_are_kept(threads, monkeypatch):
+def test_threads_the_program_lowered_are_kept(threads, torch, _threads, monkeypatch):
     monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: 8)
     torch.set_num_threads(3)  # below the default of 8: the program's choice
     assert _threads.share_cores(0, 4, environ={}, ncores=8) is None and torch.get_num_threads() == 3
 
 
-def test_the_users_threads_that_outnumber_the_cores_get_a_hint_not_a_change(threads, capsys, monkeypatch):
+def test_the_users_threads_that_outnumber_the_cores_get_a_hint_not_a_change(threads, torch, _threads, capsys, monkeypatch):
     monkeypatch.setattr(_threads.psutil, "cpu_count", lambda logical=True: 4)
     assert _threads.share_cores(0, 2, environ={"OMP_NUM_THREADS": "4"}, ncores=4) is None
     assert torch.get_num_threads() == 4

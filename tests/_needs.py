@@ -1,0 +1,22 @@
+"""Skipping a test file whose optional engine (torch, Ray, Dask, MLX) is not installed, decided without
+importing it: `pytest.importorskip` at a module's top imports the engine in every xdist worker that
+collects the file (torch alone is about 1.5 s of CPU a worker on 2 cores), though the file's tests run it
+only in their ranks' processes. A file whose own process uses the engine keeps `pytest.importorskip`.
+"""
+import importlib.util
+
+import pytest
+
+
+def installed(name):
+    """Whether module `name` (dotted names import only their parent packages) can be imported."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or one without a spec
+        return False
+
+
+def skip_unless_installed(name, reason):
+    """At a test module's top: skip the whole module, saying `reason`, where `name` is not installed."""
+    if not installed(name):
+        pytest.skip(reason, allow_module_level=True)
