@@ -250,6 +250,7 @@ class Poller:
         os.set_blocking(self._wake_w, False)
         self._arrival_r, self._fail_r = ep.arrival_r, ep.wake_r
         self.woken = False  # a wait saw the wake-up pipe readable: clear_wake() has a byte to read
+        self._written = False  # a wake-up byte is in the pipe, not yet read: a wake() now has nothing to add
         self._polls = {}  # thread id -> (the events it last waited on, its select.poll with them registered)
 
     def watch(self, conns_in, conns_out):
@@ -313,18 +314,30 @@ class Poller:
         return ready
 
     def wake(self):
-        """Interrupt a wait() (now or the next one)."""
+        """Interrupt a wait() (now or the next one). One byte in the pipe does that: while it is unread,
+        a wake-up writes nothing. (A write releases the GIL: a thread that posts receives in a loop,
+        each waking the progress thread's wait, would release and retake it every post, and the
+        progress thread, woken, then waited for the GIL for as long as the loop ran, since CPython
+        makes a running thread hand over only to a thread that waited a whole switch interval (5 ms)
+        without the GIL changing hands: a tested-only receive completed 0.2-0.6 s late.)"""
+        if self._written:
+            return
+        self._written = True
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"\0")
 
     def clear_wake(self):
         """Read the wake-up bytes a wait saw (none to read, no system call, when it saw none: a byte
-        written since stays, and makes the next wait return at once)."""
+        written since stays, and makes the next wait return at once). Called under the engine's lock,
+        as most wake-ups are: those from other threads outside it (close, a receiver's close request)
+        may find the byte read and the flag not yet cleared, and write nothing; the wait they meant
+        to cut short then ends by its own timeout."""
         if not self.woken:
             return
         self.woken = False
         with contextlib.suppress(BlockingIOError, OSError):
             os.read(self._wake_r, 4096)
+        self._written = False
 
     def clear_arrivals(self):
         # The arrival pipe stays readable until read here: new connections are collected after this.
