@@ -9,15 +9,9 @@ from commlib._kernels import array_at
 
 skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.0 (CPU build)")
 
-# torch is imported by the tests that use it (the `torch` fixture), not by collecting this file in every worker
+# torch is imported by the tests that use it (the `torch` fixture, conftest.py), not at collection
 DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
           "complex128"]
-
-
-@pytest.fixture(scope="module")
-def torch():
-    import torch
-    return torch
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,6 @@ skip_unless_installed("torch", "torch is not installed: pip install torch==2.13.
 
 
 @pytest.fixture(scope="module")
-def torch():
-    import torch  # by the tests that use it, not by collecting this file in every worker
-    return torch
-
-
-@pytest.fixture(scope="module")
 def _threads(torch):
     from commlib.torch import _threads
     return _threads
