@@ -10,7 +10,7 @@ from commlib._hosts import route_address
 from commlib._transport.limits import raise_fd_limit
 from commlib._transport.seal import enabled as seal_enabled
 
-from . import __version__, binding, hostagents, hosts, spawn, supervise, tracefetch
+from . import binding, hostagents, hosts, spawn, supervise, tracefetch
 
 EPILOG = """\b
 Examples:
@@ -94,6 +94,14 @@ def _check_program(program, module, direct):
         raise click.UsageError(f"{first}: no such script (use -m for a module, or -- for an executable)")
 
 
+def _print_version(ctx, _param, value):
+    """--version: the installed version, read only when asked (see commrun.__getattr__)."""
+    if value and not ctx.resilient_parsing:
+        from . import __version__
+        click.echo(f"commrun, version {__version__}")
+        ctx.exit()
+
+
 @click.command(
     cls=_Command,
     epilog=EPILOG,
@@ -160,7 +168,8 @@ def _check_program(program, module, direct):
 @click.option("--stats", "stats", is_flag=True,
               help="Print a table of every collective and call after the job: calls, bytes, time, busbw, "
                    "time spent waiting for the last rank to arrive and which rank that was.")
-@click.version_option(__version__, "-V", "--version", prog_name="commrun")
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinator_host, ifname, encrypt, verbose, doctor,

@@ -29,6 +29,21 @@ def test_the_launcher_imports_no_numpy():
 
 
 @pytest.mark.timeout(90)
+def test_commrun_reads_its_version_only_when_asked():
+    """importlib.metadata and its scan of the installed distributions (~10 ms) only for --version."""
+    out = _run("import sys\n"
+               "import commrun, commrun.cli\n"
+               "print('importlib.metadata' in sys.modules)\n"
+               "v = commrun.__version__\n"
+               "print('importlib.metadata' in sys.modules, bool(v), commrun.__version__ is v)\n"
+               "try:\n"
+               "    commrun.no_such_name\n"
+               "except AttributeError as e:\n"
+               "    print(e)\n")
+    assert out.splitlines() == ["False", "True True True", "module 'commrun' has no attribute 'no_such_name'"], out
+
+
+@pytest.mark.timeout(90)
 def test_the_first_public_name_loads_every_layer():
     out = _run("import sys, commlib\n"
                "assert 'numpy' not in sys.modules\n"
