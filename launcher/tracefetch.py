@@ -11,7 +11,6 @@ through it the same way.
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 
@@ -35,6 +34,8 @@ def fetch(rsh, hosts, trace_dir, say, timeout=FETCH_TIMEOUT_S):
 
 
 def _fetch_one(rsh, host, index, trace_dir, say, timeout):
+    import tarfile  # (here: every commrun start imported it, for a --trace across hosts)
+
     from commlib import _trace
     from commlib._hosts import forwarded_env, remote_argv
     env = {k: v for k, v in forwarded_env().items() if k not in ("COMMLIB_TRACE", "COMMLIB_STATS")}
