@@ -21,4 +21,3 @@ def skip_unless_installed(name, reason):
     """At a test module's top: skip the whole module, saying `reason`, where `name` is not installed."""
     if not installed(name):
         pytest.skip(reason, allow_module_level=True)
-

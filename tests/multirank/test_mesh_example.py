@@ -2,12 +2,13 @@
 of a size one after another in one job (cases/run_examples.py, each as __main__): tensor_parallel_mlp's loss
 curve on a ("dp", "tp") mesh must equal one process training the whole model on the whole batch (recomputed
 here, serially); the FFT must match NumPy's; ZeRO's losses must be one process's."""
-import importlib.util
 import os
 import sys
 
 import numpy as np
 import pytest
+
+from _needs import installed
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
@@ -20,7 +21,7 @@ SIZES = {  # example -> the sizes it runs at
     "fft2d_pencil.py": (2, 3, 4),
     "zero_sharded_sgd.py": (2, 3, 4),
 }
-HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_TORCH = installed("torch")
 _JOBS = {}  # n -> _harness.examples_job(): the examples of a size in one job
 
 
