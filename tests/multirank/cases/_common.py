@@ -93,6 +93,14 @@ def gen(rng, dt, shape, kind="any"):
     return vals.astype(np.float32 if dt in LOW_PRECISION else dt).astype(dt).reshape(shape)
 
 
+def every_rank(seed, size, label, dt, shape, kind="any"):
+    """Every rank's input for `label` (a list in rank order): one gen() of all of them, rank r's the r-th
+    block, so each rank rebuilds the others' inputs in one call instead of one generator a rank."""
+    shape = tuple(shape)
+    whole = gen(rng_for(seed, "every rank", *label), dt, (size,) + shape, kind)
+    return [whole[r, ...] for r in range(size)]
+
+
 def kind_for(op):
     return {"sum": "small", "prod": "prod", "land": "logical", "lor": "logical"}.get(op, "any")
 

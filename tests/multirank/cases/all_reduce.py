@@ -12,8 +12,8 @@ import numpy as np
 import commlib as cl
 from commlib import _algorithms  # its `note` hook: which algorithm each call chose
 from _batch import check
-from _common import (BF16, COMPLEX, DTYPES, FLOATS, LOW_PRECISION, OPS, dname, digest, expected_reduce, gen,
-                     kind_for, legal)
+from _common import (BF16, COMPLEX, DTYPES, FLOATS, LOW_PRECISION, OPS, dname, digest, every_rank, expected_reduce,
+                     gen, kind_for, legal)
 
 SIZES = [0, 1, 2, 3, 7, 13, 127, 1021]
 BIG_DTYPES = {np.dtype(np.uint8), np.dtype(np.int64), np.dtype(np.float64), np.dtype(bool)}
@@ -37,7 +37,7 @@ def sizes(c, op, dt):
 
 def inputs(c, label, dt, shape, kind="any"):
     """Every rank's input (a pure function of rank, seed and label)."""
-    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(c.size)]
+    return every_rank(c.seed, c.size, label, dt, shape, kind)
 
 
 def run_layout(c, variant, x_all, op, label):

@@ -10,14 +10,14 @@ import time
 import numpy as np
 
 from _batch import check, script
-from _common import DTYPES, OPS, dname, expected_reduce, gen, kind_for, legal
+from _common import DTYPES, OPS, dname, every_rank, expected_reduce, gen, kind_for, legal
 from commlib import _algorithms  # its `note` hook: which algorithm each call chose
 
 I32, F32, U8 = np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.uint8)
 
 
 def inputs(c, label, dt, shape, kind="any"):
-    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(c.size)]
+    return every_rank(c.seed, c.size, label, dt, shape, kind)
 
 
 def all_gather_checks(c):

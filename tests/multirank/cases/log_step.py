@@ -9,7 +9,7 @@ every rank), and results that must survive later calls.
 import numpy as np
 
 from _batch import check
-from _common import DTYPES, dname, expected_reduce, gen, kind_for, legal
+from _common import DTYPES, dname, every_rank, expected_reduce, kind_for, legal
 
 SIZES = (0, 1, 13, 1021)
 FORCED = ["pairwise-ring", "bruck-rabenseifner", "default-doubling"]  # all_gather-all_reduce
@@ -21,7 +21,7 @@ def forced_env(pair):
 
 
 def inputs(c, label, dt, shape, kind="any"):
-    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(c.size)]
+    return every_rank(c.seed, c.size, label, dt, shape, kind)
 
 
 @check(params=FORCED, env=forced_env)

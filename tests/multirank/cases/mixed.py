@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 import commlib as cl
-from _common import Checker, expected_reduce, gen
+from _common import Checker, every_rank, expected_reduce, gen
 
 c = Checker("mixed")
 n, me = c.size, c.rank
@@ -15,7 +15,7 @@ F32, I64, U8 = np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.uint8)
 
 
 def inputs(label, dt, shape, kind="any"):
-    return [gen(c.rng(r, *label), dt, shape, kind) for r in range(n)]
+    return every_rank(c.seed, n, label, dt, shape, kind)
 
 
 for rnd in range(3):
