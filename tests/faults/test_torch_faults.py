@@ -12,11 +12,14 @@ training steps, half a second after the survivors blocked on it. Every survivor 
     abort fails the test) within EXIT_BOUND_S of the kill;
 and no process of the job may be left afterwards (psutil).
 
-commrun stops every rank when one dies, so the main tests start the ranks themselves, as plain
-`python` processes with RANK/WORLD_SIZE/MASTER_ADDR=127.0.0.1/MASTER_PORT/LOCAL_RANK/LOCAL_WORLD_SIZE
-(as torchrun or a PyTorchJob would): that is also the launcher-less path. The commrun tests run
-the same case under commrun with survivors that ignore its SIGTERM (--grace 10), so that they
-can still report what they saw.
+commrun stops every rank when one dies, so the main tests start the ranks themselves, with
+RANK/WORLD_SIZE/MASTER_ADDR=127.0.0.1/MASTER_PORT/LOCAL_RANK/LOCAL_WORLD_SIZE (as torchrun or a
+PyTorchJob would): that is also the launcher-less path. Their ranks are forks of one process that
+imported torch (forked_ranks.py, as torch.multiprocessing's fork start method makes them: torch's
+import costs 2-3 CPU-s a process on 2 cores); rank 0's death is tested with plain `python` processes.
+The commrun tests run the same case under commrun (its ranks forked from a commrun that imported
+torch, but for one) with survivors that ignore its SIGTERM (--grace 10), so that they can still
+report what they saw.
 """
 import json
 import os
@@ -40,6 +43,7 @@ from faultlib import REPO, record_figure  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASE = os.path.join(HERE, "torch_kill_case.py")
+FORKER = os.path.join(HERE, "forked_ranks.py")
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
 SURVIVOR_CODE = 17  # torch_kill_case.py: caught a RuntimeError and exited normally
 DETECT_BOUND_S = 10.0
@@ -78,13 +82,38 @@ def _records(text):
     return out
 
 
-class PlainRanks:
-    """N plain `python torch_kill_case.py ...` processes with torchrun-style variables and no launcher;
-    a watcher thread records every process they start (pid, create time) and when each rank exits."""
+class _ForkedRank:
+    """A rank forked by forked_ranks.py, as much of a Popen as PlainRanks uses: its returncode and when
+    it ended come from the file the forking process writes when it reaps the rank."""
 
-    def __init__(self, tmp_path, n, args):
-        self.dir, self.n, self.args = tmp_path, n, [str(a) for a in args]
+    def __init__(self, pid, path):
+        self.pid, self._path, self.returncode, self.ended = pid, path, None, None
+
+    def poll(self):
+        if self.returncode is None and self._path.exists():
+            self.returncode, self.ended = json.loads(self._path.read_text())
+        return self.returncode
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+class PlainRanks:
+    """N `python torch_kill_case.py ...` ranks with torchrun-style variables and no launcher; a watcher
+    thread records every process they start (pid, create time) and when each rank exits.
+    forked: the ranks are forks of one process that imported torch (forked_ranks.py: 2-3 CPU-s of torch's
+    import a rank less on 2 cores), as `torch.multiprocessing` with the fork start method makes them;
+    else plain `python` processes, as torchrun or a PyTorchJob starts them."""
+
+    def __init__(self, tmp_path, n, args, forked=True):
+        self.dir, self.n, self.args, self.forked = tmp_path, n, [str(a) for a in args], forked
         self.procs, self.files, self.seen, self.exited = [], [], {}, {}
+        self.parent = None  # forked: the process the ranks were forked from
         self._stop = threading.Event()
         self._watcher = None
 
@@ -95,7 +124,11 @@ class PlainRanks:
                     PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COMMLIB_TIMEOUT="30", TORCH_TEST_BACKEND=BACKEND,
                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(self.n),
                     LOCAL_WORLD_SIZE=str(self.n))
+        if self.forked:
+            self._fork(base)
         for r in range(self.n):
+            if self.forked:
+                continue
             out, err = open(self.dir / f"rank{r}.out", "wb"), open(self.dir / f"rank{r}.err", "wb")
             self.files += [out, err]
             env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
@@ -107,12 +140,34 @@ class PlainRanks:
         self._watcher.start()
         return self
 
+    def _fork(self, env):
+        out, err = open(self.dir / "parent.out", "wb"), open(self.dir / "parent.err", "wb")
+        self.files += [out, err]
+        preload = "torch,torch.distributed" + (",commlib.torch" if BACKEND == "commlib" else "")
+        self.parent = subprocess.Popen([sys.executable, FORKER, str(self.dir), str(self.n), preload, CASE, *self.args],
+                                       env=env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                       start_new_session=True)
+        self.seen[self.parent.pid] = (psutil.Process(self.parent.pid).create_time(), "the ranks' parent")
+        pids, deadline = self.dir / "pids.json", time.monotonic() + 60
+        while not pids.exists():
+            if self.parent.poll() is not None or time.monotonic() > deadline:
+                self.kill_all()
+                pytest.fail(f"forked_ranks.py started no ranks (exit {self.parent.poll()}):\n"
+                            f"{(self.dir / 'parent.err').read_text(errors='replace')[-3000:]}")
+            time.sleep(0.02)
+        for r, pid in sorted((int(r), pid) for r, pid in json.loads(pids.read_text()).items()):
+            self.procs.append(_ForkedRank(pid, self.dir / f"exit.{r}"))
+            try:
+                self.seen[pid] = (psutil.Process(pid).create_time(), f"rank {r}")
+            except psutil.NoSuchProcess:  # (ended already: its exit file says how)
+                pass
+
     def _watch(self):
         while not self._stop.is_set():
             self._collect()
             for r, p in enumerate(self.procs):
                 if r not in self.exited and p.poll() is not None:
-                    self.exited[r] = time.time()
+                    self.exited[r] = getattr(p, "ended", None) or time.time()
             if len(self.exited) == self.n:
                 return
             self._stop.wait(0.02)
@@ -142,10 +197,15 @@ class PlainRanks:
             self._stop.set()
             if self._watcher is not None:
                 self._watcher.join(2)
+            if self.parent is not None:  # (it ends once it has reaped every rank)
+                try:
+                    self.parent.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
             for f in self.files:
                 f.close()
         for r, p in enumerate(self.procs):  # the watcher's last look may have been before the exit
-            self.exited.setdefault(r, time.time())
+            self.exited.setdefault(r, getattr(p, "ended", None) or time.time())
         return {r: p.returncode for r, p in enumerate(self.procs)}
 
     def kill_all(self):
@@ -157,7 +217,7 @@ class PlainRanks:
                         os.kill(pid, sig)
                     except ProcessLookupError:
                         pass
-        for p in self.procs:
+        for p in [self.parent] if self.parent is not None else self.procs:
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
@@ -194,10 +254,10 @@ class PlainRanks:
 def plain_ranks(tmp_path):
     started = []
 
-    def make(n, args):
+    def make(n, args, forked=True):
         sub = tmp_path / f"job{len(started)}"
         sub.mkdir()
-        job = PlainRanks(sub, n, args)
+        job = PlainRanks(sub, n, args, forked)
         started.append(job)
         return job
 
@@ -235,8 +295,8 @@ def check_survivor(r, recs, victim, mode, t_kill, output):
     return latency
 
 
-def run_plain(plain_ranks, n, mode, victim, how):
-    job = plain_ranks(n, [mode, victim, how]).start()
+def run_plain(plain_ranks, n, mode, victim, how, forked=True):
+    job = plain_ranks(n, [mode, victim, how], forked).start()
     rcs = job.wait(90)
     out = job.output()
     assert rcs[victim] == VICTIM_RC[how], f"victim rank {victim} exited with {rcs[victim]}\n{out}"
@@ -272,8 +332,9 @@ def test_sigkill_mid_loop_without_launcher(plain_ranks, mode, n):
 @pytest.mark.timeout(120)
 def test_rank0_killed_without_launcher(plain_ranks):
     """Rank 0 hosts the rendezvous (MASTER_PORT: torch's store and the commlib coordinator): its
-    death must still reach the survivors as an error, not a hang."""
-    run_plain(plain_ranks, 3, "async", victim=0, how="sigkill")
+    death must still reach the survivors as an error, not a hang. The ranks are plain `python`
+    processes, as torchrun starts them (the other tests fork theirs from one that imported torch)."""
+    run_plain(plain_ranks, 3, "async", victim=0, how="sigkill", forked=False)
 
 
 @pytest.mark.timeout(120)
@@ -283,14 +344,15 @@ def test_os_exit_mid_loop_without_launcher(plain_ranks, mode):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("n,mode,victim", [(4, "sync", 2), (3, "async", 1), (3, "ddp", 2)])
-def test_sigkill_under_commrun(jobs, n, mode, victim):
+@pytest.mark.parametrize("n,mode,victim,forked", [(4, "sync", 2, True), (3, "async", 1, False), (3, "ddp", 2, True)])
+def test_sigkill_under_commrun(jobs, n, mode, victim, forked):
     """The same under commrun, whose ranks ignore its SIGTERM so that they report what they saw;
-    commrun exits 137 naming the victim and leaves nothing behind."""
+    commrun exits 137 naming the victim and leaves nothing behind. forked: the ranks are forks of a
+    commrun that imported torch (`--fork --preload torch`), else exec'd."""
     with open(CASE) as f:
         body = f.read()
     job = jobs(body, n, env={"TORCH_TEST_BACKEND": BACKEND, "COMMLIB_TIMEOUT": "30"}, name="torch_kill_case.py",
-               args=[mode, victim, "sigkill", "--ignore-sigterm"], commrun_args=["--grace", "10"]).start()
+               args=[mode, victim, "sigkill", "--ignore-sigterm"], commrun_args=["--grace", "10", *(("--fork", "--preload", "torch") if forked else ())]).start()
     rc = job.wait(90)
     out = job.output()
     assert rc == 137, f"commrun exited {rc}\n{out}"
