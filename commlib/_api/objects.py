@@ -72,6 +72,7 @@ own entry (as mpi4py does). Size-1 groups follow the same rules.
 """
 import functools
 import pickle
+import struct
 
 import numpy as np
 
@@ -96,6 +97,11 @@ _ERR_VALUE, _ERR_PICKLE = -1, -2
 
 def _align(n):
     return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+_STREAM_AT = _align(16)  # the pickle stream's offset in a frame of no out-of-band buffer (its table: k = 0, length)
+_Q2 = struct.Struct("<qq")  # two little-endian int64: a frame table's head, a slot's head
+_Q4 = struct.Struct("<qqqq")
 
 
 def _u8(buf):
@@ -138,7 +144,7 @@ def layout(k, stream_len, lens):
 class Frame:
     """An object serialized for the wire: table, pickle stream and out-of-band buffers."""
 
-    __slots__ = ("stream", "buffers", "lens", "table", "stream_off", "buf_offs", "nbytes")
+    __slots__ = ("stream", "buffers", "lens", "_table", "stream_off", "buf_offs", "nbytes")
 
     def __init__(self, obj):
         buffers = []
@@ -154,11 +160,21 @@ class Frame:
             return False  # out-of-band
 
         self.stream = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+        self._table = None  # made when first asked for: a small object's slot is written without it
+        if not buffers:  # (most objects: layout() of no buffer)
+            self.buffers, self.lens, self.buf_offs = [], [], []
+            self.stream_off, self.nbytes = _STREAM_AT, _STREAM_AT + len(self.stream)
+            return
         self.buffers = [_u8(mv) for mv in buffers]
         self.lens = [b.nbytes for b in self.buffers]
-        k = len(self.buffers)
-        self.table = np.array([k, len(self.stream)] + self.lens, dtype=np.int64)
-        self.stream_off, self.buf_offs, self.nbytes = layout(k, len(self.stream), self.lens)
+        self.stream_off, self.buf_offs, self.nbytes = layout(len(self.buffers), len(self.stream), self.lens)
+
+    @property
+    def table(self):
+        """int64 [number of out-of-band buffers, stream length, each buffer's length]."""
+        if self._table is None:
+            self._table = np.array([len(self.buffers), len(self.stream), *self.lens], dtype=np.int64)
+        return self._table
 
     @property
     def meta(self):
@@ -334,7 +350,13 @@ _SLOT_HEAD = 16  # int64 frame size (or error kind), int64 error message length
 
 
 def _fill_slot(slot, frame, err):
-    """This rank's first-round slot (uint8, SLOT_BYTES): frame size and the frame if it fits, or the error."""
+    """This rank's first-round slot (uint8 zeros, SLOT_BYTES): frame size and the frame if it fits, or the error."""
+    if err is None and not frame.buffers and frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:  # the usual small object
+        mv = memoryview(slot)
+        _Q4.pack_into(mv, 0, frame.nbytes, 0, 0, len(frame.stream))  # the slot's head, then the frame's table
+        at = _SLOT_HEAD + _STREAM_AT
+        mv[at:at + len(frame.stream)] = frame.stream  # (the padding between them: the slot's zeros)
+        return
     head = slot[:_SLOT_HEAD].view(np.int64)
     if err is not None:
         msg = f"{type(err).__name__}: {err}".encode("utf-8", "replace")[:SLOT_BYTES - _SLOT_HEAD]
@@ -346,9 +368,18 @@ def _fill_slot(slot, frame, err):
             frame.assemble(slot[_SLOT_HEAD:_SLOT_HEAD + frame.nbytes])
 
 
+def _slot_loads(flat, mv, at, size):
+    """The object of the frame of `size` bytes at byte `at` of the uint8 array `flat` (mv: a memoryview
+    of it): unpickled straight from mv where it has no out-of-band buffer, else by loads()."""
+    k, slen = _Q2.unpack_from(mv, at)
+    if k == 0 and size == _STREAM_AT + slen:
+        return pickle.loads(mv[at + _STREAM_AT:at + size])
+    return loads(flat[at:at + size])
+
+
 def _slot_error(slot):
     """The error message a first-round slot carries, or None."""
-    kind, mlen = (int(v) for v in slot[:_SLOT_HEAD].view(np.int64))
+    kind, mlen = _Q2.unpack_from(slot)
     if kind >= 0:
         return None
     return slot[_SLOT_HEAD:_SLOT_HEAD + max(0, min(mlen, SLOT_BYTES - _SLOT_HEAD))].tobytes().decode("utf-8", "replace")
@@ -519,11 +550,11 @@ def broadcast_obj(obj, root=0, *, group=None):
     problem = _slot_error(slot)
     if problem is not None:
         raise CommError(f"broadcast_obj: root {root} could not pickle its object: {problem}")
-    size = int(slot[:8].view(np.int64)[0])
+    size = _Q2.unpack_from(slot)[0]
     if size > SLOT_BYTES - _SLOT_HEAD:
         got = g.stream.run(_broadcast_frame, g, frame, root)
         return obj if is_root else got
-    return obj if is_root else loads(slot[_SLOT_HEAD:_SLOT_HEAD + size])
+    return obj if is_root else _slot_loads(slot, memoryview(slot), _SLOT_HEAD, size)
 
 
 def all_gather_obj(obj, *, group=None):
@@ -534,18 +565,20 @@ def all_gather_obj(obj, *, group=None):
         return [_copy(obj)]
     frame, err = _frame_or_error(obj)
     table = np.zeros((n, SLOT_BYTES), np.uint8)
+    flat = table.reshape(-1)
     _fill_slot(table[me], frame, err)
-    gather_slots(table[me], table.reshape(-1), "all_gather_obj", g)
+    gather_slots(table[me], flat, "all_gather_obj", g)
     if err is not None:
         raise err
-    lens = table.view(np.int64)[:, 0].tolist()
+    mv = memoryview(flat)
+    lens = [_Q2.unpack_from(mv, r * SLOT_BYTES)[0] for r in range(n)]
     bad = [r for r in range(n) if lens[r] < 0]
     if bad:
         raise CommError(f"all_gather_obj: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
                         f"could not pickle {'their objects' if len(bad) > 1 else 'its object'}")
     if max(lens) > SLOT_BYTES - _SLOT_HEAD:
         return g.stream.run(_all_gather_frames, g, frame, lens)
-    return [loads(table[r, _SLOT_HEAD:_SLOT_HEAD + lens[r]]) for r in range(n)]
+    return [_slot_loads(flat, mv, r * SLOT_BYTES + _SLOT_HEAD, lens[r]) for r in range(n)]
 
 
 def gather_obj(obj, root=0, *, group=None):

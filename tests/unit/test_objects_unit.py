@@ -154,6 +154,46 @@ def test_loads_rejects_corrupt_frames(corrupt):
         ob.loads(frame)
 
 
+# ------------------------------------------------------------ first-round slots
+SMALL = [0, -7, 2 ** 70, 3.5, None, True, "héllo", b"x" * 100, (1, "a", None), {"k": [1, 2.0]},
+         np.arange(5, dtype=np.int16), np.float32(1.5), frozenset({1, 2}), complex(1, -2)]
+
+
+@pytest.mark.parametrize("obj", SMALL, ids=lambda o: type(o).__name__)
+def test_a_small_object_slot_is_its_frame_as_assembled(obj):
+    """The slot written without assembling (the usual small object) holds exactly the bytes of the
+    general path: the frame's size, 0, then Frame.assemble()'s frame (its table made on demand)."""
+    f = ob.Frame(obj)
+    assert f.nbytes <= ob.SLOT_BYTES - ob._SLOT_HEAD and not f.buffers
+    fast = np.zeros(ob.SLOT_BYTES, np.uint8)
+    ob._fill_slot(fast, f, None)
+    want = np.zeros(ob.SLOT_BYTES, np.uint8)
+    want[:ob._SLOT_HEAD].view(np.int64)[:] = (f.nbytes, 0)
+    want[ob._SLOT_HEAD:ob._SLOT_HEAD + f.nbytes] = f.assemble()
+    assert fast.tobytes() == want.tobytes()
+    assert f.table.tolist() == [0, len(f.stream)]
+    got = ob._slot_loads(fast, memoryview(fast), ob._SLOT_HEAD, f.nbytes)
+    assert same(got, obj) and same(ob.loads(want[ob._SLOT_HEAD:ob._SLOT_HEAD + f.nbytes]), obj)
+
+
+@pytest.mark.parametrize("corrupt", ["k", "size", "stream_len"])
+def test_a_corrupt_slot_is_refused_by_loads(corrupt):
+    """A slot whose frame is not what its head says goes to loads(), which refuses it."""
+    f = ob.Frame({"a": 1})
+    slot = np.zeros(ob.SLOT_BYTES, np.uint8)
+    ob._fill_slot(slot, f, None)
+    table = slot[ob._SLOT_HEAD:ob._SLOT_HEAD + 16].view(np.int64)
+    size = f.nbytes
+    if corrupt == "k":
+        table[0] = 1
+    elif corrupt == "size":
+        size += 8
+    else:
+        table[1] += 3
+    with pytest.raises(CommError):
+        ob._slot_loads(slot, memoryview(slot), ob._SLOT_HEAD, size)
+
+
 # ------------------------------------------------------------ piece protocol
 class Pipe:
     """An in-memory stand-in for a connection: the sender's moves are replayed by the receiver."""
