@@ -717,8 +717,11 @@ class Comm(Attributes, ErrorHandling):
         if dest == PROC_NULL:
             return None if block else Request._completed(fill=done_proc_null)
         data = dumps(obj)
-        r = send(g, data, DT_BYTES, data.size, _dest(g, dest, what), _stag(g, tag, what), sync=sync, block=block,
-                 what=what)
+        dest, tag = _dest(g, dest, what), _stag(g, tag, what)
+        fast = getattr(g, "p2p_fast", None) if block and not sync else None  # (an intercommunicator's has none)
+        if fast is not None and fast.send_raw(data, dest, tag) is None:
+            return None  # (the one-call path, straight from here)
+        r = send(g, data, DT_BYTES, data.size, dest, tag, sync=sync, block=block, what=what)
         return None if block else Request._wrap(r, done_empty)
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):

@@ -73,19 +73,6 @@ class FastPaths:
             req._finish(error=exc)
         return True
 
-    def _claim(self, ctx, src_w, src, tag):
-        """The connection from src (world rank src_w), marked busy for a blocking fast path (the engine keeps off it until
-        the caller clears it: a frame may be half read); None when the engine must serve the
-        receive (no connection yet, another fast path on it, or messages already waiting)."""
-        with self.lock:
-            conn = self._in.get(src_w)
-            if conn is None:
-                conn = self._adopt(src_w)
-            if conn is None or conn.busy or ctx.matcher.find(src, tag) is not None or ctx.matcher.unexpected:
-                return None
-            conn.busy = True
-            return conn
-
     def _step_frame(self, conn, expect, addr, nbytes, deadline, what, src_w, first=_NO_STEP, saved=None):
         """Steps of the C loop reading the frame `expect` + nbytes into addr from a busy connection.
 
@@ -189,19 +176,34 @@ class FastPaths:
         read; a frame this receive does not take (another tag, an acknowledgement) goes to the
         engine exactly as the plain fast path hands over a mismatch.
         """
+        got = self.one_call(ctx).recv_sized(src, tag, what)  # the whole of it in one call, as a rule
+        if got is None or got is NotImplemented:
+            return FALLBACK
+        if got[0] == "done":
+            _, tag, dtype, count, payload = got
+            return finish(Message(src, tag, payload.nbytes, dtype, count), payload)
         src_w = ctx.world[src]
         deadline = time.monotonic() + ctx.timeout
-        conn = self._claim(ctx, src_w, src, tag)
-        if conn is None:
-            return FALLBACK
+        conn = got[1]  # (claimed by the call: busy until this receive is done with it)
         try:
-            return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline)
+            if got[0] == "header":  # its header's step stopped midway or found nothing in its slice: go on
+                _, conn, rc, saved = got
+                with self.lock:
+                    self.p2p.restore_step(saved)
+                    first = self.p2p.recv_status(rc, what, src_w, 0)
+                return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline, first, saved)
+            _, conn, (tag, dtype, count, nbytes), payload, rc, saved = got  # its payload's step did
+            msg = Message(src, tag, nbytes, dtype, count)
+            self._read_payload(conn, payload, deadline, what, src_w, saved)
+            return finish(msg, payload)
         finally:
             conn.busy = False
             conn.last = time.monotonic()  # (the incoming limit's idea of when it was last used)
 
-    def _read_sized(self, ctx, conn, src, src_w, tag, finish, what, deadline):
-        got = self._step_frame(conn, _NO_FRAME, 0, 0, deadline, what, src_w)
+    def _read_sized(self, ctx, conn, src, src_w, tag, finish, what, deadline, first, saved):
+        """The rest of a sized receive whose header's step (`P2PFast.recv_sized`) returned `first`
+        (recv_status's answer) with the stepper's state `saved`."""
+        got = self._step_frame(conn, _NO_FRAME, 0, 0, deadline, what, src_w, first=first, saved=saved)
         if got is FALLBACK:
             return got
         if got is None:
@@ -221,17 +223,23 @@ class FastPaths:
             self._matched(ctx, msg)  # an issend's acknowledgement
             self._last_tag[ctx.gid, src] = h.tag
         payload = np.empty(h.nbytes, dtype=np.uint8)
-        addr, resume, saved, p2p = self.transport_address(payload), False, None, self.p2p
-        while h.nbytes:
+        if h.nbytes:
+            self._read_payload(conn, payload, deadline, what, src_w, None)
+        return finish(msg, payload)
+
+    def _read_payload(self, conn, payload, deadline, what, src_w, saved):
+        """Steps reading the payload of the frame whose header was read into `payload` (uint8); saved:
+        the state a first step stopped in (None: no payload step yet)."""
+        addr, resume, p2p = self.transport_address(payload), saved is not None, self.p2p
+        while True:
             with self.lock:  # (each step resumes from the state the last saved: see _step_frame)
                 if resume:
                     p2p.restore_step(saved)
-                got = p2p.recv_step(conn, None, addr, h.nbytes, deadline, what, src_w, resume)
+                got = p2p.recv_step(conn, None, addr, payload.nbytes, deadline, what, src_w, resume)
                 if got is not None:
                     saved = p2p.save_step()
             if got is None:
-                break
+                return
             resume = True
-        return finish(msg, payload)
 
 

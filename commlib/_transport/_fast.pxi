@@ -24,7 +24,8 @@ from libc.string cimport memset
 from cpython.ref cimport Py_INCREF
 
 from commlib._wire cimport (COLL_ALL_GATHER, COLL_ALL_GATHER_OBJ, COLL_ALL_REDUCE, COLL_BARRIER, COLL_BROADCAST,
-                            COLL_BROADCAST_OBJ, COLL_REDUCE, COLL_REDUCE_SCATTER, WIRE_KIND_COLL, pack_header)
+                            COLL_BROADCAST_OBJ, COLL_REDUCE, COLL_REDUCE_SCATTER, HEADER_LEN, WIRE_KIND_COLL,
+                            WIRE_KIND_P2P, WIRE_VERSION, pack_header)
 
 # While calls are traced (commlib._trace): where each collective this path numbers leaves its
 # (sequence number, group, algorithm code), for the recording wrapper that returns next

@@ -30,6 +30,20 @@ and a failed step raises through the transport's `_raise`.
 from numpy import dtype as np_dtype
 
 
+_U8 = np_dtype("uint8")
+_NO_FRAME = bytes(HEADER_LEN)  # a header no frame carries (its magic is zero): a step "expecting" it reads any header
+cdef unsigned long long MAX_SIZED_NBYTES = 1ULL << 46  # _wire.MAX_FRAME_NBYTES
+
+
+cdef inline unsigned long long _le(const unsigned char* p, int n) noexcept nogil:
+    """The n-byte little-endian unsigned integer at p (the header's byte order on every host)."""
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
 # how long a wait on a posted receive keeps its one-call step (and the engine's lock) for its frame
 # before the engine's loop, which serves every connection, waits instead: a peer's prompt answer
 # (a ping-pong's, a server's) comes well within it; the progress thread defers as long (DEFER_S)
@@ -179,9 +193,10 @@ cdef class P2PFast:
         req.wait()
         return None
 
-    cdef object _post_array(self, x, dst, tag, bint block):
+    cdef object _post_array(self, x, dst, tag, bint block, bint raw=False):
         """A send of x (a C-contiguous native NumPy array of at most the eager size) to group rank dst:
-        as _post; NotImplemented for anything else (the Python path takes it)."""
+        as _post; NotImplemented for anything else (the Python path takes it). raw: x's bytes as a
+        plain byte message (DT_BYTES, a count of bytes), whatever its dtype."""
         cdef cnp.ndarray a
         cdef long d, t
         cdef Py_ssize_t nbytes
@@ -196,14 +211,14 @@ cdef class P2PFast:
         if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
                 or not cnp.PyArray_ISNOTSWAPPED(a):
             return NotImplemented
-        code = _wire_code(&self.codes, cnp.PyArray_TYPE(a))
+        code = 255 if raw else _wire_code(&self.codes, cnp.PyArray_TYPE(a))  # (255: DT_BYTES)
         if code < 0:
             return NotImplemented
         fd = self.fds.get(self.out_keys[d])  # opened by a first Python-path send
         if fd is None or self.ep.failure is not None:
             return NotImplemented
-        return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
-                          self._what("send" if block else "isend", t), block)
+        return self._post(fd, d, t, code, nbytes if raw else cnp.PyArray_SIZE(a), 0, a,
+                          <Py_ssize_t>cnp.PyArray_DATA(a), nbytes, self._what("send" if block else "isend", t), block)
 
     cdef bint _first_in_line(self, posted, long s, long t):
         """(lock held) Whether the posted receive `posted` (of tag t from group rank s) is still posted and
@@ -309,9 +324,85 @@ cdef class P2PFast:
             return NotImplemented
         return count
 
+    def recv_sized(self, long s, long t, what):
+        """A blocking receive from group rank s (tag t, or -1: any tag of the user's) of a plain frame of
+        any size (commlib.MPI's recv() of an object): its header's step, a buffer of the size it
+        announces, the payload's step, in one call. Returns
+          ("done", tag, dtype code, count, payload)  received whole (payload: a new uint8 array);
+          ("header", conn, status, saved)            the header's step stopped midway (or found nothing
+                                                     within its slice): the engine goes on (`_read_sized`);
+          ("payload", conn, (tag, code, count, nbytes), payload, saved)  ... the payload's step did;
+          None                                       a frame that is not this receive's came first: the
+                                                     engine took it over, the caller posts the receive;
+          NotImplemented                             nothing read: the engine serves it.
+        In the two continuations the connection stays claimed (busy) for the caller, the stepper's state
+        in `saved`."""
+        cdef int rc
+        cdef const unsigned char* h
+        cdef unsigned long long nbytes, count
+        cdef long long htag
+        cdef int code, flags
+        cdef double deadline = _now() + self.timeout
+        cdef cnp.ndarray payload
+        if s == self.rank or not 0 <= s < self.n or t < -1 or self.ep.failure is not None:
+            return NotImplemented
+        src_w = self.world[s]
+        self.acquire()
+        try:
+            if len(self.conns_in) > self.max_in:
+                self.limit_incoming()
+            conn = self.conns_in.get(src_w)
+            if conn is None:
+                conn = self.adopt(src_w)
+            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.may_call():
+                return NotImplemented
+            conn.busy = True
+            self.notices.current = (what, src_w, None)
+            try:
+                rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, 0, 0, deadline, False, _NO_FRAME)
+            finally:
+                self.notices.current = None
+            if rc != ST_MISMATCH:  # (ST_OK cannot be: no frame's header is all zeros)
+                return ("header", conn, rc, self.save_step())
+            h = <const unsigned char*>self.stepper.rhdr_ptr
+            flags = h[9]
+            code = h[7]
+            htag = <long long>_le(h + 32, 8)
+            count, nbytes = _le(h + 40, 8), _le(h + 48, 8)
+            if (memcmp(h, b"CMLB", 4) != 0 or h[4] != WIRE_VERSION or h[5] != WIRE_KIND_P2P or h[6] != 0
+                    or h[8] != 0 or flags & ~1 or _le(h + 12, 4) != self.gid or <long>(<int>_le(h + 16, 4)) != s
+                    or not (htag == t or t == -1 and htag >= 0) or nbytes > MAX_SIZED_NBYTES
+                    or code != 255 and itemsize_of(code) <= 0):
+                # not a plain frame of this receive's (another tag or group, an issend's, an acknowledgement,
+                # or no frame at all): the engine reads it from here, and matches or refuses it
+                conn.busy = False
+                self.engine._hand_over(conn, bytes(self.stepper.rhdr))
+                return None
+            self.last_tag[(self.gid, s)] = htag
+            payload = self.empty(nbytes, _U8)
+            if nbytes:
+                self.notices.current = (what, src_w, None)
+                try:
+                    rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, <Py_ssize_t>cnp.PyArray_DATA(payload),
+                                               nbytes, deadline, False, None)
+                finally:
+                    self.notices.current = None
+                if rc != ST_OK:
+                    return ("payload", conn, (htag, code, count, nbytes), payload, rc, self.save_step())
+            conn.busy = False
+            conn.last = _now()
+            return ("done", htag, code, count, payload)
+        finally:
+            self.release()
+
     def send(self, x, dst, tag):
         """Blocking send of x to group rank dst; None when sent, NotImplemented: take the Python path."""
         return self._post_array(x, dst, tag, True)
+
+    def send_raw(self, x, dst, tag):
+        """Blocking send of x's bytes to group rank dst as a plain byte message (commlib.MPI's send() of
+        a pickled object); None when sent, NotImplemented: take the Python path."""
+        return self._post_array(x, dst, tag, True, True)
 
     def isend(self, x, dst, tag):
         """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or

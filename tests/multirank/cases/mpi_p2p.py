@@ -23,7 +23,11 @@ bounded by COMMLIB_TIMEOUT under commrun.
 Run against the real mpi4py (reference) with COMMLIB_TEST_MPI=mpi4py under mpirun.
 """
 import array
+import os
+import pickle
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -719,6 +723,98 @@ def obj_sync():
        "sendrecv positional")
 
 
+def obj_one_call():
+    """How a blocking recv() of an object meets its frame, each way the one-call receive can go: the
+    frame came first (read in one call), comes late (the header's step hands over to the engine's
+    loop), a frame of another tag or another communicator comes first (taken over by the engine,
+    then matched), an issend's (acknowledged by the engine), one larger than a shared-memory ring
+    (the payload in many ring-fulls), ANY_TAG."""
+    T = 1450
+    comm.send(obj_for(me, T + 1), right, T + 1)
+    comm.send(obj_for(me, T + 2), right, T + 2)
+    eq(comm.recv(source=left, tag=T + 2), obj_for(left, T + 2), "recv of a tag sent second")
+    eq(comm.recv(source=left, tag=T + 1), obj_for(left, T + 1), "then of the tag sent first")
+
+    dup = comm.Dup()
+    dup.send(("dup", me), right, T + 3)
+    comm.send(("world", me), right, T + 3)
+    eq(comm.recv(source=left, tag=T + 3), ("world", left), "recv on the world after a frame of its copy")
+    eq(dup.recv(source=left, tag=T + 3), ("dup", left), "then on the copy")
+    dup.Free()
+
+    if me % 2 == 0 and n > 1:  # (connected by now) the odd ranks' receives wait for their frames, which
+        time.sleep(0.1)  # come after the one call's first slice: the engine's loop goes on with it
+    comm.send(obj_for(me, T), right, T)
+    eq(comm.recv(source=left, tag=T), obj_for(left, T), "recv of a late send")
+
+    r = comm.issend(obj_for(me, T + 4), right, T + 4)
+    eq(comm.recv(source=left, tag=T + 4), obj_for(left, T + 4), "recv of an issend")
+    c.ok(r.wait() is None, "the issend completes once received")
+
+    big = bytes(range(256)) * (3 << 12) + bytes([me % 256])  # 3 MiB + 1: three shared-memory rings and more
+    got = None
+    if me % 2 == 1:
+        got = comm.recv(source=left, tag=T + 5)
+    comm.send(big, right, T + 5)
+    if me % 2 == 0:
+        got = comm.recv(source=left, tag=T + 5)
+    c.ok(isinstance(got, bytes) and len(got) == len(big) and got[:-1] == big[:-1] and got[-1] == left % 256,
+         "recv of an object larger than a ring", short(got))
+
+    comm.send(obj_for(me, T + 6), right, T + 6)
+    st = MPI.Status()
+    eq(comm.recv(source=left, status=st), obj_for(left, T + 6), "recv ANY_TAG")
+    status_is(st, "recv ANY_TAG", left, T + 6, len(MPI.pickle.dumps(obj_for(left, T + 6))))
+
+    # a receive that finds its frame's header and part of its payload, the sender stopped mid-frame
+    # (SIGSTOP by itself 2 ms into writing it, SIGCONT from the receiver 0.1 s after the receive starts):
+    # the receive's step stops after its slice without progress, and the engine's loop reads the rest
+    pids = comm.allgather(os.getpid())
+    if n > 1 and me in (0, 1):
+        huge = np.arange(6 << 20, dtype=np.int64)  # 48 MiB: still being written 2 ms after it starts
+        if me == 0:
+            pickled = threading.Event()
+            helper = threading.Thread(target=_stop_self, args=(pickled, pids[0]), daemon=True)
+            helper.start()
+            MPI.pickle.__init__(lambda obj: _dumps_then(obj, pickled), pickle.loads)
+            try:
+                comm.send(huge, 1, T + 7)
+            finally:
+                MPI.pickle.__init__()
+        else:
+            _stopped(pids[0])
+            helper = threading.Timer(0.1, os.kill, (pids[0], signal.SIGCONT))
+            helper.start()
+            got = comm.recv(source=0, tag=T + 7)
+            c.ok(isinstance(got, np.ndarray) and np.array_equal(got, huge), "recv from a sender stopped mid-frame")
+        helper.join(POLL_S)
+
+
+def _dumps_then(obj, event):
+    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    event.set()
+    return data
+
+
+def _stop_self(pickled, pid):
+    if pickled.wait(POLL_S):
+        time.sleep(0.002)
+        os.kill(pid, signal.SIGSTOP)
+
+
+def _stopped(pid):
+    """Once process `pid` is seen stopped (or POLL_S passed)."""
+    end = time.monotonic() + POLL_S
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+        except OSError:
+            return
+        time.sleep(0.001)
+
+
 def wildcards():
     T = 1500
     for k in range(3):
@@ -1214,7 +1310,8 @@ def persistent():
 PARTS = {
     "bufspec": [bare_buffers, datatype_forms, in_place, zero_length, sendrecv],
     "errors": [truncate, bad_rank, buffer_errors, proc_null, status_object],
-    "objects": [obj_basic, obj_standard_mode, obj_nonblocking, obj_sync, wildcards, order, shared_tags, probes],
+    "objects": [obj_basic, obj_standard_mode, obj_nonblocking, obj_sync, obj_one_call, wildcards, order, shared_tags,
+                probes],
     "requests": [isend_irecv, waitall, waitany, testall_some, null_and_cancel, ssend_order, comm_self,
                  dup_isolation],
     "persistent": [persistent],
