@@ -500,8 +500,10 @@ class Comm(Attributes, ErrorHandling):
         if tb is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
             wire = _WIRE.get(buf.dtype)
             if wire is not None:
-                send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, _dest(g, dest, "Send"),
-                     _stag(g, tag, "Send"))
+                dest, tag = _dest(g, dest, "Send"), _stag(g, tag, "Send")
+                fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
+                if fast is None or fast.send_wire(buf, dest, tag, wire, "Send") is not None:
+                    send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, dest, tag)
                 return
         elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: packed in one C call
             a, count, dt, plan = _derived_triple(buf)
@@ -528,8 +530,15 @@ class Comm(Attributes, ErrorHandling):
             f = buf.flags
             wire = _WIRE.get(buf.dtype)
             if f.c_contiguous and f.writeable and wire is not None:
+                source, tag = _source(g, source, "Recv"), _rtag(g, tag, "Recv")
+                fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
+                if fast is not None and source >= 0 and tag >= 0 and \
+                        fast.recv_wire(buf, source, tag, wire) is not NotImplemented:
+                    if status is not None:
+                        status._fill(source, tag, buf.nbytes)
+                    return
                 u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
-                fill(status, recv_into(g, u8, wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
+                fill(status, recv_into(g, u8, wire, source, tag, True, "Recv"))
                 return
         elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: unpacked in one C call
             a, count, dt, plan = _derived_triple(buf)
@@ -719,7 +728,7 @@ class Comm(Attributes, ErrorHandling):
         data = dumps(obj)
         dest, tag = _dest(g, dest, what), _stag(g, tag, what)
         fast = getattr(g, "p2p_fast", None) if block and not sync else None  # (an intercommunicator's has none)
-        if fast is not None and fast.send_raw(data, dest, tag) is None:
+        if fast is not None and fast.send_wire(data, dest, tag, DT_BYTES, what) is None:
             return None  # (the one-call path, straight from here)
         r = send(g, data, DT_BYTES, data.size, dest, tag, sync=sync, block=block, what=what)
         return None if block else Request._wrap(r, done_empty)

@@ -193,10 +193,10 @@ cdef class P2PFast:
         req.wait()
         return None
 
-    cdef object _post_array(self, x, dst, tag, bint block, bint raw=False):
+    cdef object _post_array(self, x, dst, tag, bint block, int wire=-1, str kind=None):
         """A send of x (a C-contiguous native NumPy array of at most the eager size) to group rank dst:
-        as _post; NotImplemented for anything else (the Python path takes it). raw: x's bytes as a
-        plain byte message (DT_BYTES, a count of bytes), whatever its dtype."""
+        as _post; NotImplemented for anything else (the Python path takes it). wire: the message's dtype
+        code where the caller names it (commlib.MPI's datatype), else x's dtype's."""
         cdef cnp.ndarray a
         cdef long d, t
         cdef Py_ssize_t nbytes
@@ -211,14 +211,14 @@ cdef class P2PFast:
         if d == self.rank or nbytes > self.limit or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
                 or not cnp.PyArray_ISNOTSWAPPED(a):
             return NotImplemented
-        code = 255 if raw else _wire_code(&self.codes, cnp.PyArray_TYPE(a))  # (255: DT_BYTES)
+        code = wire if wire >= 0 else _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
         fd = self.fds.get(self.out_keys[d])  # opened by a first Python-path send
         if fd is None or self.ep.failure is not None:
             return NotImplemented
-        return self._post(fd, d, t, code, nbytes if raw else cnp.PyArray_SIZE(a), 0, a,
-                          <Py_ssize_t>cnp.PyArray_DATA(a), nbytes, self._what("send" if block else "isend", t), block)
+        return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
+                          self._what(kind or ("send" if block else "isend"), t), block)
 
     cdef bint _first_in_line(self, posted, long s, long t):
         """(lock held) Whether the posted receive `posted` (of tag t from group rank s) is still posted and
@@ -399,10 +399,31 @@ cdef class P2PFast:
         """Blocking send of x to group rank dst; None when sent, NotImplemented: take the Python path."""
         return self._post_array(x, dst, tag, True)
 
-    def send_raw(self, x, dst, tag):
-        """Blocking send of x's bytes to group rank dst as a plain byte message (commlib.MPI's send() of
-        a pickled object); None when sent, NotImplemented: take the Python path."""
-        return self._post_array(x, dst, tag, True, True)
+    def send_wire(self, x, dst, tag, int wire, str kind):
+        """Blocking send of x (commlib.MPI's Send of an array; send() of a pickle, a uint8 array, as
+        DT_BYTES) to group rank dst as a message of dtype code `wire`, its count x's size (kind: the call,
+        for errors); None when sent, NotImplemented: take the Python path."""
+        return self._post_array(x, dst, tag, True, wire, kind)
+
+    def recv_wire(self, out, long src, long tag, int wire):
+        """Blocking receive (commlib.MPI's Recv) into `out` (a C-contiguous writable NumPy array) from
+        group rank src with tag >= 0 of a message of exactly its bytes and dtype code `wire`: its element
+        count once received, NotImplemented: take the Python path (which matches whatever came instead)."""
+        cdef cnp.ndarray a
+        cdef Py_ssize_t nbytes, count
+        if type(out) is not cnp.ndarray or src == self.rank or not 0 <= src < self.n or not 0 <= tag <= 0x7FFFFFFF:
+            return NotImplemented
+        a = <cnp.ndarray>out
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISWRITEABLE(a) or self.ep.failure is not None:
+            return NotImplemented
+        nbytes = cnp.PyArray_NBYTES(a)
+        count = _count_of(wire, nbytes)
+        if count < 0:
+            return NotImplemented
+        if self._recv(src, tag, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", tag),
+                      _now() + self.timeout) is NotImplemented:
+            return NotImplemented
+        return count
 
     def isend(self, x, dst, tag):
         """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or
