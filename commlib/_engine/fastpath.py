@@ -194,6 +194,9 @@ class FastPaths:
                 return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline, first, saved)
             _, conn, (tag, dtype, count, nbytes), payload, rc, saved = got  # its payload's step did
             msg = Message(src, tag, nbytes, dtype, count)
+            with self.lock:
+                self.p2p.restore_step(saved)
+                self.p2p.recv_status(rc, what, src_w, nbytes)  # (raises what a failed step means)
             self._read_payload(conn, payload, deadline, what, src_w, saved)
             return finish(msg, payload)
         finally:

@@ -331,7 +331,7 @@ cdef class P2PFast:
           ("done", tag, dtype code, count, payload)  received whole (payload: a new uint8 array);
           ("header", conn, status, saved)            the header's step stopped midway (or found nothing
                                                      within its slice): the engine goes on (`_read_sized`);
-          ("payload", conn, (tag, code, count, nbytes), payload, saved)  ... the payload's step did;
+          ("payload", conn, (tag, code, count, nbytes), payload, status, saved)  ... the payload's step did;
           None                                       a frame that is not this receive's came first: the
                                                      engine took it over, the caller posts the receive;
           NotImplemented                             nothing read: the engine serves it.
