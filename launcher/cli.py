@@ -80,6 +80,23 @@ def _runs_as_is(first):
     return "/" not in first and shutil.which(first) is not None
 
 
+def _this_python(program):
+    """Under --fork, `PYTHON SCRIPT ARGS...` or `PYTHON -m MODULE ARGS...` where PYTHON is the interpreter
+    commrun runs in (the one a forked rank is): (the program without it, whether it is a module); None
+    where program[0] is another executable."""
+    first = program[0]
+    path = first if "/" in first else shutil.which(first)
+    if path is None or not os.path.isfile(path) or os.path.realpath(path) != os.path.realpath(sys.executable):
+        return None
+    rest = tuple(program[1:])
+    if rest[:1] == ("-m",) and len(rest) > 1:
+        return rest[1:], True
+    if rest and not rest[0].startswith("-"):
+        return rest, False
+    raise click.UsageError(f"--fork runs `{first} SCRIPT` or `{first} -m MODULE` as forks of this Python; "
+                           f"interpreter options ({' '.join(rest[:2]) or 'no script'}) need exec'd ranks (no --fork)")
+
+
 def _check_program(program, module, direct):
     if not program:
         raise click.UsageError("no program given: commrun -n N script.py | -m module | -- executable")
@@ -149,7 +166,8 @@ def _print_version(ctx, _param, value):
               help="Print the CPUs each rank is bound to.")
 @click.option("--fork", "fork", is_flag=True,
               help="Start local ranks by forking commrun after it imports NumPy and commlib once, instead of a "
-                   "new interpreter each (Python scripts and -m modules; for many ranks on few cores).")
+                   "new interpreter each (Python scripts and -m modules, with or without this Python named "
+                   "before them; for many ranks on few cores).")
 @click.option("--preload", "preload", multiple=True, metavar="MODULE",
               help="With --fork: import MODULE too (torch, say: about 1.5 s of CPU a rank) in commrun before it "
                    "forks the ranks, so each starts with it loaded. Repeatable; refused if the import starts a "
@@ -179,6 +197,10 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
     direct = ctx.meta.get("commrun.direct", False) and not module
     if not module and not direct and program and _runs_as_is(program[0]):
         direct = True
+    if fork and direct and program:  # `commrun --fork -n N python script.py`: this Python, forked
+        stripped = _this_python(program)
+        if stripped is not None:
+            (program, module), direct = stripped, False
     if host_list and hostfile:
         raise click.UsageError("give --hosts or --hostfile, not both")
     if hostfile:
@@ -258,8 +280,8 @@ def main(ctx, nprocs, mpirun_habits, module, host_list, hostfile, rsh, coordinat
         raise click.UsageError("--preload imports modules for ranks forked from commrun: it needs --fork")
     if fork:
         if direct:
-            raise click.UsageError(f"--fork starts Python programs (a script or -m module), not executables "
-                                   f"({program[0]})")
+            raise click.UsageError(f"--fork starts Python programs (a script or -m module, or this Python, "
+                                   f"{sys.executable}, running one), not executables ({program[0]})")
         os.environ.update(threads)  # before NumPy loads: forked ranks keep the thread pools it sizes
         try:
             spawn.preload(preload)

@@ -152,6 +152,26 @@ def test_fork_refuses_executables(commrun):
     assert "--fork starts Python programs" in r.stderr
 
 
+def test_fork_takes_this_python_running_a_script_or_a_module(commrun):
+    """`commrun --fork -n N PYTHON script.py` (the form most programs are run in) and `PYTHON -m module`,
+    where PYTHON is the interpreter commrun runs in: the ranks are forks of it, as with `script.py`;
+    interpreter options it cannot fork (`-c`) are refused, naming them."""
+    import sys
+    script = commrun.script("which.py", """
+        import os, sys
+        print(os.environ["RANK"], "numpy" in sys.modules, sys.argv[1:])
+    """)
+    (commrun.cwd / "whichmod.py").write_text("import os, sys\nprint(os.environ['RANK'], sys.argv[1:])\n")
+    r = commrun.run("--fork", "-n", 2, sys.executable, script, "a")
+    assert r.returncode == 0, r.stderr
+    assert sorted(by_rank(r.stdout).items()) == [(0, ["0 True ['a']"]), (1, ["1 True ['a']"])]  # forks: NumPy in
+    r = commrun.run("--fork", "-n", 2, sys.executable, "-m", "whichmod", "b")
+    assert r.returncode == 0, r.stderr
+    assert sorted(by_rank(r.stdout).items()) == [(0, ["0 ['b']"]), (1, ["1 ['b']"])]
+    r = commrun.run("--fork", "-n", 2, sys.executable, "-c", "print(1)")
+    assert r.returncode == 2 and "interpreter options (-c print(1)) need exec'd ranks" in r.stderr, r.stderr
+
+
 def _nofile_1024():
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # soft and hard, as `ulimit -n 1024` sets them
 
