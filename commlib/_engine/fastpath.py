@@ -170,7 +170,8 @@ class FastPaths:
 
     def _recv_fast_sized(self, ctx, src, tag, finish, what):
         """A blocking receive of a message of any size from a named source (commlib.MPI's recv() of an
-        object): the header, then a buffer of its size, then the payload, as steps of the C loop.
+        object): the header, then a buffer of its size, then the payload, in one call of `_io.P2PFast`
+        (`recv_sized`) as a rule; where one of its steps stopped midway, the rest here, as steps of the C loop.
 
         Reading "expecting" a header no frame can carry returns the real one with no payload byte
         read; a frame this receive does not take (another tag, an acknowledgement) goes to the
@@ -187,12 +188,12 @@ class FastPaths:
         conn = got[1]  # (claimed by the call: busy until this receive is done with it)
         try:
             if got[0] == "header":  # its header's step stopped midway or found nothing in its slice: go on
-                _, conn, rc, saved = got
+                _, _, rc, saved = got
                 with self.lock:
                     self.p2p.restore_step(saved)
                     first = self.p2p.recv_status(rc, what, src_w, 0)
                 return self._read_sized(ctx, conn, src, src_w, tag, finish, what, deadline, first, saved)
-            _, conn, (tag, dtype, count, nbytes), payload, rc, saved = got  # its payload's step did
+            _, _, (tag, dtype, count, nbytes), payload, rc, saved = got  # its payload's step did
             msg = Message(src, tag, nbytes, dtype, count)
             with self.lock:
                 self.p2p.restore_step(saved)

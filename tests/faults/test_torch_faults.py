@@ -124,21 +124,19 @@ class PlainRanks:
                     PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", COMMLIB_TIMEOUT="30", TORCH_TEST_BACKEND=BACKEND,
                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(self.n),
                     LOCAL_WORLD_SIZE=str(self.n))
-        if self.forked:
-            self._fork(base)
-        for r in range(self.n):
-            if self.forked:
-                continue
-            out, err = open(self.dir / f"rank{r}.out", "wb"), open(self.dir / f"rank{r}.err", "wb")
-            self.files += [out, err]
-            env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
-            p = subprocess.Popen([sys.executable, CASE, *self.args], env=env, cwd=self.dir, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=err, start_new_session=True)
-            self.procs.append(p)
-            self.seen[p.pid] = (psutil.Process(p.pid).create_time(), f"rank {r}")
+        (self._fork if self.forked else self._exec)(base)
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
         return self
+
+    def _exec(self, env):
+        for r in range(self.n):
+            out, err = open(self.dir / f"rank{r}.out", "wb"), open(self.dir / f"rank{r}.err", "wb")
+            self.files += [out, err]
+            p = subprocess.Popen([sys.executable, CASE, *self.args], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                                 cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+            self.procs.append(p)
+            self.seen[p.pid] = (psutil.Process(p.pid).create_time(), f"rank {r}")
 
     def _fork(self, env):
         out, err = open(self.dir / "parent.out", "wb"), open(self.dir / "parent.err", "wb")

@@ -774,7 +774,7 @@ def obj_one_call():
         huge = np.arange(6 << 20, dtype=np.int64)  # 48 MiB: still being written 2 ms after it starts
         if me == 0:
             pickled = threading.Event()
-            helper = threading.Thread(target=_stop_self, args=(pickled, pids[0]), daemon=True)
+            helper = threading.Thread(target=_stop_self, args=(pickled,), daemon=True)
             helper.start()
             MPI.pickle.__init__(lambda obj: _dumps_then(obj, pickled), pickle.loads)
             try:
@@ -796,10 +796,10 @@ def _dumps_then(obj, event):
     return data
 
 
-def _stop_self(pickled, pid):
+def _stop_self(pickled):
     if pickled.wait(POLL_S):
         time.sleep(0.002)
-        os.kill(pid, signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _stopped(pid):
