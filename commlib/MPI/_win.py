@@ -14,9 +14,10 @@ targets, and synchronises:
   as many as were sent to it. Lock / Unlock, Flush, Complete: a request the target acknowledges
   after everything the origin sent before it (messages of a pair stay in order). Post sends a
   message that Start receives; Complete's acknowledged request is what Wait and Test count.
-- Allocate_shared: one mapping of a file in /dev/shm made by the group's first rank, mapped by
-  the others and unlinked as soon as all have mapped it, so nothing is left there once the window
-  exists (nor when the job dies later); each rank's part follows the previous rank's.
+- Allocate_shared: one mapping of a memfd made by the group's first rank, which the others open
+  through /proc, so the segment never has a name to leave behind; where that cannot be (no memfd,
+  no /proc), a file in /dev/shm unlinked as soon as every rank has mapped it. Each rank's part
+  follows the previous rank's.
 
 A wait that depends on another rank gives up with PeerLost when that rank is gone.
 """
@@ -807,6 +808,41 @@ def _shared_segment(g, peers, what):
     total = max(1, sum(sizes))
     if g.size() == 1:
         return memoryview(mmap.mmap(-1, total)), offsets, sizes, units
+    mm = _map_memfd(g, total) if hasattr(os, "memfd_create") else None
+    if mm is None:
+        mm = _map_named(g, total)
+    return memoryview(mm), offsets, sizes, units
+
+
+def _map_memfd(g, total):
+    """The segment as a memfd of the first rank that the others open through /proc: it never has a
+    name, so nothing can be left behind whenever a rank dies. None on every rank when one of them
+    cannot open it (no /proc, a stricter kernel): the caller then uses a named segment."""
+    mm = fd = None
+    if g.rank() == 0:
+        fd = os.memfd_create("commlib-win", os.MFD_CLOEXEC)
+    try:
+        if fd is not None:
+            os.ftruncate(fd, total)
+        pid, theirs = _api.broadcast_obj((os.getpid(), fd), 0, group=g)
+        try:
+            if fd is None:
+                fd = os.open(f"/proc/{pid}/fd/{theirs}", os.O_RDWR | os.O_CLOEXEC)
+            mm = mmap.mmap(fd, total)
+        except OSError:
+            mm = None
+        # every rank has it mapped (or says it cannot): the first rank's descriptor can go
+        if not all(_api.all_gather_obj(mm is not None, group=g)):
+            mm = None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return mm
+
+
+def _map_named(g, total):
+    """The segment as a file in /dev/shm made by the first rank and unlinked as soon as every rank
+    has mapped it."""
     path = fd = None
     if g.rank() == 0:
         path = f"/dev/shm/commlib-win-{os.getpid()}-{secrets.token_hex(6)}"
@@ -827,7 +863,7 @@ def _shared_segment(g, peers, what):
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-    return memoryview(mm), offsets, sizes, units
+    return mm
 
 
 install(Win, lambda w: None if w._w is _NULL else w._w, lambda cls, o: cls(o))
