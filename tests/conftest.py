@@ -21,6 +21,7 @@ import compileall  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -108,6 +109,10 @@ def no_segment_left_behind():
     before = _commlib_segments()
     yield
     left = _commlib_segments() - before
+    deadline = time.monotonic() + 2.0
+    while left and time.monotonic() < deadline:  # a name another worker's job has for a moment (Win.Allocate_shared's
+        time.sleep(0.05)                          # fallback, tested in cases/mpi_rma.py) goes; one left behind stays
+        left &= _commlib_segments()
     assert not left, f"left in /dev/shm by this test: {sorted(left)} (pid {os.getpid()})"
 
 
