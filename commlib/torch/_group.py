@@ -23,13 +23,13 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
 from .._api import collectives as _c
 from .._api import lifecycle
 from .._dtypes import dtype_code
-from .._engine import ANY_SOURCE
+from .._engine import ANY_SOURCE, EAGER_BYTES
 from .._errors import CommError, MismatchError
 from .._kernels import address as _addr
 from . import _store, _threads
 from ._profile import first, nothing, profiled, second, second_one
 from ._tensors import SIMPLE, array, average, contiguous_target, premultiply, reduce_op, same_dtype
-from ._work import Pending, done
+from ._work import Deferred, Pending, done
 
 TAG_ALLTOALLV, TAG_ALLTOALL_LIST = -201, -202  # internal point-to-point tags (users' tags are >= 0)
 TAG_MONITORED = -1000  # monitored_barrier: -1000 ... -1999, one a call
@@ -105,6 +105,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         self._g = group
         self._n = group.size()
         self._monitored = 0  # monitored_barrier calls so far
+        self._deferred = None  # the last receive made and not posted yet (a Deferred), or None
         self._collectives = 0  # collectives called so far (torch's sequence number)
 
     # torch keeps a group's name and description on its C++ backends, which a
@@ -570,6 +571,7 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         if recvs[me].size:
             recvs[me][...] = sends[me]
         reqs = []
+        self._post_deferred()
         for j in range(n):
             if j != me:
                 u8 = recvs[j].view(np.uint8)
@@ -605,12 +607,14 @@ class ProcessGroupCommlib(dist.ProcessGroup):
             return
         if me != 0:
             _token(g, 0, tag).wait()
+            self._post_deferred()
             if not _bounded_recv(g, 0, tag, deadline):
                 raise RuntimeError(f"Rank {me} successfully reached monitoredBarrier, but received errors while "
                                    f"waiting for send/recv from rank 0 (within {ms} ms). Please check rank 0's "
                                    f"logs for the faulty rank.")
             return
         failed = []
+        self._post_deferred()
         reqs = {r: _token(g, r, tag, receive=True) for r in range(1, n)}
         for r, req in reqs.items():
             if not wait_all_ranks and time.monotonic() >= deadline:
@@ -635,8 +639,13 @@ class ProcessGroupCommlib(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         t = _one(tensors, "send")
         g = self._g
-        dst, tag = g.check_rank(dst, "dst"), _tag(tag)
         a = array(t)
+        fast = g.p2p_fast
+        if fast is not None:  # a plain rank and tag, a contiguous tensor of at most the eager size
+            req = fast.isend(a, dst, tag)
+            if req is not NotImplemented:
+                return done(tensors) if req.test() else Pending(req, tensors, "send")
+        dst, tag = g.check_rank(dst, "dst"), _tag(tag)
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
         u8 = a.reshape(-1).view(np.uint8)
@@ -661,6 +670,8 @@ class ProcessGroupCommlib(dist.ProcessGroup):
         y, back = contiguous_target(t, "recv's tensor")
         u8 = y.reshape(-1).view(np.uint8)
         code = dtype_code(y.dtype)
+        what = f"recv(tag={tag})"
+        self._post_deferred()
         source = [src]
 
         def finish(msg, payload):
@@ -672,10 +683,29 @@ class ProcessGroupCommlib(dist.ProcessGroup):
                 t.copy_(back)
             source[0] = msg.source
 
-        req = g.engine.recv(g.p2p, src, tag, u8, finish, what=f"recv(tag={tag})", check=(code, u8.nbytes))
-        work = Pending(req, tensors, "recv")
+        def post():
+            return g.engine.recv(g.p2p, src, tag, u8, finish, what=what, check=(code, u8.nbytes))
+
+        fast = g.p2p_fast
+        if src != ANY_SOURCE and u8.nbytes <= EAGER_BYTES and fast is not None:
+            def receive():  # in one call where nothing else is in the way, else as the engine serves it
+                if fast.recv_bytes(u8, _addr(u8), u8.nbytes, src, tag, code, what) is NotImplemented:
+                    g.engine.recv(g.p2p, src, tag, u8, finish, what=what, block=True, check=(code, u8.nbytes))
+                elif back is not None:
+                    t.copy_(back)
+
+            work = self._deferred = Deferred(receive, post, tensors, "recv", src)
+            return work
+        work = Pending(post(), tensors, "recv")
         work._source_box = source
         return work
+
+    def _post_deferred(self):
+        """Post the receive made last and not posted yet, before anything else receives in this group:
+        receives match in the order they were made."""
+        work, self._deferred = self._deferred, None
+        if work is not None:
+            work.post()
 
     # ------------------------------------------------------------ lifetime
     def abort(self):

@@ -7,6 +7,7 @@ callback raises a RuntimeError carrying commlib's message: torch reports
 that cleanly everywhere (fut.wait(), DDP's backward, wait_all).
 """
 import datetime
+import threading
 
 import torch
 import torch.distributed as dist
@@ -147,3 +148,106 @@ class Pending(dist.Work):
 
             self._req.add_done_callback(complete)
         return self._fut
+
+
+class Deferred(dist.Work):
+    """A receive from a named rank that its group has not posted yet: its wait() receives in one blocking
+    call (the engine's one-call path, straight into the tensor, with no request, no posted receive and
+    no progress thread), which is all dist.recv does with it. Whatever could tell it from a posted
+    receive posts it first, and it is a Pending from then on: another receive of its group (the
+    process group calls post() for it, so receives match in the order they were made), is_completed,
+    get_future and the other queries, a wait with a timeout.
+
+    receive(): the blocking receive; post(): the posted receive's Request."""
+
+    def __init__(self, receive, post, result, what, source):
+        super().__init__()
+        self._receive, self._post = receive, post
+        self._result, self._what, self._source = result, what, source
+        self._lock = threading.Lock()
+        self._busy = threading.Lock()  # held by the wait that receives it
+        self._pending = None  # the Pending of the posted receive, once posted
+        self._state = "new"  # "taking" (a wait receives it), "done", or "failed"
+        self._error = None
+
+    def post(self):
+        """Post the receive unless a wait is receiving it (or has); its Pending, or None."""
+        with self._lock:
+            if self._state == "new" and self._pending is None:
+                self._pending = Pending(self._post(), self._result, self._what)
+            return self._pending
+
+    def wait(self, timeout=None):
+        if _seconds(timeout) is None:
+            with self._lock:
+                take = self._state == "new" and self._pending is None
+                if take:
+                    self._state = "taking"
+                    self._busy.acquire()
+            if take:
+                try:
+                    self._receive()
+                    self._state = "done"
+                except Exception as exc:
+                    self._state, self._error = "failed", exc
+                    if isinstance(exc, (RuntimeError, TypeError, ValueError)):
+                        raise as_torch(exc)
+                    raise RuntimeError(f"commlib: {self._what}: {type(exc).__name__}: {exc}") from exc
+                finally:
+                    if self._state == "taking":  # (a BaseException: KeyboardInterrupt)
+                        self._state, self._error = "failed", RuntimeError("the receive was interrupted")
+                    self._busy.release()
+                return True
+        pending = self.post()
+        if pending is None:
+            return self._settled()
+        return pending.wait(timeout)
+
+    def _settled(self):
+        """A wait that found another thread's wait receiving it: that one's outcome, once it has one."""
+        with self._busy:  # (rare: two threads waiting on one receive)
+            pass
+        if self._error is not None:
+            raise RuntimeError(f"commlib: {self._what}: {type(self._error).__name__}: {self._error}")
+        return True
+
+    def _posted(self):
+        pending = self.post()
+        if pending is None:
+            self._settled()
+        return pending
+
+    def is_completed(self):
+        pending = self.post()
+        return self._state in ("done", "failed") if pending is None else pending.is_completed()
+
+    def is_success(self):
+        pending = self._posted()
+        return self._error is None if pending is None else pending.is_success()
+
+    def exception(self):
+        pending = self.post()
+        if pending is None:
+            return self._error
+        return pending.exception()
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def source_rank(self):
+        return self._source
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        """CPU work has nothing to synchronize with."""
+        return None
+
+    def get_future(self):
+        pending = self._posted()
+        if pending is None:
+            fut = torch.futures.Future()
+            fut.set_result(self._result)
+            return fut
+        return pending.get_future()

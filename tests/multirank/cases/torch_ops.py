@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from _batch import parts
+from _batch import SCALE, parts
 from _common import BF16, LOW_PRECISION, Checks, dname, digest, expected_reduce, gen, rng_for, same
 
 BACKEND = os.environ.get("TORCH_TEST_BACKEND", "commlib")
@@ -78,6 +78,10 @@ GLOO_LACKS = {
     "send to rank == world size raises": "gloo: hangs in isend",
     "all_to_all_single with a size not divisible raises": "gloo: no exception",
     "gather complex64": "gloo: RuntimeError: Invalid scalar type",
+    "an irecv only polled completes": "gloo: is_completed() stays False until wait()",
+    "the future of an irecv": "gloo: RuntimeError: Work::getFuture not implemented",
+    "recv into a tensor smaller than the message raises": "gloo: aborts the process (enforce fail in pair.cc: "
+                                                           "Received data size doesn't match expected size)",
     "a group that goes on after a failed monitored_barrier": "gloo: the next barrier fails, 'Application timeout "
                                                              "caused pair closure'",
 }
@@ -650,6 +654,65 @@ def part_p2p(c):
     c.step("batch_isend_irecv ring", ring)
     c.step("batch_isend_irecv ring again", ring)
 
+    # A receive is made before its message comes and used as torch's callers use it (commlib's
+    # blocking receive at wait(), the receive posted where anything could tell the difference)
+    def same_tag(i, j):
+        """Two irecvs of one tag match i's two sends in the order they were made, whichever is waited first."""
+        a, b = msg(i, j, "first", "int32", (3,)), msg(i, j, "second", "int32", (3,))
+        if me == i:
+            dist.barrier()
+            dist.send(n2t(a), j, tag=41)
+            dist.send(n2t(b), j, tag=41)
+        elif me == j:
+            first, second = empty((3,), "int32"), empty((3,), "int32")
+            w1, w2 = dist.irecv(first, i, tag=41), dist.irecv(second, i, tag=41)
+            dist.barrier()
+            w2.wait()
+            w1.wait()
+            c.equal(first, a, f"two irecvs of tag 41 from {i}: the first made gets the first sent")
+            c.equal(second, b, f"two irecvs of tag 41 from {i}: the second made gets the second sent")
+        else:
+            dist.barrier()
+
+    def polled(i, j):
+        """An irecv whose caller only polls is_completed (never waits) completes, then holds the data."""
+        data = msg(i, j, "polled", "float32", (17,))
+        if me == i:
+            dist.barrier()
+            dist.send(n2t(data), j, tag=42)
+        elif me == j:
+            buf = empty((17,), "float32")
+            w = dist.irecv(buf, i, tag=42)
+            dist.barrier()
+            deadline = time.monotonic() + 30 * SCALE
+            while not w.is_completed() and time.monotonic() < deadline:
+                time.sleep(0.001)  # (a poll with a deadline: what is tested is that it completes unwaited)
+            c.ok(w.is_completed(), f"irecv from {i} completes while only polled")
+            c.equal(buf, data, f"irecv from {i}, only polled: the data")
+        else:
+            dist.barrier()
+
+    def across_collective(i, j):
+        """An irecv made before a collective, its message sent after it; then its future."""
+        data = msg(i, j, "across", "int64", (4,))
+        w = dist.irecv(empty((4,), "int64"), i, tag=43) if me == j else None
+        dist.all_reduce(torch.ones(2))
+        if me == i:
+            dist.send(n2t(data), j, tag=43)
+        elif me == j:
+            got = w.get_future().wait()
+            c.equal(got[0], data, f"irecv from {i} across an all_reduce, by its future")
+
+    c.step("two irecvs of one tag, the second waited first", same_tag, 0, 1)
+    if lacks("an irecv only polled completes"):
+        c.skip("an irecv only polled completes")
+    else:
+        c.step("an irecv only polled", polled, n - 1, 0)
+    if lacks("the future of an irecv"):
+        c.skip("the future of an irecv")
+    else:
+        c.step("an irecv across a collective", across_collective, 1, 0)
+
     def barrier():
         for _ in range(3):
             dist.barrier()
@@ -1093,6 +1156,23 @@ def part_errors(c):
     info("all_reduce PREMUL_SUM(2.0)", lambda: reduced(torch.float32, dist._make_nccl_premul_sum(2.0)),
          [2.0 * n] * 3)
     info("all_reduce sparse", lambda: dist.all_reduce(torch.ones(3).to_sparse()))
+    def recv_too_small():  # rank 1 receives rank 0's 5 floats into 3: an error naming both sizes
+        if me == 0:
+            dist.send(torch.ones(5), 1, tag=44)
+        elif me == 1:
+            try:
+                dist.recv(torch.empty(3), 0, tag=44)
+            except Exception as err:  # noqa: BLE001
+                c.ok("12 bytes" in str(err) and " 20" in str(err), "recv into a tensor smaller than the message "
+                     "raises, naming both sizes", f"{type(err).__name__}: {err}")
+            else:
+                c.ok(False, "recv into a tensor smaller than the message raises", "no exception")
+
+    if n > 1 and lacks("recv into a tensor smaller than the message raises"):
+        c.skip("recv into a tensor smaller than the message raises")
+    elif n > 1:
+        c.step("recv into a tensor smaller than the message", recv_too_small)
+        c.step("recv into a tensor smaller than the message: sanity", sanity, "recv too small")
     # Last: point-to-point with a peer that cannot answer (a backend that only notices by timing out
     # may leave the group unusable, which would hide the outcome of everything after it).
     expect_error("recv from self", lambda: dist.recv(torch.ones(3), src=me))
