@@ -202,12 +202,17 @@ class _PrecvState:
             raise MPIException(ERR_ARG, f"rank {me}: Parrived: partition {j!r} is not in 0..{len(self.parts) - 1}")
         if self.source == PROC_NULL:
             return True
-        with self.lock:
-            arrived = self.nsend is not None and all(i in self.arrived
-                                                     for i in overlapping(int(j), len(self.parts), self.nsend))
-        if not arrived:
-            time.sleep(0)  # a program polling Parrived in a loop lets the progress thread take the GIL
+        arrived = self._arrived(int(j))
+        if not arrived and not self.pg.engine.progress_once():
+            time.sleep(0)  # another thread drives progress: a loop polling Parrived lets it take the GIL
+        elif not arrived:
+            arrived = self._arrived(int(j))  # (this thread's look may have taken it in)
         return arrived
+
+    def _arrived(self, j):
+        """Whether every part that overlaps partition j has arrived."""
+        with self.lock:
+            return self.nsend is not None and all(i in self.arrived for i in overlapping(j, len(self.parts), self.nsend))
 
 
 def _raw(msg, payload):

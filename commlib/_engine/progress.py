@@ -160,6 +160,18 @@ class Progress:
             self._stop_driving()
         return True
 
+    def progress_once(self):
+        """One servicing pass by this thread, without waiting, unless another thread drives progress
+        (then False): what a poll of a partition (Parrived) does, so that a loop that only polls sees
+        its message as soon as it is in, not when the progress thread next looks."""
+        if self.transport is None or not self._start_driving():
+            return False
+        try:
+            self._poll_once(0)
+        finally:
+            self._stop_driving()
+        return True
+
     def _start_driving(self):
         """Make this thread the one driving progress; False when another already does (or the engine
         closed). The progress thread leaves its wait on these connections, and defers."""

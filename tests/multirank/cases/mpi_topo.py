@@ -153,6 +153,24 @@ def graphs():
 PARTS, RECV_PARTS, THREADS = 8, 4, 4
 
 
+def _taking_threads(restore=False):
+    """(commlib) From now on, for each part a partitioned receive takes in, whether the thread that
+    takes it is the one that called this (the list returned); restore=True: as it was."""
+    from commlib.MPI import _partitioned
+    cls = _partitioned._PrecvState
+    if restore:
+        cls._take = cls._take_unwatched
+        return None
+    me_thread, seen = threading.current_thread(), []
+    cls._take_unwatched = take = cls._take
+
+    def watched(self, r, req):
+        seen.append(threading.current_thread() is me_thread)
+        return take(self, r, req)
+    cls._take = watched
+    return seen
+
+
 def partitioned():
     per = 3
     sbuf = np.zeros(PARTS * per, dtype=np.float64)
@@ -184,8 +202,15 @@ def partitioned():
         for t in threads:
             t.start()
         seen = set()
+        taken = _taking_threads() if rnd == 2 and not USING_MPI4PY else None
+        before = len(taken) if taken is not None else 0  # (parts in before the loop: any thread's)
         while len(seen) < RECV_PARTS:
             seen.update(j for j in range(RECV_PARTS) if rreq.Parrived(j))
+        if taken is not None:  # commlib's own check: polling Parrived makes progress
+            _taking_threads(restore=True)
+            during = taken[before:]
+            c.ok(not during or any(during), "partitioned: a rank that polls Parrived takes parts in itself",
+                 f"all {len(during)} parts that came while it polled were taken in by other threads")
         for t in threads:
             t.join()
         status = MPI.Status()
