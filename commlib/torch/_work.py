@@ -80,9 +80,14 @@ class Done(dist.Work):
         return None
 
     def get_future(self):
-        fut = torch.futures.Future()
-        fut.set_result(self._result)
-        return fut
+        return _resolved(self._result)
+
+
+def _resolved(value):
+    """A torch future already holding value."""
+    fut = torch.futures.Future()
+    fut.set_result(value)
+    return fut
 
 
 def done(result):
@@ -235,19 +240,9 @@ class Deferred(dist.Work):
         self.wait()
         return self._result
 
-    def source_rank(self):
-        return self._source
-
-    _source_rank = source_rank
-
-    def synchronize(self):
-        """CPU work has nothing to synchronize with."""
-        return None
+    source_rank = _source_rank = Done.source_rank
+    synchronize = Done.synchronize
 
     def get_future(self):
         pending = self._posted()
-        if pending is None:
-            fut = torch.futures.Future()
-            fut.set_result(self._result)
-            return fut
-        return pending.get_future()
+        return _resolved(self._result) if pending is None else pending.get_future()
