@@ -38,6 +38,16 @@ def _unwrap(fut):
     return value
 
 
+def _torch_error(exc, what):
+    """The error of operation `what` as its torch caller gets it: a RuntimeError (CommError is one), a
+    TypeError or a ValueError as it is (as_torch), anything else a RuntimeError caused by it."""
+    if isinstance(exc, (RuntimeError, TypeError, ValueError)):
+        return as_torch(exc)
+    err = RuntimeError(f"commlib: {what}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
 def _seconds(timeout):
     """Work.wait's timeout (timedelta; zero means none) in seconds, or None."""
     if timeout is None:
@@ -112,9 +122,7 @@ class Pending(dist.Work):
         try:
             self._req.wait(_seconds(timeout))
         except Exception as exc:
-            if isinstance(exc, (RuntimeError, TypeError, ValueError)):  # CommError is a RuntimeError
-                raise as_torch(exc)
-            raise RuntimeError(f"commlib: {self._what}: {type(exc).__name__}: {exc}") from exc
+            raise _torch_error(exc, self._what)
         return True
 
     def is_completed(self):
@@ -192,49 +200,49 @@ class Deferred(dist.Work):
             if take:
                 try:
                     self._receive()
-                    self._state = "done"
-                except Exception as exc:
-                    self._state, self._error = "failed", exc
-                    if isinstance(exc, (RuntimeError, TypeError, ValueError)):
-                        raise as_torch(exc)
-                    raise RuntimeError(f"commlib: {self._what}: {type(exc).__name__}: {exc}") from exc
+                except BaseException as exc:
+                    self._error = exc
+                    raise _torch_error(exc, self._what) if isinstance(exc, Exception) else exc
                 finally:
-                    if self._state == "taking":  # (a BaseException: KeyboardInterrupt)
-                        self._state, self._error = "failed", RuntimeError("the receive was interrupted")
+                    self._state = "done" if self._error is None else "failed"
                     self._busy.release()
                 return True
         pending = self.post()
-        if pending is None:
-            return self._settled()
-        return pending.wait(timeout)
-
-    def _settled(self):
-        """A wait that found another thread's wait receiving it: that one's outcome, once it has one."""
-        with self._busy:  # (rare: two threads waiting on one receive)
-            pass
+        if pending is not None:
+            return pending.wait(timeout)
+        self._settle()
         if self._error is not None:
-            raise RuntimeError(f"commlib: {self._what}: {type(self._error).__name__}: {self._error}")
+            raise _torch_error(self._error, self._what)
         return True
 
-    def _posted(self):
-        pending = self.post()
-        if pending is None:
-            self._settled()
-        return pending
+    def _settle(self):
+        """Wait for the outcome of another thread's wait that is receiving it (rare: two threads waiting
+        on one receive); at once where there is one."""
+        with self._busy:
+            pass
 
     def is_completed(self):
         pending = self.post()
         return self._state in ("done", "failed") if pending is None else pending.is_completed()
 
     def is_success(self):
-        pending = self._posted()
-        return self._error is None if pending is None else pending.is_success()
+        pending = self.post()
+        if pending is not None:
+            return pending.is_success()
+        if self._state == "taking":
+            raise RuntimeError(f"commlib: {self._what} has not completed yet")
+        return self._error is None
 
     def exception(self):
         pending = self.post()
-        if pending is None:
-            return self._error
-        return pending.exception()
+        return self._error if pending is None else pending.exception()
+
+    def get_future(self):
+        pending = self.post()
+        if pending is not None:
+            return pending.get_future()
+        self._settle()
+        return _resolved(self._result) if self._error is None else _resolved(_Failed(self._error)).then(_unwrap)
 
     def result(self):
         self.wait()
@@ -242,7 +250,3 @@ class Deferred(dist.Work):
 
     source_rank = _source_rank = Done.source_rank
     synchronize = Done.synchronize
-
-    def get_future(self):
-        pending = self._posted()
-        return _resolved(self._result) if pending is None else pending.get_future()

@@ -1159,6 +1159,7 @@ def part_errors(c):
     def recv_too_small():  # rank 1 receives rank 0's 5 floats into 3: an error naming both sizes
         if me == 0:
             dist.send(torch.ones(5), 1, tag=44)
+            dist.send(torch.ones(5), 1, tag=45)
         elif me == 1:
             try:
                 dist.recv(torch.empty(3), 0, tag=44)
@@ -1167,6 +1168,15 @@ def part_errors(c):
                      "raises, naming both sizes", f"{type(err).__name__}: {err}")
             else:
                 c.ok(False, "recv into a tensor smaller than the message raises", "no exception")
+            work = dist.irecv(torch.empty(3), 0, tag=45)  # the same through its Work, after the wait failed
+            try:
+                work.wait()
+            except Exception:  # noqa: BLE001
+                c.ok(work.is_completed() and not work.is_success() and work.exception() is not None,
+                     "an irecv whose wait failed: completed, not a success, its exception kept",
+                     f"completed {work.is_completed()}, exception {work.exception()!r}")
+            else:
+                c.ok(False, "irecv into a tensor smaller than the message raises at wait()", "no exception")
 
     if n > 1 and lacks("recv into a tensor smaller than the message raises"):
         c.skip("recv into a tensor smaller than the message raises")
