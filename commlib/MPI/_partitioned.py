@@ -203,10 +203,11 @@ class _PrecvState:
         if self.source == PROC_NULL:
             return True
         arrived = self._arrived(int(j))
-        if not arrived and not self.pg.engine.progress_once():
-            time.sleep(0)  # another thread drives progress: a loop polling Parrived lets it take the GIL
-        elif not arrived:
-            arrived = self._arrived(int(j))  # (this thread's look may have taken it in)
+        if not arrived:
+            if self.pg.engine.progress_once():
+                arrived = self._arrived(int(j))  # (this thread's look may have taken it in)
+            else:
+                time.sleep(0)  # another thread drives progress: a loop polling Parrived lets it take the GIL
         return arrived
 
     def _arrived(self, j):
