@@ -1,4 +1,6 @@
 """Declares the Cython extensions; all metadata lives in pyproject.toml."""
+import os
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -26,9 +28,15 @@ extensions = [
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
 ]
 
+# Every core: the extensions are translated and compiled side by side (on 2 cores the build takes the
+# time of _kernels alone, ~25 s, instead of ~55 s one after another).
+JOBS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
 setup(
     ext_modules=cythonize(
         extensions,
         compiler_directives={"language_level": 3, "embedsignature": True},
+        nthreads=JOBS if JOBS > 1 else 0,
     ),
+    options={"build_ext": {"parallel": JOBS}},
 )
