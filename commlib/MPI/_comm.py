@@ -55,11 +55,12 @@ _WIRE = {dt._base: dt._wire for dt in BY_CHAR.values()}  # numpy dtype -> wire c
 
 
 class _State:
-    __slots__ = ("g", "name", "topo", "builtin", "attrs", "errh")
+    __slots__ = ("g", "name", "topo", "builtin", "attrs", "errh", "neighbors")
 
     def __init__(self, g, name="", topo=None, builtin=False):
         self.g, self.name, self.topo, self.builtin = g, name, topo, builtin
         self.attrs, self.errh = None, _RETURN_H  # attributes by keyval (made on first use); the error handler
+        self.neighbors = None  # this rank's Neighbors in topo, made on first use (both are fixed)
 
 
 _NULL = _State(None, "MPI_COMM_NULL")

@@ -67,14 +67,23 @@ def exchange(g, recvs, sends, what):
     for dst, _, u8 in sends:
         load[dst] = load.get(dst, 0) + u8.nbytes + HEADER_NBYTES
     if all(b <= EAGER_BYTES for b in load.values()):
-        for dst, tag, u8 in sends:
+        # In tag order on both sides (stable: a tag's messages keep theirs), so each receive finds its
+        # own frame first where one rank sends another several blocks (a periodic dimension of 2, a
+        # graph's repeated edge): a frame of another tag first hands the receive over to the engine's
+        # matching, ~20x the time of the one-call path. Eager sends complete alone, so any order of
+        # them and of the receives after them meets the other side's.
+        for dst, tag, u8 in sorted(sends, key=_tag):
             send(g, u8, DT_BYTES, u8.nbytes, dst, tag, block=True, what=what)
-        for src, tag, u8 in recvs:
+        for src, tag, u8 in sorted(recvs, key=_tag):
             recv_into(g, u8, DT_BYTES, src, tag, True, what)
         return
     reqs = [recv_into(g, u8, DT_BYTES, src, tag, False, what) for src, tag, u8 in recvs]
     reqs += [send(g, u8, DT_BYTES, u8.nbytes, dst, tag, block=False, what=what) for dst, tag, u8 in sends]
     wait_all([r for r in reqs if r is not None])
+
+
+def _tag(part):
+    return part[1]
 
 
 def _copy_to_self(me, recvs, sends):

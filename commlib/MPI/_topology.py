@@ -266,10 +266,13 @@ class Topology:
     __slots__ = ()
 
     def _neighbors(self):
-        topo = self._c.topo
-        if topo is None:
-            raise MPIException(ERR_TOPOLOGY, "the communicator has no topology")
-        return topo.neighbors(self.Get_rank())
+        """This rank's Neighbors (read-only: callers copy what they hand out), made once per communicator."""
+        c = self._c
+        if c.neighbors is None:
+            if c.topo is None:
+                raise MPIException(ERR_TOPOLOGY, "the communicator has no topology")
+            c.neighbors = c.topo.neighbors(self.Get_rank())
+        return c.neighbors
 
     @property
     def degrees(self):

@@ -74,6 +74,20 @@ def halo():
         req.Wait()
         c.equal(got, want + 0.5 * (k + 1), f"halo: persistent Neighbor_alltoall, round {k}")
     req.Free()
+    if not USING_MPI4PY and 2 in dims:  # (commlib) one rank both neighbours: each block's frame comes as
+        # its receive expects it (both sides in tag order), so none takes the engine's matching path
+        import commlib
+        engine = commlib.init().engine
+        handed = []
+        engine._hand_over = lambda conn, header: handed.append(header) or type(engine)._hand_over(engine, conn,
+                                                                                                   header)
+        try:
+            for _ in range(10):
+                cart.Neighbor_alltoall(send, got)
+        finally:
+            del engine._hand_over
+        c.equal(got, want + 1.5, "halo: Neighbor_alltoall, repeated")
+        c.equal(len(handed), 0, f"halo: on dims {dims}, no frame came before another of the same neighbour")
     cart.Free()
     line = comm.Create_cart([n], periods=[False])
     got = np.full(2, -1, dtype=np.int32)
