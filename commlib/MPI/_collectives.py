@@ -10,6 +10,7 @@ import numpy as np
 from .._api import within as _within
 from .._dtypes import DT_BYTES
 from .._engine import wait_all as _wait_all
+from ._constants import ERR_TRUNCATE, MPIException
 from ._p2p import dumps, exchange, loads, recv_into, recv_obj, send
 
 # Tags of the collectives that run over point-to-point (negative: never a user's).
@@ -107,6 +108,55 @@ def exchange_body(g, send_block, recv_block, tag):
     mine = send_block(me)
     if mine is not None:
         recv_block(me)[...] = mine
+
+
+# An Allgatherv whose blocks are small runs as one all_gather of equal slots, each this header (the
+# byte count of the block it carries) and the block padded to the widest: one collective call (the
+# one-call path, ~2-10 us) instead of a message to and from every rank (~40 us at n = 2, ~90 at n = 4).
+SLOT_HEADER = 8
+PADDED_MAX = 64 << 10  # the slots of all ranks together, at most (the one-call path's eager size)
+
+
+def padded(blocks):
+    """Whether an Allgatherv into `blocks` (every rank's, in bytes) runs as one all_gather of slots. Each rank
+    decides alike: the receive counts, and their sizes in bytes, are the same on every rank."""
+    return len(blocks) * (SLOT_HEADER + max(b.nbytes for b in blocks)) <= PADDED_MAX
+
+
+def allgatherv_padded(g, s, blocks, all_gather):
+    """Allgatherv of this rank's array `s` into `blocks` (rank i's: a flat view of the receive buffer) by
+    `all_gather(slot, out)`. A block longer than its receive is ERR_TRUNCATE on the ranks that receive it,
+    as a message that long would be, raised after the collective (every rank took part: none waits) and
+    after the other blocks are in."""
+    n = len(blocks)
+    width = SLOT_HEADER + max(b.nbytes for b in blocks)
+    data = np.ascontiguousarray(s).reshape(-1).view(np.uint8)
+    slot = np.zeros(width, np.uint8)
+    slot[:SLOT_HEADER].view(np.int64)[0] = data.size
+    fits = min(data.size, width - SLOT_HEADER)  # (a longer block is refused by its receivers, below)
+    slot[SLOT_HEADER:SLOT_HEADER + fits] = data[:fits]
+    out = np.empty((n, width), np.uint8)
+    all_gather(slot, out.reshape(-1))
+    sizes = out[:, :SLOT_HEADER].copy().view(np.int64).reshape(-1).tolist()
+    refused = None
+    for i, (block, nbytes) in enumerate(zip(blocks, sizes)):
+        into = block.view(np.uint8)
+        if nbytes > into.size:  # (the other blocks are still delivered)
+            refused = refused or MPIException(ERR_TRUNCATE, f"rank {g.rank()}: collective: message of {nbytes} bytes "
+                                                            f"from rank {i} is longer than the {into.size}-byte "
+                                                            f"receive buffer")
+            continue
+        into[:nbytes] = out[i, SLOT_HEADER:SLOT_HEADER + nbytes]
+    if refused is not None:
+        raise refused
+
+
+def allgatherv_body(g, s, blocks):
+    """The non-blocking Allgatherv, on the communicator's stream."""
+    if padded(blocks):
+        allgatherv_padded(g, s, blocks, lambda x, out: _within.all_gather(g, x, out))
+    else:
+        exchange_body(g, lambda j: s, blocks.__getitem__, TAG_ALLGATHERV)
 
 
 def alltoall_obj_body(g, objs):
