@@ -124,7 +124,9 @@ def case(commrun):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_torchrun_standalone(commrun, case, n):
-    """(a) torchrun --standalone --nproc-per-node N: the agent's store holds MASTER_PORT."""
+    """(a) torchrun --standalone --nproc-per-node N: the agent's store holds MASTER_PORT. About 6 s on 2 idle
+    cores, over 20 s beside the suite's other jobs: torchrun's agent and N workers, each importing torch
+    (~1.5 s of CPU) as torchrun starts them."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), case, BACKEND]
     rc, out, err = _run(argv, _clean(commrun.env), commrun.cwd)
     assert rc == 0, f"torchrun exited {rc}\n--- stdout\n{out[-4000:]}\n--- stderr\n{err[-6000:]}"
