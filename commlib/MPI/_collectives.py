@@ -117,19 +117,20 @@ SLOT_HEADER = 8
 PADDED_MAX = 64 << 10  # the slots of all ranks together, at most (the one-call path's eager size)
 
 
-def padded(blocks):
-    """Whether an Allgatherv into `blocks` (every rank's, in bytes) runs as one all_gather of slots. Each rank
-    decides alike: the receive counts, and their sizes in bytes, are the same on every rank."""
-    return len(blocks) * (SLOT_HEADER + max(b.nbytes for b in blocks)) <= PADDED_MAX
-
-
-def allgatherv_padded(g, s, blocks, all_gather):
-    """Allgatherv of this rank's array `s` into `blocks` (rank i's: a flat view of the receive buffer) by
-    `all_gather(slot, out)`. A block longer than its receive is ERR_TRUNCATE on the ranks that receive it,
-    as a message that long would be, raised after the collective (every rank took part: none waits) and
-    after the other blocks are in."""
-    n = len(blocks)
+def slot_width(blocks):
+    """The slot of an Allgatherv into `blocks` (every rank's) run as one all_gather of equal slots, in bytes;
+    0 where it does not run so. Each rank decides alike: the receive counts, and their sizes in bytes, are
+    the same on every rank."""
     width = SLOT_HEADER + max(b.nbytes for b in blocks)
+    return width if len(blocks) * width <= PADDED_MAX else 0
+
+
+def allgatherv_padded(g, s, blocks, width, all_gather):
+    """Allgatherv of this rank's array `s` into `blocks` (rank i's: a flat view of the receive buffer) as
+    `all_gather(slot, out)` of slots of `width` bytes (slot_width). A block longer than its receive is
+    ERR_TRUNCATE on the ranks that receive it, as a message that long would be, raised after the collective
+    (every rank took part: none waits) and after the other blocks are in."""
+    n = len(blocks)
     data = np.ascontiguousarray(s).reshape(-1).view(np.uint8)
     slot = np.zeros(width, np.uint8)
     slot[:SLOT_HEADER].view(np.int64)[0] = data.size
@@ -153,8 +154,9 @@ def allgatherv_padded(g, s, blocks, all_gather):
 
 def allgatherv_body(g, s, blocks):
     """The non-blocking Allgatherv, on the communicator's stream."""
-    if padded(blocks):
-        allgatherv_padded(g, s, blocks, lambda x, out: _within.all_gather(g, x, out))
+    width = slot_width(blocks)
+    if width:
+        allgatherv_padded(g, s, blocks, width, lambda x, out: _within.all_gather(g, x, out))
     else:
         exchange_body(g, lambda j: s, blocks.__getitem__, TAG_ALLGATHERV)
 

@@ -34,8 +34,8 @@ from ._constants import (
     MPIException)
 from ._collectives import (
     TAG_ALLGATHERV, TAG_ALLTOALLV, TAG_ALLTOALLW, allgatherv_body, allgatherv_padded, allreduce_body, alltoall_body,
-    alltoall_obj_body, exchange_body, fold, gatherv_body, padded, reduce_body, reduce_scatter_body, scan_body,
-    scatterv_body)
+    alltoall_obj_body, exchange_body, fold, gatherv_body, reduce_body, reduce_scatter_body, scan_body, scatterv_body,
+    slot_width)
 from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_code
 from ._datatypes import BY_CHAR
 from ._groups import Group
@@ -1024,8 +1024,9 @@ class Comm(Attributes, ErrorHandling):
 
     def Allgatherv(self, sendbuf, recvbuf):
         g, s, blocks = self._allgatherv_args(sendbuf, recvbuf)
-        if padded(blocks):  # commlib's all_gather itself: its one-call path when the stream is idle
-            allgatherv_padded(g, s, blocks, lambda x, out: _coll.all_gather(x, out=out, group=g))
+        width = slot_width(blocks)
+        if width:  # commlib's all_gather itself: its one-call path when the stream is idle
+            allgatherv_padded(g, s, blocks, width, lambda x, out: _coll.all_gather(x, out=out, group=g))
         else:
             g.stream.run(exchange_body, g, lambda j: s, blocks.__getitem__, TAG_ALLGATHERV)
 
