@@ -19,6 +19,8 @@ extensions = [
     Extension("commlib.MPI._buffer", ["commlib/MPI/_buffer.pyx"], extra_compile_args=CFLAGS),
     # the recording wrapper of COMMLIB_TRACE (commlib/_trace.py), in C for its cost per call
     Extension("commlib._tracecall", ["commlib/_tracecall.pyx"], extra_compile_args=CFLAGS),
+    # the engine's reentrant lock, taken from C by _io's one-call path through _lock.pxd
+    Extension("commlib._lock", ["commlib/_lock.pyx"], extra_compile_args=CFLAGS),
     # the header encoder, also called from C by _io through _wire.pxd
     Extension("commlib._wire", ["commlib/_wire.pyx"], extra_compile_args=CFLAGS),
     # _io's one-call path (_fast.pxi) reads arrays through NumPy's C API and

@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from .._kernels import host_span, typemap_copy
+from .._kernels import host_span, plain, typemap_copy
 from ._buffer import buffer
 from ._constants import BOTTOM, IN_PLACE
 from ._datatypes import BY_CHAR, NAMED, Datatype, _flat, _int, as_datatype, of_dtype, reach
@@ -189,13 +189,58 @@ def _view(flat, fdt, dt, writable):
     return flat, dt
 
 
+def _plain_parts(spec, writable):
+    """(the whole buffer flat, the message's elements, count, datatype) of [a, datatype] or
+    [a, count, datatype] where a is a C-contiguous NumPy array (writable, for a receive) of the
+    datatype's own base type and the datatype a plain view (a predefined one, a contiguous
+    derived one): the forms programs and the OSU benchmarks write, read in a few attribute looks;
+    None for any other message (_parse reads it, and raises what it deserves)."""
+    n = len(spec)
+    if n == 2:
+        a, dt = spec
+        count = None
+    elif n == 3:
+        a, count, dt = spec
+    else:
+        return None
+    if not plain(a, writable) or type(dt) is not Datatype or not dt._simple or dt._base != a.dtype:
+        return None
+    mult, size = dt._mult, a.size
+    if count is None:
+        if not mult or size % mult:
+            return None
+        count = size // mult
+    elif type(count) is not int or count < 0 or count * mult > size:
+        return None
+    whole = a if a.ndim == 1 else a.reshape(-1)
+    return whole, whole if count * mult == size else whole[:count * mult], count, dt
+
+
+def plain_message(spec, writable):
+    """(array of the message's elements, its wire dtype code) of a list or tuple message in the
+    plain forms of `_plain_parts` (the one-call Send/Recv path: any C-contiguous shape), else None."""
+    if len(spec) == 2:  # [array, datatype], the whole array: no view made
+        a, dt = spec
+        if plain(a, writable) and type(dt) is Datatype and dt._simple and dt._base == a.dtype and dt._mult == 1:
+            return a, dt._wire
+    parts = _plain_parts(spec, writable)
+    return None if parts is None else (parts[1], parts[3]._wire)
+
+
 def _parse(spec, writable):
     if spec is None:
         return Msg(_EMPTY, 0, _BYTE)
-    if type(spec) is np.ndarray and spec.flags.c_contiguous:  # the common case, fast
+    ts = type(spec)
+    if ts is np.ndarray and spec.flags.c_contiguous:  # the common case, fast
         dt = BY_CHAR.get(spec.dtype.char)
         if dt is not None and dt._base == spec.dtype and (spec.flags.writeable or not writable):
             return Msg(spec.reshape(-1), spec.size, dt)
+    elif ts is list or ts is tuple:  # ... and its list forms
+        parts = _plain_parts(spec, writable)
+        if parts is not None:
+            whole, flat, count, dt = parts
+            given = len(spec) == 3
+            return Msg(flat, count, dt, given, whole if given else None)
     count = displ = None
     if isinstance(spec, (list, tuple)):
         buf, count, displ, dt = _split(spec)

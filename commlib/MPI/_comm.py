@@ -40,7 +40,8 @@ from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
-from ._bufspec import blocks, is_in_place, parse_recv, unpacking, parse_send, parse_vector, parse_vectorw
+from ._bufspec import (blocks, is_in_place, parse_recv, plain_message, unpacking, parse_send, parse_vector,
+                       parse_vectorw)
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
 from ._ops import SUM, Op
@@ -495,6 +496,15 @@ class Comm(Attributes, ErrorHandling):
 
     # ---------------------------------------------------------------- point-to-point, buffers
     def Send(self, buf, dest, tag=0):
+        g = self._c.g
+        tb = type(buf)
+        if g is not None and (tb is np.ndarray or tb is list or tb is tuple):
+            # the common cases first (an array, [array, datatype], [array, count, datatype]): one compiled
+            # call checks the rest, and anything it does not take goes the long way below
+            fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
+            a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, False) or (None, None))
+            if fast is not None and wire is not None and fast.send_wire(a, dest, tag, wire, "Send") is None:
+                return
         g = _group(self)
         if dest == PROC_NULL:
             return
@@ -507,12 +517,21 @@ class Comm(Attributes, ErrorHandling):
                 if fast is None or fast.send_wire(buf, dest, tag, wire, "Send") is not None:
                     send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, dest, tag)
                 return
-        elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: packed in one C call
-            a, count, dt, plan = _derived_triple(buf)
-            packed = None if plan is None else derived_pack(a, plan, count)
-            if packed is not None:
-                send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+        elif tb is list or tb is tuple:
+            plain_msg = plain_message(buf, False)  # [array, datatype], [array, count, datatype]: as an array
+            if plain_msg is not None:
+                a, wire = plain_msg
+                dest, tag = _dest(g, dest, "Send"), _stag(g, tag, "Send")
+                fast = getattr(g, "p2p_fast", None)
+                if fast is None or fast.send_wire(a, dest, tag, wire, "Send") is not None:
+                    send(g, a, wire, a.size, dest, tag)
                 return
+            if len(buf) == 3:  # [array, count, derived type]: packed in one C call
+                a, count, dt, plan = _derived_triple(buf)
+                packed = None if plan is None else derived_pack(a, plan, count)
+                if packed is not None:
+                    send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+                    return
         self._send_buf(buf, dest, tag, False, True, "Send")
 
     Send._unpacking = True  # it receives nothing: never wrapped by _install_unpacking
@@ -523,14 +542,30 @@ class Comm(Attributes, ErrorHandling):
         self._send_buf(buf, dest, tag, True, True, "Ssend")
 
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        g = self._c.g
+        tb = type(buf)
+        # the common cases first (as Send's, from a named source with a named tag): one compiled call
+        if g is not None and type(source) is int and type(tag) is int and (tb is np.ndarray or tb is list
+                                                                           or tb is tuple):
+            fast = getattr(g, "p2p_fast", None)
+            a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, True) or (None, None))
+            if fast is not None and wire is not None and fast.recv_wire(a, source, tag, wire) is not NotImplemented:
+                if status is not None:
+                    status._fill(source, tag, a.nbytes)
+                return
         g = _group(self)
         if source == PROC_NULL:
             proc_null(status)
             return
         tb = type(buf)
+        plain_msg = None
+        if tb is list or tb is tuple:  # [array, datatype], [array, count, datatype]: as an array
+            plain_msg = plain_message(buf, True)
+            if plain_msg is not None:
+                buf, tb = plain_msg[0], np.ndarray
         if tb is np.ndarray:  # the common case, with the least Python
             f = buf.flags
-            wire = _WIRE.get(buf.dtype)
+            wire = _WIRE.get(buf.dtype) if plain_msg is None else plain_msg[1]
             if f.c_contiguous and f.writeable and wire is not None:
                 source, tag = _source(g, source, "Recv"), _rtag(g, tag, "Recv")
                 fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)

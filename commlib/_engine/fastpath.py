@@ -2,7 +2,7 @@
 
 Every blocking send, and every blocking receive of a known size from a named
 source, is `_io.P2PFast` (`Engine.one_call`): when nothing is queued, half
-read or driven by another thread (`Engine.may_call`: receives posted in other
+read or driven by another thread (`_io.P2PFast._may_call`: receives posted in other
 groups are no obstacle, a receive's own group must have none) it runs steps
 of the transport's C loop straight between the connection and the user's
 buffer, with no queue and no progress thread (the latency path), from the

@@ -9,7 +9,7 @@ matcher. A frame for a group this rank has not created yet (a peer left the
 split first and sent at once) is read and kept until `context()` registers
 the group. Progress is made by
 one progress thread while the caller computes, by a caller waiting on a
-request, and, when nothing is queued or half read (`may_call`), by a blocking
+request, and, when nothing is queued or half read (`_io.P2PFast._may_call`), by a blocking
 call itself on the latency path. `Engine` is this module's state and lifetime, assembled from
 one part per job:
 
@@ -32,6 +32,7 @@ import weakref
 from .._dtypes import BFLOAT16, dtype_code
 from .._errors import CommError
 from .._kernels import address as _address
+from .._lock import RLock
 from .._transport import spin_seconds
 from .._wire import message_header
 from .failures import Failures
@@ -62,7 +63,7 @@ class Engine(Sends, Receives, FastPaths, Progress, Failures):
         self.transport = transport
         self.p2p = transport.p2p if transport is not None else None
         self.me = transport.rank if transport is not None else 0
-        self.lock = threading.RLock()
+        self.lock = RLock()  # (threading.RLock's behaviour; the one-call path takes it from C)
         self._work = threading.Condition(self.lock)
         self.contexts = {}
         self.groups = weakref.WeakValueDictionary()  # gid -> Group, for the finalize() digest comparison

@@ -183,19 +183,6 @@ class Progress:
                 self.poller.wake()
         return True
 
-    def may_call(self):
-        """(lock held) Whether a one-call send or receive (`_io.P2PFast`) may own a connection now:
-        nothing is queued to write, awaits an acknowledgement or is half read, and no other
-        thread drives progress. Receives posted (a window's service, a pending irecv) are no
-        obstacle: a one-call receive takes only its own frame, where its group has no receive
-        posted (the caller checks), and hands any other frame to the engine. A caller at work here
-        counts as one driving progress: the thread defers to it (DEFER_S) and leaves a wait it is in."""
-        if self.n_posted and self._driver is not None or self.n_sending or self._acks or self._partial or self._closing:
-            return False
-        if self.n_posted:
-            self._caller_at_work()
-        return True
-
     def _caller_at_work(self):
         """(lock held) A caller is at work in the engine (a one-call step, receives being posted): the
         thread leaves a wait it is in and defers to it (DEFER_S), as after a caller drove progress, so

@@ -2,7 +2,7 @@
 
 A blocking send, and a non-blocking one of at most EAGER_BYTES, is written by the calling
 thread in one call when nothing is queued or half read, receives posted being no obstacle
-(`Engine.may_call`, `_io.P2PFast`: an isend the connection takes whole returns a completed
+(`_io.P2PFast._may_call`: an isend the connection takes whole returns a completed
 Request). Otherwise a send becomes a `_Send` (a transport
 Frame: its header and the user's buffers, written back to back) queued on the transport's
 Outgoing connection to its destination (every group's frames, in order), written at once as far

@@ -29,6 +29,7 @@ cdef extern from *:
 from posix.time cimport clock_gettime, CLOCK_MONOTONIC, timespec
 
 from commlib._kernels cimport reduce_raw, itemsize_of
+from commlib._lock cimport RLock
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -178,6 +179,7 @@ cdef enum:
                         # looks (CollectiveChannel.busy), hands it over or clears the step, then resumes
     ST_DRAINED = 11     # (shared connections) another group's message read whole (Stepper.drain_into),
                         # the row's send going on meanwhile: the caller parks it, then resumes the row
+    ST_AGAIN = 12       # (a step's first pass, Step.once) it would wait now: _go goes on without the GIL
 
 OK, TIMEOUT, EOF, SEND_ERROR, RECV_ERROR = ST_OK, ST_TIMEOUT, ST_EOF, ST_SEND_ERROR, ST_RECV_ERROR
 MISMATCH, WAKE, POLL_ERROR, SLOW, NEED_PEER, BUSY, DRAINED = (ST_MISMATCH, ST_WAKE, ST_POLL_ERROR, ST_SLOW,
@@ -197,6 +199,25 @@ cdef enum:
     S_REDUCED = 2   # payload bytes reduced into the destination
     S_ERRNO = 3
 
+cdef extern from *:
+    """
+    #include <time.h>
+    /* A clock read in a few nanoseconds where the kernel offers one (Linux: the last tick's time,
+       up to a tick behind CLOCK_MONOTONIC, on the same time line): for deadlines of seconds and
+       idle clocks, never for measuring a wait. */
+    static inline double cl_coarse_now(void) {
+        struct timespec ts;
+    #ifdef CLOCK_MONOTONIC_COARSE
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    #else
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+    #endif
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    """
+    double cl_coarse_now() noexcept nogil
+
+
 cdef inline double _now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
@@ -215,6 +236,10 @@ cdef inline double _now() noexcept nogil:
 # there a prompt peer's answer includes its turn on our core: SPIN_FAST_YIELD_S.
 # With 25 us there, 8 B all_reduce at n = 4 on 2 cores flipped to sleeping once
 # a front-end added ~10 us of CPU a call (torch: 85 -> 35 us with 100 us).
+# the most payload a step moves in a first pass with the GIL held (Stepper._go): a memcpy or a
+# non-blocking system call's worth, well under what a thread switch would cost another thread
+cdef Py_ssize_t ONCE_MAX_BYTES = 16384
+AGAIN, ONCE_MAX = ST_AGAIN, ONCE_MAX_BYTES
 cdef double SPIN_FAST_S = 25e-6
 cdef double SPIN_FAST_YIELD_S = 100e-6
 cdef Py_ssize_t YIELD_SPIN_MAX_BYTES = 64 << 10  # yield-spin only on latency-bound steps
@@ -286,6 +311,7 @@ cdef struct Step:
     bint draining            # the receive is another group's payload (recv_buf): DRAINED once it is in
     bint lane_send           # the send (a relay) goes on the group's own lane: no claim
     bint lane_recv           # ... the receive (from a relay)
+    bint once                # one pass, no wait: ST_AGAIN where it would wait (the GIL held; _go)
 
 
 cdef inline int _reduce_ready(Step* s, bint final) noexcept nogil:
@@ -404,7 +430,7 @@ cdef int _step(Step* s) noexcept nogil:
     # the most this step spins: a yielding spin is for latency-bound steps only (a bandwidth-bound
     # one pays its wake-up once; the yields would be paid per chunk)
     cdef double cap = 0.0 if s.yield_spin and s.send_len + s.recv_len > YIELD_SPIN_MAX_BYTES else s.spin_s
-    cdef bint timed = s.spin_s > 0 or s.check_s > 0 or s.learned != NULL
+    cdef bint timed = (s.spin_s > 0 or s.check_s > 0 or s.learned != NULL) and not s.once
     cdef bint checked = s.expect_hdr == NULL or st[S_RECVD] >= s.recv_hdr_len
     # claims (shared connections): a direction is held from a message's first byte to its last
     cdef bint claims_send = s.token > 0 and s.send_fd >= 0 and not s.lane_send
@@ -585,6 +611,8 @@ cdef int _step(Step* s) noexcept nogil:
             # Relay waiting for bytes that are still to arrive, with the
             # receive side idle, cannot happen: receive is then pending.
             continue
+        if s.once:
+            return ST_AGAIN
         now = _now()
         if waiting_since == 0.0:
             waiting_since = now
@@ -654,6 +682,7 @@ cdef inline char* _ptr(Py_ssize_t address) noexcept nogil:
 
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Malloc, PyMem_Calloc, PyMem_Free
 
 
 cdef class Stepper:
@@ -738,6 +767,7 @@ cdef class Stepper:
         s.mem_len = self.mem_len
         s.draining = False
         s.lane_send = s.lane_recv = False
+        s.once = False
 
     cdef inline void _learn_peer(self, Step* s) noexcept nogil:
         """Adaptive spin: the step's spin budget follows its peer's average wait."""
@@ -745,11 +775,26 @@ cdef class Stepper:
         if self.adaptive and fd >= 0:
             s.learned = &self.learned[fd % SPIN_SLOTS]
 
-    cdef int _go(self, Step* s, double deadline) except? -1:
-        """Fill in the group's constants and run the step with the GIL released."""
+    cdef int _go(self, Step* s, double deadline, bint once_only=False) except? -1:
+        """Fill in the group's constants and run the step with the GIL released: a small one-way
+        one (a send or a receive of at most ONCE_MAX_BYTES on an unshared connection) first tries a
+        pass with it held, which completes where the ring or socket takes or holds the message now (a send
+        into room, a frame already there) and leaves the releasing and retaking to a step that
+        waits. once_only: that pass alone; ST_AGAIN where the step would wait (or is not small),
+        the caller resuming it (its bookkeeping for a wait done first)."""
         cdef int rc
         self._bind(s, deadline)
         self._learn_peer(s)
+        # (an exchange, a collective's step, goes on as before: its receive waits for the peer's send)
+        if (s.token == 0 and s.reduce_dst == NULL and s.send_len + s.recv_len <= ONCE_MAX_BYTES
+                and (s.send_fd < 0 or s.recv_fd < 0 and s.recv_fd != FD_MEM_)):
+            s.once = True
+            rc = _run(s)
+            s.once = False
+            if rc != ST_AGAIN or once_only:
+                return rc
+        elif once_only:
+            return ST_AGAIN
         with nogil:
             rc = _run(s)
         return rc
@@ -829,19 +874,22 @@ cdef class Stepper:
 
     def raw(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
             int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume,
-            bytes expect=None):
+            bytes expect=None, bint once_only=False):
         """Point-to-point step: send hdr (may be empty) + payload, and/or receive recv_len bytes.
 
         Without `expect` the receive side reads raw bytes and checks nothing
         (the caller parses them). With it, a header of that length comes
         first and must equal it (else MISMATCH, header in rhdr, no payload read).
+        once_only: the first pass alone (AGAIN where the step would wait; resume it).
         """
-        return self.raw_step(send_fd, hdr, send_ptr, send_len, recv_fd, recv_ptr, recv_len, deadline, resume, expect)
+        return self.raw_step(send_fd, hdr, send_ptr, send_len, recv_fd, recv_ptr, recv_len, deadline, resume, expect,
+                             once_only)
 
     cdef int raw_step(self, int send_fd, bytes hdr, Py_ssize_t send_ptr, Py_ssize_t send_len,
                       int recv_fd, Py_ssize_t recv_ptr, Py_ssize_t recv_len, double deadline, bint resume,
-                      bytes expect) except? -1:
-        """raw(), called from C (the one-call path) without building its arguments as objects."""
+                      bytes expect, bint once_only=False) except? -1:
+        """raw(), called from C (the one-call path) without building its arguments as objects;
+        once_only: as _go's."""
         cdef Step s
         self._restart(resume)
         s.send_fd = send_fd
@@ -868,7 +916,7 @@ cdef class Stepper:
         s.swap = False
         s.item = 1
         s.relay = RELAY_NONE
-        return self._go(&s, deadline)
+        return self._go(&s, deadline, once_only)
 
 
 # ------------------------------------------------------- shared-memory links (_shm.h)

@@ -3,7 +3,7 @@
 
 Every blocking send, and every blocking receive of a known size from a named
 source, runs here when nothing is queued, half read or driven by another thread
-(`Engine.may_call()`: receives posted elsewhere, a window's service, are no
+(`P2PFast._may_call()`: receives posted elsewhere, a window's service, are no
 obstacle; a receive's group must have none posted), and so
 does every isend of at most the eager size (`isend`, `isend_bytes`): an isend
 the connection takes whole returns a completed Request; one it does not stops after the step's spin (never waiting
@@ -48,6 +48,9 @@ cdef inline unsigned long long _le(const unsigned char* p, int n) noexcept nogil
 # before the engine's loop, which serves every connection, waits instead: a peer's prompt answer
 # (a ping-pong's, a server's) comes well within it; the progress thread defers as long (DEFER_S)
 cdef double POSTED_STEP_S = 0.001
+# how stale a send's note in the transport's `used` (when a peer's connection was last used, for the
+# idle closer, whose clock is IDLE_S: a second) may be
+cdef double USED_NOTE_S = 0.001
 
 
 cdef inline Py_ssize_t _count_of(int code, Py_ssize_t nbytes):
@@ -62,9 +65,13 @@ cdef inline Py_ssize_t _count_of(int code, Py_ssize_t nbytes):
 cdef class P2PFast:
     """One group's blocking send/recv. Built by the engine once per group context with a transport."""
 
-    cdef object engine, lock, may_call, ctx, matcher, conns_in, conns_out, last_tag, fds, ep, notices, adopt, conn_gid
-    cdef object p2p_state, p2p_raise, send_queue, recv_rest, header, empty, used, limit_incoming, save_step
-    cdef object unpost, repost, acquire, release
+    cdef RLock lock  # the engine's (commlib._lock): taken twice a call, from C
+    cdef object engine, ctx, matcher, ep, notices, adopt, conn_gid, caller_at_work
+    cdef object p2p_state, p2p_raise, send_queue, recv_rest, header, empty, limit_incoming, save_step
+    cdef object unpost, repost
+    # the engine's and the transport's tables (bound once, changed in place): read here as dicts and sets
+    cdef dict conns_in, conns_out, last_tag, fds, used, acks
+    cdef set partial, closing
     cdef Stepper stepper
     cdef list out_keys  # group rank -> the key of its outgoing point-to-point connection in `fds`
     # the header of the last plain send and of the last plain receive, and what it holds: a program
@@ -81,11 +88,19 @@ cdef class P2PFast:
     cdef Py_ssize_t limit
     cdef dict hdrs, dtypes, whats
     cdef WireCodes codes
+    # per group rank: when a send to it last noted `used` (the idle closer's clock, noted at most every
+    # USED_NOTE_S), the tag last noted in `last_tag` by a receive from it, and that entry's key
+    cdef double* used_at
+    cdef long* noted_tag
+    cdef list tag_keys
+    # the last call's description and the notice a blocked receive shows (kind, tag, peer) -> both
+    cdef object last_kind, last_what, last_current
+    cdef long last_what_tag, last_current_src
 
     def __init__(self, engine, ctx, p2p, fds, Py_ssize_t limit, dtype_code, bf16, header):
         import numpy as np
-        self.engine, self.lock, self.may_call = engine, engine.lock, engine.may_call
-        self.acquire, self.release = engine.lock.acquire, engine.lock.release
+        self.engine, self.lock, self.caller_at_work = engine, engine.lock, engine._caller_at_work
+        self.acks, self.partial, self.closing = engine._acks, engine._partial, engine._closing
         self.completed = engine.completed  # the Request of an isend done in its own call
         self.conns_in, self.conns_out, self.last_tag = engine._in, engine._out, engine._last_tag
         self.send_queue, self.recv_rest, self.adopt = engine._fast_send_queue, engine._fast_recv_rest, engine._adopt
@@ -103,8 +118,65 @@ cdef class P2PFast:
         _wire_codes_fill(&self.codes, dtype_code, bf16)
         self.out_keys = [(self.conn_gid, 1, w, 1) for w in self.world]  # CH_P2P, outgoing
         self.send_hdr = self.recv_hdr = None
+        self.used_at = <double*>PyMem_Calloc(self.n, sizeof(double))
+        self.noted_tag = <long*>PyMem_Malloc(self.n * sizeof(long))
+        if self.used_at == NULL or self.noted_tag == NULL:
+            raise MemoryError()
+        for i in range(self.n):
+            self.noted_tag[i] = -2  # (no tag is -2: the first receive notes its tag)
+        self.tag_keys = [(self.gid, i) for i in range(self.n)]
+        self.last_kind = self.last_current = None
+
+    def __dealloc__(self):
+        PyMem_Free(self.used_at)
+        PyMem_Free(self.noted_tag)
+
+    cdef bint _may_call(self) except -1:
+        """(lock held) Whether a one-call send or receive may own a connection now: nothing is queued
+        to write, awaits an acknowledgement or is half read, and no other thread drives progress.
+        Receives posted (a window's service, a pending irecv) are no obstacle: a one-call receive
+        takes only its own frame, where its group has no receive posted (the caller checks), and
+        hands any other frame to the engine. A caller at work here counts as one driving progress:
+        the engine's thread defers to it (DEFER_S) and leaves a wait it is in."""
+        e = self.engine
+        if self.acks or self.partial or self.closing or e.n_sending:
+            return False
+        if e.n_posted:
+            if e._driver is not None:
+                return False
+            self.caller_at_work()
+        return True
+
+    cdef inline void _note_used(self, long d, object dst_w, double now):
+        """(lock held) The idle closer's record that a send to group rank d began now, at most every
+        USED_NOTE_S a peer: its clock is seconds (IDLE_S), and a dict entry a message cost as much as
+        the rest of a small send."""
+        if now - self.used_at[d] >= USED_NOTE_S:
+            self.used_at[d] = now
+            self.used[dst_w] = now
+
+    cdef inline void _note_tag(self, long s, long t):
+        """(lock held) The tag of the frame just received from group rank s, for an ANY_TAG receive's
+        expected header (a hint: the engine's own receives note theirs in the same dict)."""
+        if self.noted_tag[s] != t:  # (a hint: an entry the engine changed meanwhile costs a slow receive)
+            self.noted_tag[s] = t
+            self.last_tag[self.tag_keys[s]] = t
+
+    cdef object _current(self, object what, long s, object src_w):
+        """The notice `(what, src world rank, None)` a blocked receive shows (the last one reused)."""
+        if self.last_current is None or self.last_current_src != s or self.last_current[0] is not what:
+            self.last_current = (what, src_w, None)
+            self.last_current_src = s
+        return self.last_current
 
     cdef object _what(self, str kind, long tag):
+        if kind is self.last_kind and tag == self.last_what_tag:  # (a loop: the same call again)
+            return self.last_what
+        w = self._what_lookup(kind, tag)
+        self.last_kind, self.last_what_tag, self.last_what = kind, tag, w
+        return w
+
+    cdef object _what_lookup(self, str kind, long tag):
         key = (kind, tag)
         w = self.whats.get(key)
         if w is None:
@@ -161,18 +233,21 @@ cdef class P2PFast:
         dst_w = self.world[d]
         hdr = self._header(self.rank, t, code, count, nbytes, flags) if flags else \
             self._last_header(True, self.rank, t, code, count, nbytes)
-        now = _now()
-        self.acquire()
+        now = cl_coarse_now()
+        self.lock.enter()
         try:
-            if not self.may_call():
+            if not self._may_call():
                 return NotImplemented
             out = self.conns_out.get(dst_w)
-            if out is not None and out.queue or self.fds.get(self.out_keys[d]) != fd:
-                return NotImplemented  # (fd closed for being idle since the caller took it)
-            self.used[dst_w] = now
+            if out is not None and out.queue:
+                return NotImplemented
+            open_fd = self.fds.get(self.out_keys[d])  # (fd None: the caller's is the one open now)
+            if open_fd is None or fd is not None and open_fd != fd:
+                return NotImplemented  # (closed for being idle since the caller took it; or never opened)
+            self._note_used(d, dst_w, now)
             # (a blocking send's bound, from its call; an isend takes what the connection takes now)
-            rc = self.stepper.raw_step(fd, hdr, ptr, nbytes, -1, 0, 0, now + self.timeout if block else now, False,
-                                       None)
+            rc = self.stepper.raw_step(open_fd, hdr, ptr, nbytes, -1, 0, 0, now + self.timeout if block else now,
+                                       False, None)
             if rc == ST_OK:
                 return None if block else self.completed(what)
             if rc != ST_SLOW and (block or rc != ST_TIMEOUT):
@@ -187,7 +262,7 @@ cdef class P2PFast:
                 buf = copy
             req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
         finally:
-            self.release()
+            self.lock.leave()
         if not block:
             return req
         req.wait()
@@ -214,10 +289,9 @@ cdef class P2PFast:
         code = wire if wire >= 0 else _wire_code(&self.codes, cnp.PyArray_TYPE(a))
         if code < 0:
             return NotImplemented
-        fd = self.fds.get(self.out_keys[d])  # opened by a first Python-path send
-        if fd is None or self.ep.failure is not None:
+        if self.ep.failure is not None:
             return NotImplemented
-        return self._post(fd, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
+        return self._post(None, d, t, code, cnp.PyArray_SIZE(a), 0, a, <Py_ssize_t>cnp.PyArray_DATA(a), nbytes,
                           self._what(kind or ("send" if block else "isend"), t), block)
 
     cdef bint _first_in_line(self, posted, long s, long t):
@@ -250,7 +324,7 @@ cdef class P2PFast:
         cdef double step_deadline = deadline if posted is None else min(deadline, _now() + POSTED_STEP_S)
         src_w = self.world[s]
         expect = self._last_header(False, s, t, code, count, nbytes)
-        self.acquire()
+        self.lock.enter()
         try:
             if len(self.conns_in) > self.max_in:  # over the incoming limit: ask senders to close idle ones
                 self.limit_incoming()
@@ -259,20 +333,26 @@ cdef class P2PFast:
                 conn = self.adopt(src_w)
             if conn is None or conn.busy or self.matcher.unexpected:
                 return NotImplemented
-            if (self.matcher.posted if posted is None else not self._first_in_line(posted, s, t)) or not self.may_call():
+            if (self.matcher.posted if posted is None else not self._first_in_line(posted, s, t)) or not self._may_call():
                 return NotImplemented
-            conn.busy = True  # the engine keeps off this connection until the receive is done
             if posted is not None:  # out of matching while its frame is read (the engine's rest puts it back)
                 self.unpost(self.ctx, posted)
-            self.notices.current = (what, src_w, None)
-            try:
-                rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, step_deadline, False, expect)
-            finally:
-                self.notices.current = None
+            # a frame already there is read with the GIL and the lock held, nobody the wiser; one to wait
+            # for, with the connection marked (the engine keeps off it until the receive is done) and
+            # the wait noted (what a peer's failure reports this rank blocked in)
+            rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, step_deadline, False, expect, True)
+            if rc != ST_OK:
+                conn.busy = True
+            if rc == ST_AGAIN:
+                self.notices.current = self._current(what, s, src_w)
+                try:
+                    rc = self.stepper.raw_step(-1, b"", 0, 0, conn.fd, ptr, nbytes, step_deadline, True, expect)
+                finally:
+                    self.notices.current = None
             if rc == ST_OK:
                 conn.busy = False
-                conn.last = _now()  # (the incoming limit's idea of when it was last used)
-                self.last_tag[(self.gid, s)] = t
+                conn.last = cl_coarse_now()  # (the incoming limit's idea of when it was last used)
+                self._note_tag(s, t)
                 return out
             if posted is not None and rc == ST_TIMEOUT:
                 if self.stepper._state[S_RECVD] == 0:  # nothing came within the spin: the engine waits
@@ -282,7 +362,7 @@ cdef class P2PFast:
                 rc = ST_SLOW  # mid-frame: the frame is read to its end (from where the step stopped)
             saved = self.save_step()  # (another thread's step may use the stepper once the lock is let go)
         finally:
-            self.release()
+            self.lock.leave()
         # not in one step (another frame first, a slow sender, an error): the engine's loop goes on
         return self.recv_rest(self.ctx, conn, s, src_w, t, expect, out, nbytes, what, deadline, rc, saved, posted)
 
@@ -307,7 +387,7 @@ cdef class P2PFast:
         cdef Py_ssize_t count = _count_of(code, nbytes)
         if count < 0:
             return NotImplemented
-        if self._recv(src, tag, code, count, nbytes, into, ptr, what, _now() + self.timeout) is NotImplemented:
+        if self._recv(src, tag, code, count, nbytes, into, ptr, what, cl_coarse_now() + self.timeout) is NotImplemented:
             return NotImplemented
         return count
 
@@ -347,14 +427,14 @@ cdef class P2PFast:
         if s == self.rank or not 0 <= s < self.n or t < -1 or self.ep.failure is not None:
             return NotImplemented
         src_w = self.world[s]
-        self.acquire()
+        self.lock.enter()
         try:
             if len(self.conns_in) > self.max_in:
                 self.limit_incoming()
             conn = self.conns_in.get(src_w)
             if conn is None:
                 conn = self.adopt(src_w)
-            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self.may_call():
+            if conn is None or conn.busy or self.matcher.unexpected or self.matcher.posted or not self._may_call():
                 return NotImplemented
             conn.busy = True
             self.notices.current = (what, src_w, None)
@@ -378,7 +458,7 @@ cdef class P2PFast:
                 conn.busy = False
                 self.engine._hand_over(conn, bytes(self.stepper.rhdr))
                 return None
-            self.last_tag[(self.gid, s)] = htag
+            self._note_tag(s, htag)
             payload = self.empty(nbytes, _U8)
             if nbytes:
                 self.notices.current = (what, src_w, None)
@@ -393,7 +473,7 @@ cdef class P2PFast:
             conn.last = _now()
             return ("done", htag, code, count, payload)
         finally:
-            self.release()
+            self.lock.leave()
 
     def send(self, x, dst, tag):
         """Blocking send of x to group rank dst; None when sent, NotImplemented: take the Python path."""
@@ -421,7 +501,7 @@ cdef class P2PFast:
         if count < 0:
             return NotImplemented
         if self._recv(src, tag, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", tag),
-                      _now() + self.timeout) is NotImplemented:
+                      cl_coarse_now() + self.timeout) is NotImplemented:
             return NotImplemented
         return count
 
@@ -476,4 +556,4 @@ cdef class P2PFast:
             return NotImplemented
         out = self.empty(shape, descr)
         return self._recv(s, t, code, count, nbytes, out, <Py_ssize_t>cnp.PyArray_DATA(out), self._what("recv", t),
-                          _now() + self.timeout)
+                          cl_coarse_now() + self.timeout)

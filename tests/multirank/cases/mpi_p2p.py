@@ -278,6 +278,34 @@ def datatype_forms():
     comm.Recv([yi, (2, 2), "d"], left, T + 10)  # into bytes 16..32 = int32 elements 4..7
     arr(yi, np.r_[[-1] * 4, vals(left, T + 10, 8, "i")[2:6]].astype("i"), "count/displ in datatype units")
 
+    # the list forms Send/Recv take in one compiled call ([array, datatype], [array, count, datatype] of
+    # the datatype's own base type), beside what must still go the long way
+    m2 = vals(me, T + 11, 6).reshape(2, 3)
+    y2 = np.full((3, 2), -1.0)
+    comm.Send([m2, MPI.DOUBLE], right, T + 11)
+    comm.Recv([y2, MPI.DOUBLE], left, T + 11, st)
+    arr(y2.reshape(-1), vals(left, T + 11, 6), "[2-D array, MPI.DOUBLE] into another shape")
+    status_is(st, "[2-D array, MPI.DOUBLE]", left, T + 11, 6, MPI.DOUBLE)
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        y8 = np.full(8, -1.0)
+        comm.Send([vals(me, T + 12, 8), 3, pair], right, T + 12)  # 3 pairs of an 8-element buffer
+        comm.Recv([y8, 4, pair], left, T + 12, st)  # room for 4: the 3 that came
+        arr(y8, np.r_[vals(left, T + 12, 8)[:6], [-1.0] * 2], "[buf, count, contiguous pair type]")
+        status_is(st, "[buf, count, pair]", left, T + 12, 3, pair)
+    finally:
+        pair.Free()
+    y5 = np.full(5, -1.0)
+    comm.Send([vals(me, T + 13, 3), MPI.DOUBLE], right, T + 13)
+    comm.Recv([y5, MPI.DOUBLE], left, T + 13, st)  # a larger buffer than the message
+    arr(y5, np.r_[vals(left, T + 13, 3), [-1.0] * 2], "[buf, MPI.DOUBLE] receiving fewer elements")
+    status_is(st, "[larger buf, MPI.DOUBLE]", left, T + 13, 3, MPI.DOUBLE)
+    f4 = vals(me, T + 14, 4).astype("f")
+    y4 = np.zeros(2)
+    comm.Send([f4, MPI.DOUBLE], right, T + 14)  # float32 memory sent as 2 doubles (reinterpreted)
+    comm.Recv([y4, 2, MPI.DOUBLE], left, T + 14)
+    arr(y4, vals(left, T + 14, 4).astype("f").view("d"), "[float32 array, MPI.DOUBLE] reinterpreted")
+
 
 def in_place():
     T = 300
