@@ -85,12 +85,30 @@ def create_group(actors, group_name="default"):
     if not actors:
         raise ValueError("commlib.ray.create_group: no actors given")
     register()
-    try:
-        ray.kill(ray.get_actor("info_" + group_name))  # the declaration a previous run left
-    except ValueError:
-        pass
+    _forget_declaration(group_name)
     _col.create_collective_group(actors, len(actors), list(range(len(actors))), backend="commlib",
                                  group_name=group_name)
+
+
+def _forget_declaration(group_name, timeout=30.0):
+    """Kill the declaration a previous run of `group_name` left (its Info actor), and wait until its
+    name is free: Ray's kill is asynchronous, and a declaration made while the old actor still holds
+    the name fails ("Trying to initialize a group twice")."""
+    name = "info_" + group_name
+    try:
+        ray.kill(ray.get_actor(name))
+    except ValueError:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        if time.monotonic() > deadline:
+            raise CommError(f"commlib.ray.create_group: the previous declaration of group {group_name!r} "
+                            f"(Ray actor {name!r}) was still alive {timeout:g} s after it was killed")
+        time.sleep(0.05)  # (a poll of Ray's actor table, bounded by the deadline)
 
 
 def group(group_name="default"):

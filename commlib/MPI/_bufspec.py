@@ -18,6 +18,7 @@ buffer is a BufferError (a receive into a silent copy would be lost), and so is 
 buffer given to a receive.
 """
 import functools
+import mmap
 import threading
 
 import numpy as np
@@ -203,7 +204,13 @@ def _plain_parts(spec, writable):
         a, count, dt = spec
     else:
         return None
-    if not plain(a, writable) or type(dt) is not Datatype or not dt._simple or dt._base != a.dtype:
+    if type(dt) is not Datatype or not dt._simple:
+        return None
+    if type(a) in _RAW_BUFFERS:  # bytearray, mmap (mpi4py's OSU benchmarks allocate with mmap)
+        a = _raw_view(a, dt._base)
+        if a is None:
+            return None
+    if not plain(a, writable) or dt._base != a.dtype:
         return None
     mult, size = dt._mult, a.size
     if count is None:
@@ -214,6 +221,17 @@ def _plain_parts(spec, writable):
         return None
     whole = a if a.ndim == 1 else a.reshape(-1)
     return whole, whole if count * mult == size else whole[:count * mult], count, dt
+
+
+_RAW_BUFFERS = (bytearray, mmap.mmap)
+
+
+def _raw_view(buf, base):
+    """buf's bytes as an array of `base` (a view), or None where they are not whole elements."""
+    n = len(buf)
+    if n % base.itemsize:
+        return None
+    return np.frombuffer(buf, np.uint8).view(base) if n else np.empty(0, base)
 
 
 def plain_message(spec, writable):

@@ -240,6 +240,9 @@ cdef inline double _now() noexcept nogil:
 # non-blocking system call's worth, well under what a thread switch would cost another thread
 cdef Py_ssize_t ONCE_MAX_BYTES = 16384
 AGAIN, ONCE_MAX = ST_AGAIN, ONCE_MAX_BYTES
+# how long that first pass goes on with the GIL held for a step that would wait: the time a prompt
+# peer takes to answer on one host, well under a thread switch's worth of the GIL for other threads
+cdef double HOT_SPIN_S = 3e-6
 cdef double SPIN_FAST_S = 25e-6
 cdef double SPIN_FAST_YIELD_S = 100e-6
 cdef Py_ssize_t YIELD_SPIN_MAX_BYTES = 64 << 10  # yield-spin only on latency-bound steps
@@ -790,6 +793,13 @@ cdef class Stepper:
                 and (s.send_fd < 0 or s.recv_fd < 0 and s.recv_fd != FD_MEM_)):
             s.once = True
             rc = _run(s)
+            if rc == ST_AGAIN and not s.yield_spin and HOT_SPIN_S > 0:
+                # a prompt peer's answer (a ping-pong's, a server's) comes within microseconds: wait
+                # that long with the GIL held, passes on the ring, rather than let it go and take it
+                # back (where ranks outnumber cores the peer needs this core: not then)
+                until = _now() + HOT_SPIN_S
+                while rc == ST_AGAIN and _now() < until:
+                    rc = _run(s)
             s.once = False
             if rc != ST_AGAIN or once_only:
                 return rc

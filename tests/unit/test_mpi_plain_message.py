@@ -32,13 +32,13 @@ def test_the_plain_forms_are_views_of_the_callers_memory_with_their_wire_code():
 @pytest.mark.parametrize("spec", [
     lambda: [np.zeros(4, "f"), MPI.DOUBLE],          # another base type: reinterpreted by the parser
     lambda: [np.zeros(8)[::2], MPI.DOUBLE],          # not contiguous
-    lambda: [bytearray(16), MPI.DOUBLE],             # not an ndarray
+    lambda: [memoryview(bytearray(16)), MPI.DOUBLE], # another kind of buffer
     lambda: [np.zeros(4), "d"],                      # a typecode, not a Datatype
     lambda: [np.zeros(4), np.int64(2), MPI.DOUBLE],  # a count that is not an int
     lambda: [np.zeros(4), 5, MPI.DOUBLE],            # more than the buffer holds
     lambda: [np.zeros(4), 2, 0, MPI.DOUBLE],         # a displacement
     lambda: [np.zeros(4), (2, 1), MPI.DOUBLE],       # (count, displ)
-], ids=["other-base", "strided", "bytearray", "typecode", "np-count", "too-many", "displ", "count-displ"])
+], ids=["other-base", "strided", "memoryview", "typecode", "np-count", "too-many", "displ", "count-displ"])
 def test_anything_else_is_left_to_the_parser(spec):
     assert plain_message(spec(), False) is None
 
@@ -60,3 +60,20 @@ def test_the_parser_gives_the_same_message_and_refuses_a_count_beyond_the_buffer
     assert m.count == 8 and not m.given and np.shares_memory(m.array, a)
     with pytest.raises(ValueError, match="needs 72 bytes, the buffer has 64"):
         parse_send([a, 9, MPI.DOUBLE])
+
+
+def test_bytearray_and_mmap_buffers_are_viewed_in_place_as_the_osu_benchmarks_pass_them():
+    import mmap
+
+    m = mmap.mmap(-1, 64)
+    got, wire = plain_message([m, 16, MPI.BYTE], True)
+    got[:] = 7
+    assert bytes(m[:17]) == b"\x07" * 16 + b"\x00" and wire == MPI.BYTE._wire
+    b = bytearray(16)
+    got, _ = plain_message([b, MPI.DOUBLE], True)
+    got[:] = 1.5
+    assert np.frombuffer(b, "d").tolist() == [1.5, 1.5]
+    assert plain_message([bytearray(15), MPI.DOUBLE], False) is None  # not whole doubles: the parser says so
+    assert plain_message([bytes(16), MPI.DOUBLE], False) is None  # (other buffer kinds: the parser)
+    ro = mmap.mmap(-1, 16, access=mmap.ACCESS_READ)
+    assert plain_message([ro, MPI.BYTE], False) is not None and plain_message([ro, MPI.BYTE], True) is None
