@@ -368,6 +368,35 @@ def _fill_slot(slot, frame, err):
             frame.assemble(slot[_SLOT_HEAD:_SLOT_HEAD + frame.nbytes])
 
 
+_SMALL = SLOT_BYTES - _SLOT_HEAD - _STREAM_AT  # the longest pickle stream a slot holds with its frame's table
+_SCALARS = frozenset((int, float, bool, type(None), str, bytes, complex))  # pickled with no buffer of their own
+
+
+def _small_stream(obj):
+    """obj's pickle stream where it fits a first-round slot with no out-of-band buffer (the usual
+    object of an object collective: a number, a short string, a small dict), else None: the general
+    path (Frame, which also reports an object that cannot be pickled)."""
+    try:
+        if type(obj) in _SCALARS:
+            stream = pickle.dumps(obj, 5)
+        else:
+            oob = []  # any PickleBuffer (an array, a bytearray): the general path decides in- or out-of-band
+            stream = pickle.dumps(obj, 5, buffer_callback=oob.append)
+            if oob:
+                return None
+    except Exception:  # noqa: BLE001  (Frame pickles it again and carries the error to every rank)
+        return None
+    return stream if len(stream) <= _SMALL else None
+
+
+def _put_small(mv, at, stream):
+    """Write the slot at byte `at` of mv (zeros) for the small stream: what _fill_slot writes for it."""
+    k = len(stream)
+    _Q4.pack_into(mv, at, _STREAM_AT + k, 0, 0, k)
+    at += _SLOT_HEAD + _STREAM_AT
+    mv[at:at + k] = stream
+
+
 def _slot_loads(flat, mv, at, size):
     """The object of the frame of `size` bytes at byte `at` of the uint8 array `flat` (mv: a memoryview
     of it): unpickled straight from mv where it has no out-of-band buffer, else by loads()."""
@@ -542,11 +571,20 @@ def broadcast_obj(obj, root=0, *, group=None):
     frame = err = None
     slot = np.zeros(SLOT_BYTES, np.uint8)
     if is_root:
-        frame, err = _frame_or_error(obj)
-        _fill_slot(slot, frame, err)
+        stream = _small_stream(obj)
+        if stream is not None:  # the usual small object: the slot written straight from its pickle
+            _put_small(memoryview(slot), 0, stream)
+        else:
+            frame, err = _frame_or_error(obj)
+            _fill_slot(slot, frame, err)
     broadcast_slot(slot, root, "broadcast_obj", g)
     if err is not None:
         raise err
+    if not is_root:  # a small frame (the usual case): unpickled where it lies
+        size, _, k, slen = _Q4.unpack_from(slot)
+        if size >= 0 and not k and size == _STREAM_AT + slen and slen <= _SMALL:
+            at = _SLOT_HEAD + _STREAM_AT
+            return pickle.loads(memoryview(slot)[at:at + slen])
     problem = _slot_error(slot)
     if problem is not None:
         raise CommError(f"broadcast_obj: root {root} could not pickle its object: {problem}")
@@ -563,21 +601,35 @@ def all_gather_obj(obj, *, group=None):
     n, me = g.size(), g.rank()
     if n == 1:
         return [_copy(obj)]
-    frame, err = _frame_or_error(obj)
-    table = np.zeros((n, SLOT_BYTES), np.uint8)
-    flat = table.reshape(-1)
-    _fill_slot(table[me], frame, err)
-    gather_slots(table[me], flat, "all_gather_obj", g)
+    flat = np.zeros(n * SLOT_BYTES, np.uint8)
+    mv = memoryview(flat)
+    mine = me * SLOT_BYTES
+    stream = _small_stream(obj)
+    frame = err = None
+    if stream is not None:  # the usual small object: its slot written straight from its pickle
+        _put_small(mv, mine, stream)
+    else:
+        frame, err = _frame_or_error(obj)
+        _fill_slot(flat[mine:mine + SLOT_BYTES], frame, err)
+    gather_slots(flat[mine:mine + SLOT_BYTES], flat, "all_gather_obj", g)
     if err is not None:
         raise err
-    mv = memoryview(flat)
+    out = []
+    for r in range(n):  # every slot a small frame (the usual case): each unpickled where it lies
+        size, _, k, slen = _Q4.unpack_from(mv, r * SLOT_BYTES)
+        if size < 0 or k or size != _STREAM_AT + slen or slen > _SMALL:  # (an error, a frame of buffers, a large one)
+            break
+        at = r * SLOT_BYTES + _SLOT_HEAD + _STREAM_AT
+        out.append(pickle.loads(mv[at:at + slen]))
+    else:
+        return out
     lens = [_Q2.unpack_from(mv, r * SLOT_BYTES)[0] for r in range(n)]
     bad = [r for r in range(n) if lens[r] < 0]
     if bad:
         raise CommError(f"all_gather_obj: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
                         f"could not pickle {'their objects' if len(bad) > 1 else 'its object'}")
     if max(lens) > SLOT_BYTES - _SLOT_HEAD:
-        return g.stream.run(_all_gather_frames, g, frame, lens)
+        return g.stream.run(_all_gather_frames, g, frame if frame is not None else Frame(obj), lens)
     return [_slot_loads(flat, mv, r * SLOT_BYTES + _SLOT_HEAD, lens[r]) for r in range(n)]
 
 

@@ -285,6 +285,13 @@ def section_collectives():
     check_same(mine["arrays"]["int64"], make(me, "ag")["arrays"]["int64"], "all_gather_obj own entry is a copy")
     check_same(all_gather_obj(None), [None] * n, "all_gather_obj of None")
     check_same(all_gather_obj(me * 10), [r * 10 for r in range(n)], "all_gather_obj of ints")
+    # one rank's object too large for its slot, the others' small: every rank takes the second round
+    check_same(all_gather_obj("x" * 400 if me == n - 1 else me), [r if r < n - 1 else "x" * 400 for r in range(n)],
+               "all_gather_obj of small objects and one large")
+    check_same(all_gather_obj(np.arange(3) if me == 0 else {"r": me}), [np.arange(3)] + [{"r": r} for r in range(1, n)],
+               "all_gather_obj of an array (a pickle buffer) and small dicts")
+    check_same(broadcast_obj({"k": [1, 2.5, "s"]} if me == 0 else None, root=0), {"k": [1, 2.5, "s"]},
+               "broadcast_obj of a small dict")
 
     for root in range(n):
         got = gather_obj(make(me, f"ga{root}"), root=root)
