@@ -549,10 +549,12 @@ class Comm(Attributes, ErrorHandling):
                                                                            or tb is tuple):
             fast = getattr(g, "p2p_fast", None)
             a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, True) or (None, None))
-            if fast is not None and wire is not None and fast.recv_wire(a, source, tag, wire) is not NotImplemented:
-                if status is not None:
-                    status._fill(source, tag, a.nbytes)
-                return
+            if fast is not None and wire is not None:
+                got = fast.recv_wire(a, source, tag, wire) if tag != ANY_TAG else fast.recv_wire_any(a, source, wire)
+                if got is not NotImplemented:
+                    if status is not None:
+                        status._fill(source, tag if tag != ANY_TAG else got, a.nbytes)
+                    return
         g = _group(self)
         if source == PROC_NULL:
             proc_null(status)

@@ -182,7 +182,7 @@ cdef class P2PFast:
         if w is None:
             if len(self.whats) > 1024:
                 self.whats.clear()
-            w = self.whats[key] = f"{kind}(tag={tag})"
+            w = self.whats[key] = f"{kind}(tag={tag if tag >= 0 else 'ANY_TAG'})"
         return w
 
     cdef object _last_header(self, bint send, long source, long tag, int code, Py_ssize_t count,
@@ -504,6 +504,31 @@ cdef class P2PFast:
                       cl_coarse_now() + self.timeout) is NotImplemented:
             return NotImplemented
         return count
+
+    def recv_wire_any(self, out, long src, int wire):
+        """recv_wire for a receive of any tag of the user's (commlib.MPI's Recv with ANY_TAG from a named
+        source): the frame expected is of the tag this source sent last (a hint; 0 before any), and a
+        frame of another tag goes to the engine, which matches it. The tag received, once received;
+        NotImplemented: take the Python path."""
+        cdef cnp.ndarray a
+        cdef Py_ssize_t nbytes, count
+        cdef long t = 0
+        if type(out) is not cnp.ndarray or src == self.rank or not 0 <= src < self.n:
+            return NotImplemented
+        a = <cnp.ndarray>out
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISWRITEABLE(a) or self.ep.failure is not None:
+            return NotImplemented
+        nbytes = cnp.PyArray_NBYTES(a)
+        count = _count_of(wire, nbytes)
+        if count < 0:
+            return NotImplemented
+        hint = self.last_tag.get(self.tag_keys[src])
+        if hint is not None and 0 <= hint <= 0x7FFFFFFF:  # (a user's tag: never one of the layers' own)
+            t = hint
+        if self._recv(src, t, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", -1),
+                      cl_coarse_now() + self.timeout) is NotImplemented:
+            return NotImplemented
+        return t
 
     def isend(self, x, dst, tag):
         """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or

@@ -1335,11 +1335,38 @@ def persistent():
     ps.Free()
 
 
+
+def any_tag_buffers():
+    """Recv of a buffer from a named source with ANY_TAG (the default tag of Recv): the tags change from
+    message to message, the layers' own point-to-point messages (a scan's, on negative tags) come in
+    between, and a message of another size takes the long way; each status names its message's tag."""
+    T = 1700
+    tags = (T, T + 3, T + 3, T + 1, T, T + 9)
+    for k, t in enumerate(tags):
+        comm.Send(vals(me, t + k, 2), right, t)
+        if k == 2:
+            comm.scan(me)  # (its messages are the layers' own, on negative tags: no ANY_TAG receive takes them)
+    st = MPI.Status()
+    for k, t in enumerate(tags):
+        y = np.zeros(2)
+        comm.Recv(y, left, MPI.ANY_TAG, st)
+        arr(y, vals(left, t + k, 2), f"Recv(ANY_TAG) message {k}")
+        c.equal(st.Get_tag(), t, f"Recv(ANY_TAG) message {k}: its status's tag")
+        c.equal(st.Get_source(), left, f"Recv(ANY_TAG) message {k}: its status's source")
+        if k == 2:
+            c.equal(comm.scan(me), sum(range(me + 1)), "a scan between ANY_TAG receives")
+    comm.Send(vals(me, T + 20, 3), right, T + 20)  # 3 doubles into a receive of 5: the long way, same result
+    y5 = np.full(5, -1.0)
+    comm.Recv([y5, MPI.DOUBLE], left, status=st)
+    arr(y5, np.r_[vals(left, T + 20, 3), [-1.0] * 2], "Recv(ANY_TAG) of fewer elements than the buffer")
+    status_is(st, "Recv(ANY_TAG) of fewer elements", left, T + 20, 3, MPI.DOUBLE)
+
+
 PARTS = {
     "bufspec": [bare_buffers, datatype_forms, in_place, zero_length, sendrecv],
     "errors": [truncate, bad_rank, buffer_errors, proc_null, status_object],
     "objects": [obj_basic, obj_standard_mode, obj_nonblocking, obj_sync, obj_one_call, wildcards, order, shared_tags,
-                probes],
+                probes, any_tag_buffers],
     "requests": [isend_irecv, waitall, waitany, testall_some, null_and_cancel, ssend_order, comm_self,
                  dup_isolation],
     "persistent": [persistent],
