@@ -234,6 +234,34 @@ def _raw_view(buf, base):
     return np.frombuffer(buf, np.uint8).view(base) if n else np.empty(0, base)
 
 
+def raw_message(spec):
+    """(buffer, nbytes, element count, wire code) of [buf, datatype] or [buf, count, datatype] where buf
+    is a bytearray or mmap (mpi4py's OSU benchmarks allocate with mmap) holding whole elements of a
+    plain-view datatype: the one-call Send/Recv take the buffer itself, no array made; else None."""
+    n = len(spec)
+    if n == 2:
+        buf, dt = spec
+        count = None
+    elif n == 3:
+        buf, count, dt = spec
+    else:
+        return None
+    if type(buf) not in _RAW_BUFFERS or type(dt) is not Datatype or not dt._simple:
+        return None
+    base, mult = dt._base, dt._mult
+    size = len(buf)
+    item = base.itemsize * mult
+    if not item or size % base.itemsize:
+        return None
+    if count is None:
+        if size % item:
+            return None
+        count = size // item
+    elif type(count) is not int or count < 0 or count * item > size:
+        return None
+    return buf, count * item, count * mult, dt._wire
+
+
 def plain_message(spec, writable):
     """(array of the message's elements, its wire dtype code) of a list or tuple message in the
     plain forms of `_plain_parts` (the one-call Send/Recv path: any C-contiguous shape), else None."""

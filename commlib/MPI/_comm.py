@@ -40,8 +40,8 @@ from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
-from ._bufspec import (blocks, is_in_place, parse_recv, plain_message, unpacking, parse_send, parse_vector,
-                       parse_vectorw)
+from ._bufspec import (blocks, is_in_place, parse_recv, plain_message, raw_message, unpacking, parse_send,
+                       parse_vector, parse_vectorw)
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
 from ._ops import SUM, Op
@@ -499,12 +499,19 @@ class Comm(Attributes, ErrorHandling):
         g = self._c.g
         tb = type(buf)
         if g is not None and (tb is np.ndarray or tb is list or tb is tuple):
-            # the common cases first (an array, [array, datatype], [array, count, datatype]): one compiled
-            # call checks the rest, and anything it does not take goes the long way below
+            # the common cases first (an array, [array, datatype], [array, count, datatype], the same of
+            # a bytearray or mmap): one compiled call checks the rest, and anything it does not take goes
+            # the long way below
             fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
-            a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, False) or (None, None))
-            if fast is not None and wire is not None and fast.send_wire(a, dest, tag, wire, "Send") is None:
-                return
+            raw = raw_message(buf) if tb is not np.ndarray and fast is not None else None
+            if raw is not None:
+                if fast.send_buffer(raw[0], raw[1], dest, tag, raw[3], raw[2], "Send") is None:
+                    return
+            else:
+                a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, False)
+                                                                                or (None, None))
+                if fast is not None and wire is not None and fast.send_wire(a, dest, tag, wire, "Send") is None:
+                    return
         g = _group(self)
         if dest == PROC_NULL:
             return
@@ -548,13 +555,23 @@ class Comm(Attributes, ErrorHandling):
         if g is not None and type(source) is int and type(tag) is int and (tb is np.ndarray or tb is list
                                                                            or tb is tuple):
             fast = getattr(g, "p2p_fast", None)
-            a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, True) or (None, None))
-            if fast is not None and wire is not None:
-                got = fast.recv_wire(a, source, tag, wire) if tag != ANY_TAG else fast.recv_wire_any(a, source, wire)
+            raw = raw_message(buf) if tb is not np.ndarray and fast is not None else None
+            if raw is not None:
+                got = fast.recv_buffer(raw[0], raw[1], source, tag if tag != ANY_TAG else -1, raw[3])
                 if got is not NotImplemented:
                     if status is not None:
-                        status._fill(source, tag if tag != ANY_TAG else got, a.nbytes)
+                        status._fill(source, got, raw[1])
                     return
+            else:
+                a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, True)
+                                                                                or (None, None))
+                if fast is not None and wire is not None:
+                    got = (fast.recv_wire(a, source, tag, wire) if tag != ANY_TAG
+                           else fast.recv_wire_any(a, source, wire))
+                    if got is not NotImplemented:
+                        if status is not None:
+                            status._fill(source, tag if tag != ANY_TAG else got, a.nbytes)
+                        return
         g = _group(self)
         if source == PROC_NULL:
             proc_null(status)

@@ -222,7 +222,7 @@ cdef class P2PFast:
         return hdr
 
     cdef object _post(self, object fd, long d, long t, int code, Py_ssize_t count, int flags, object buf,
-                      Py_ssize_t ptr, Py_ssize_t nbytes, object what, bint block):
+                      Py_ssize_t ptr, Py_ssize_t nbytes, object what, bint block, bint trim=False):
         """Steps sending the frame; NotImplemented when other work is queued first. Blocking: None once
         sent. Not (an isend): a completed Request when the connection took the whole frame, else the
         Request of its rest, queued first in line from a copy of the data (the caller may reuse its
@@ -260,6 +260,8 @@ cdef class P2PFast:
                 if nbytes:
                     memcpy(<char*>copy, <const char*>_ptr(ptr), nbytes)
                 buf = copy
+            if trim:  # (a buffer longer than the message: the engine writes the message's bytes only)
+                buf = memoryview(buf).cast("B")[:nbytes]
             req = self.send_queue(self.ctx, d, buf, nbytes, t, code, count, flags, what, int(self.p2p_state[0]))
         finally:
             self.lock.leave()
@@ -505,6 +507,67 @@ cdef class P2PFast:
             return NotImplemented
         return count
 
+    def send_buffer(self, buf, Py_ssize_t nbytes, dst, tag, int wire, Py_ssize_t count, str kind):
+        """Blocking send of the first nbytes of buf (an object of the buffer protocol, contiguous: a
+        bytearray, an mmap) to group rank dst as a message of dtype code `wire` and `count` elements
+        (commlib.MPI's Send of [buf, count, datatype]); None when sent, NotImplemented: take the
+        Python path."""
+        cdef Py_buffer view
+        cdef long d, t
+        if type(dst) is not int or type(tag) is not int or not 0 <= dst < self.n or not 0 <= tag <= 0x7FFFFFFF:
+            return NotImplemented
+        d, t = dst, tag
+        if d == self.rank or nbytes < 0 or nbytes > self.limit or self.ep.failure is not None:
+            return NotImplemented
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS)
+        except (BufferError, TypeError):  # (the Python path says what is wrong with it)
+            return NotImplemented
+        try:
+            if nbytes > view.len:
+                return NotImplemented
+            return self._post(None, d, t, wire, count, 0, buf, <Py_ssize_t>view.buf, nbytes, self._what(kind, t),
+                              True, nbytes != view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    def recv_buffer(self, buf, Py_ssize_t nbytes, long src, long tag, int wire):
+        """Blocking receive into the first nbytes of buf (a writable object of the buffer protocol,
+        contiguous) from group rank src of a message of exactly nbytes and dtype code `wire` (commlib.MPI's
+        Recv of [buf, count, datatype]); tag -1: any tag of the user's, as recv_wire_any. The tag
+        received, once received; NotImplemented: take the Python path."""
+        cdef Py_buffer view
+        cdef Py_ssize_t count
+        cdef long t = tag
+        if src == self.rank or not 0 <= src < self.n or not -1 <= tag <= 0x7FFFFFFF or nbytes < 0:
+            return NotImplemented
+        count = _count_of(wire, nbytes)
+        if count < 0 or self.ep.failure is not None:
+            return NotImplemented
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+        except (BufferError, TypeError):  # (read-only, say: the Python path raises what the caller should see)
+            return NotImplemented
+        try:
+            if nbytes > view.len:
+                return NotImplemented
+            if tag == -1:
+                t = self._tag_hint(src)
+            if self._recv(src, t, wire, count, nbytes, buf, <Py_ssize_t>view.buf, self._what("Recv", tag),
+                          cl_coarse_now() + self.timeout) is NotImplemented:
+                return NotImplemented
+            return t
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef long _tag_hint(self, long s):
+        """The tag an ANY_TAG receive from group rank s expects: the one s sent last (the engine's hint,
+        a user's tag only), 0 before any."""
+        hint = self.last_tag.get(self.tag_keys[s])
+        if hint is not None and 0 <= hint <= 0x7FFFFFFF:  # (a user's tag: never one of the layers' own)
+            return hint
+        return 0
+
     def recv_wire_any(self, out, long src, int wire):
         """recv_wire for a receive of any tag of the user's (commlib.MPI's Recv with ANY_TAG from a named
         source): the frame expected is of the tag this source sent last (a hint; 0 before any), and a
@@ -512,7 +575,7 @@ cdef class P2PFast:
         NotImplemented: take the Python path."""
         cdef cnp.ndarray a
         cdef Py_ssize_t nbytes, count
-        cdef long t = 0
+        cdef long t
         if type(out) is not cnp.ndarray or src == self.rank or not 0 <= src < self.n:
             return NotImplemented
         a = <cnp.ndarray>out
@@ -522,9 +585,7 @@ cdef class P2PFast:
         count = _count_of(wire, nbytes)
         if count < 0:
             return NotImplemented
-        hint = self.last_tag.get(self.tag_keys[src])
-        if hint is not None and 0 <= hint <= 0x7FFFFFFF:  # (a user's tag: never one of the layers' own)
-            t = hint
+        t = self._tag_hint(src)
         if self._recv(src, t, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", -1),
                       cl_coarse_now() + self.timeout) is NotImplemented:
             return NotImplemented

@@ -77,3 +77,23 @@ def test_bytearray_and_mmap_buffers_are_viewed_in_place_as_the_osu_benchmarks_pa
     assert plain_message([bytes(16), MPI.DOUBLE], False) is None  # (other buffer kinds: the parser)
     ro = mmap.mmap(-1, 16, access=mmap.ACCESS_READ)
     assert plain_message([ro, MPI.BYTE], False) is not None and plain_message([ro, MPI.BYTE], True) is None
+
+
+def test_raw_message_gives_the_buffer_itself_with_bytes_count_and_wire():
+    import mmap
+
+    from commlib.MPI._bufspec import raw_message
+
+    m = mmap.mmap(-1, 64)
+    assert raw_message([m, 16, MPI.BYTE]) == (m, 16, 16, MPI.BYTE._wire)
+    b = bytearray(32)
+    assert raw_message([b, MPI.DOUBLE]) == (b, 32, 4, MPI.DOUBLE._wire)
+    assert raw_message((b, 3, MPI.DOUBLE)) == (b, 24, 3, MPI.DOUBLE._wire)
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()
+    try:
+        assert raw_message([b, pair]) == (b, 32, 4, MPI.DOUBLE._wire)  # 2 pairs: 4 doubles on the wire
+    finally:
+        pair.Free()
+    for spec in ([b, 5, MPI.DOUBLE], [bytearray(12), MPI.DOUBLE], [b, np.int64(1), MPI.DOUBLE], [b, 1, 0, MPI.DOUBLE],
+                 [np.zeros(4), MPI.DOUBLE], [b, "d"], [bytes(8), MPI.DOUBLE]):
+        assert raw_message(spec) is None, spec

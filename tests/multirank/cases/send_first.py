@@ -10,7 +10,8 @@ connection full hands itself to the engine, which reads while it waits. At
 n >= 3, a chain no rank can end alone: rank 0 sends 30 such messages to rank 1
 before it sends rank 2 the one rank 2 waits for before it sends rank 1 the one
 rank 1 waits for first: rank 1's receive, which has read nothing of its frame,
-hands itself to the engine once another connection has bytes waiting.
+hands itself to the engine once another connection has bytes waiting. Last, the same 60 KiB sends
+through commlib.MPI from an mmap longer than each message.
 """
 import numpy as np
 
@@ -50,4 +51,26 @@ if n >= 3:
     elif me == 2:
         c.equal(cl.recv((4,), np.float64, 0, tag=6), np.ones(4), "rank 0's, after its thirty", record=False)
         cl.send(np.full(4, 2.0), 1, tag=7)
+# commlib.MPI's Send of [mmap, count, MPI.BYTE] (a buffer longer than its message, as mpi4py's OSU benchmarks
+# pass it), both ways before any receive: a one-call send that stalls is finished by the engine from the
+# message's bytes only
+import mmap  # noqa: E402
+
+from commlib import MPI  # noqa: E402
+
+comm = MPI.COMM_WORLD
+src = mmap.mmap(-1, 65536)
+src[:] = bytes(range(256)) * 256
+back = mmap.mmap(-1, 65536)
+for k in range(64):
+    comm.Send([src, 60000 - k, MPI.BYTE], right, 8)
+    comm.Send([src, 50000 - k, MPI.BYTE], left, 9)
+st = MPI.Status()
+ok = True
+for k in range(64):
+    comm.Recv([back, 60000 - k, MPI.BYTE], left, 8, st)
+    ok = ok and st.Get_count(MPI.BYTE) == 60000 - k and back[:60000 - k] == src[:60000 - k]
+    comm.Recv([back, 50000 - k, MPI.BYTE], right, 9, st)
+    ok = ok and st.Get_count(MPI.BYTE) == 50000 - k and back[:50000 - k] == src[:50000 - k]
+c.equal(ok, True, "64 MPI Sends of [mmap, count, MPI.BYTE] each way before any receive: each message whole", record=False)
 c.finish()
