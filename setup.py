@@ -16,7 +16,9 @@ extensions = [
               include_dirs=[numpy.get_include()],
               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
     # MPI.buffer: memory that exports the buffer protocol (a Python class cannot on Python 3.11)
-    Extension("commlib.MPI._buffer", ["commlib/MPI/_buffer.pyx"], extra_compile_args=CFLAGS),
+    # (and the one-call Send/Recv's message forms, read through NumPy's C API)
+    Extension("commlib.MPI._buffer", ["commlib/MPI/_buffer.pyx"], extra_compile_args=CFLAGS,
+              include_dirs=[numpy.get_include()], define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]),
     # the recording wrapper of COMMLIB_TRACE (commlib/_trace.py), in C for its cost per call
     Extension("commlib._tracecall", ["commlib/_tracecall.pyx"], extra_compile_args=CFLAGS),
     # the engine's reentrant lock, taken from C by _io's one-call path through _lock.pxd

@@ -200,3 +200,83 @@ cdef class buffer:
 
     def __repr__(self):
         return f"<MPI.buffer of {self.view.len} bytes at {hex(<Py_ssize_t>self.view.buf)}>"
+
+
+# ------------------------------------------------------------------ the one-call Send/Recv's message forms
+# Send and Recv try commlib's compiled point-to-point call first; these read the two message forms it
+# takes from a list or tuple argument in C, where the Python reading cost as much as the call itself.
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef object _Datatype = None  # MPI.Datatype, given by _bufspec (this module is imported before it exists)
+cdef tuple _RAW = ()  # the buffer types raw_message takes whole: bytearray, mmap
+
+
+def set_message_types(datatype, raw):
+    """The Datatype class and the raw buffer types (called once by _bufspec)."""
+    global _Datatype, _RAW
+    _Datatype, _RAW = datatype, tuple(raw)
+
+
+def plain_message(spec, bint writable):
+    """(array of the message's elements, its wire code) of [a, datatype] or [a, count, datatype] where a
+    is a C-contiguous NumPy array (writable, for a receive) of the datatype's own base type and the
+    datatype a plain view (a predefined one, a contiguous derived one); None for anything else."""
+    cdef Py_ssize_t n = len(spec), mult, size, k
+    cdef cnp.ndarray arr
+    if n == 2:
+        a, count, dt = spec[0], None, spec[1]
+    elif n == 3:
+        a, count, dt = spec[0], spec[1], spec[2]
+    else:
+        return None
+    if type(a) is not cnp.ndarray or type(dt) is not _Datatype:
+        return None
+    arr = <cnp.ndarray>a
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or writable and not cnp.PyArray_ISWRITEABLE(arr):
+        return None
+    if not dt._simple or dt._base != arr.dtype:
+        return None
+    mult, size = dt._mult, cnp.PyArray_SIZE(arr)
+    if count is None:
+        if mult <= 0 or size % mult:
+            return None
+        return a, dt._wire
+    if type(count) is not int or count < 0:
+        return None
+    k = <Py_ssize_t>count * mult
+    if k > size:
+        return None
+    if k == size:
+        return a, dt._wire
+    return (a if cnp.PyArray_NDIM(arr) == 1 else a.reshape(-1))[:k], dt._wire
+
+
+def raw_message(spec):
+    """(buffer, nbytes, element count, wire code) of [buf, datatype] or [buf, count, datatype] where buf
+    is a bytearray or mmap (mpi4py's OSU benchmarks allocate with mmap) holding whole elements of a
+    plain-view datatype: the one-call Send/Recv take the buffer itself; else None."""
+    cdef Py_ssize_t n = len(spec), itemsize, mult, size, item, k
+    if n == 2:
+        a, count, dt = spec[0], None, spec[1]
+    elif n == 3:
+        a, count, dt = spec[0], spec[1], spec[2]
+    else:
+        return None
+    if type(a) not in _RAW or type(dt) is not _Datatype or not dt._simple:
+        return None
+    itemsize, mult = dt._base.itemsize, dt._mult
+    size = len(a)
+    item = itemsize * mult
+    if item <= 0 or size % itemsize:
+        return None
+    if count is None:
+        if size % item:
+            return None
+        k = size // item
+    elif type(count) is not int or count < 0 or <Py_ssize_t>count * item > size:
+        return None
+    else:
+        k = count
+    return a, k * item, k * mult, dt._wire

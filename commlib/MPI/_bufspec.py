@@ -24,7 +24,7 @@ import threading
 import numpy as np
 
 from .._kernels import host_span, plain, typemap_copy
-from ._buffer import buffer
+from ._buffer import buffer, plain_message, raw_message, set_message_types  # noqa: F401  (the one call's forms)
 from ._constants import BOTTOM, IN_PLACE
 from ._datatypes import BY_CHAR, NAMED, Datatype, _flat, _int, as_datatype, of_dtype, reach
 
@@ -224,6 +224,7 @@ def _plain_parts(spec, writable):
 
 
 _RAW_BUFFERS = (bytearray, mmap.mmap)
+set_message_types(Datatype, _RAW_BUFFERS)  # plain_message and raw_message (compiled in _buffer) read them
 
 
 def _raw_view(buf, base):
@@ -232,45 +233,6 @@ def _raw_view(buf, base):
     if n % base.itemsize:
         return None
     return np.frombuffer(buf, np.uint8).view(base) if n else np.empty(0, base)
-
-
-def raw_message(spec):
-    """(buffer, nbytes, element count, wire code) of [buf, datatype] or [buf, count, datatype] where buf
-    is a bytearray or mmap (mpi4py's OSU benchmarks allocate with mmap) holding whole elements of a
-    plain-view datatype: the one-call Send/Recv take the buffer itself, no array made; else None."""
-    n = len(spec)
-    if n == 2:
-        buf, dt = spec
-        count = None
-    elif n == 3:
-        buf, count, dt = spec
-    else:
-        return None
-    if type(buf) not in _RAW_BUFFERS or type(dt) is not Datatype or not dt._simple:
-        return None
-    base, mult = dt._base, dt._mult
-    size = len(buf)
-    item = base.itemsize * mult
-    if not item or size % base.itemsize:
-        return None
-    if count is None:
-        if size % item:
-            return None
-        count = size // item
-    elif type(count) is not int or count < 0 or count * item > size:
-        return None
-    return buf, count * item, count * mult, dt._wire
-
-
-def plain_message(spec, writable):
-    """(array of the message's elements, its wire dtype code) of a list or tuple message in the
-    plain forms of `_plain_parts` (the one-call Send/Recv path: any C-contiguous shape), else None."""
-    if len(spec) == 2:  # [array, datatype], the whole array: no view made
-        a, dt = spec
-        if plain(a, writable) and type(dt) is Datatype and dt._simple and dt._base == a.dtype and dt._mult == 1:
-            return a, dt._wire
-    parts = _plain_parts(spec, writable)
-    return None if parts is None else (parts[1], parts[3]._wire)
 
 
 def _parse(spec, writable):

@@ -19,6 +19,7 @@ def test_the_plain_forms_are_views_of_the_callers_memory_with_their_wire_code():
     assert wire == MPI.DOUBLE._wire and np.shares_memory(got, a) and got.size == 6
     got, wire = plain_message((a, 4, MPI.DOUBLE), True)
     assert got.tolist() == [0.0, 1.0, 2.0, 3.0] and np.shares_memory(got, a)
+    assert plain_message([a, 6, MPI.DOUBLE], False)[0] is a  # all of it: the array itself
     pair = MPI.DOUBLE.Create_contiguous(2).Commit()
     try:
         got, wire = plain_message([a, 2, pair], False)
@@ -62,21 +63,23 @@ def test_the_parser_gives_the_same_message_and_refuses_a_count_beyond_the_buffer
         parse_send([a, 9, MPI.DOUBLE])
 
 
-def test_bytearray_and_mmap_buffers_are_viewed_in_place_as_the_osu_benchmarks_pass_them():
+def test_the_parser_views_bytearray_and_mmap_buffers_in_place_as_the_osu_benchmarks_pass_them():
     import mmap
 
     m = mmap.mmap(-1, 64)
-    got, wire = plain_message([m, 16, MPI.BYTE], True)
-    got[:] = 7
-    assert bytes(m[:17]) == b"\x07" * 16 + b"\x00" and wire == MPI.BYTE._wire
+    msg = parse_recv([m, 16, MPI.BYTE])
+    msg.array[:] = 7
+    assert bytes(m[:17]) == b"\x07" * 16 + b"\x00" and msg.datatype is MPI.BYTE
     b = bytearray(16)
-    got, _ = plain_message([b, MPI.DOUBLE], True)
-    got[:] = 1.5
+    parse_recv([b, MPI.DOUBLE]).array[:] = 1.5
     assert np.frombuffer(b, "d").tolist() == [1.5, 1.5]
-    assert plain_message([bytearray(15), MPI.DOUBLE], False) is None  # not whole doubles: the parser says so
-    assert plain_message([bytes(16), MPI.DOUBLE], False) is None  # (other buffer kinds: the parser)
+    assert plain_message([b, MPI.DOUBLE], True) is None  # (the one call takes these as buffers: raw_message)
+    with pytest.raises(ValueError):
+        parse_send([bytearray(15), MPI.DOUBLE])  # not whole doubles
     ro = mmap.mmap(-1, 16, access=mmap.ACCESS_READ)
-    assert plain_message([ro, MPI.BYTE], False) is not None and plain_message([ro, MPI.BYTE], True) is None
+    assert parse_send([ro, MPI.BYTE]).count == 16
+    with pytest.raises(BufferError):
+        parse_recv([ro, MPI.BYTE])
 
 
 def test_raw_message_gives_the_buffer_itself_with_bytes_count_and_wire():
