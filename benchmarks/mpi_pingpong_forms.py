@@ -33,13 +33,11 @@ BATCHES, ITERS, WARMUP = 7, 5000, 500
 
 
 def timed(send, recv):
+    first, then = (send, recv) if me == 0 else (recv, send)  # rank 0 starts each round trip
+
     def round_trip():
-        if me == 0:
-            send()
-            recv()
-        else:
-            recv()
-            send()
+        first()
+        then()
 
     for _ in range(WARMUP):
         round_trip()

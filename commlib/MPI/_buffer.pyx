@@ -219,18 +219,27 @@ def set_message_types(datatype, raw):
     _Datatype, _RAW = datatype, tuple(raw)
 
 
+cdef tuple _parts(spec):
+    """(buf, count or None, datatype) of a message [buf, datatype] or [buf, count, datatype]; None for
+    another length."""
+    cdef Py_ssize_t n = len(spec)
+    if n == 2:
+        return spec[0], None, spec[1]
+    if n == 3:
+        return spec[0], spec[1], spec[2]
+    return None
+
+
 def plain_message(spec, bint writable):
     """(array of the message's elements, its wire code) of [a, datatype] or [a, count, datatype] where a
     is a C-contiguous NumPy array (writable, for a receive) of the datatype's own base type and the
     datatype a plain view (a predefined one, a contiguous derived one); None for anything else."""
-    cdef Py_ssize_t n = len(spec), mult, size, k
+    cdef Py_ssize_t mult, size, k
     cdef cnp.ndarray arr
-    if n == 2:
-        a, count, dt = spec[0], None, spec[1]
-    elif n == 3:
-        a, count, dt = spec[0], spec[1], spec[2]
-    else:
+    parts = _parts(spec)
+    if parts is None:
         return None
+    a, count, dt = parts
     if type(a) is not cnp.ndarray or type(dt) is not _Datatype:
         return None
     arr = <cnp.ndarray>a
@@ -257,13 +266,11 @@ def raw_message(spec):
     """(buffer, nbytes, element count, wire code) of [buf, datatype] or [buf, count, datatype] where buf
     is a bytearray or mmap (mpi4py's OSU benchmarks allocate with mmap) holding whole elements of a
     plain-view datatype: the one-call Send/Recv take the buffer itself; else None."""
-    cdef Py_ssize_t n = len(spec), itemsize, mult, size, item, k
-    if n == 2:
-        a, count, dt = spec[0], None, spec[1]
-    elif n == 3:
-        a, count, dt = spec[0], spec[1], spec[2]
-    else:
+    cdef Py_ssize_t itemsize, mult, size, item, k
+    parts = _parts(spec)
+    if parts is None:
         return None
+    a, count, dt = parts
     if type(a) not in _RAW or type(dt) is not _Datatype or not dt._simple:
         return None
     itemsize, mult = dt._base.itemsize, dt._mult
