@@ -44,8 +44,12 @@ class FastPaths:
 
     def _expected_tag(self, ctx, src, tag):
         """The tag a one-call receive's header expects: for ANY_TAG the one this source used last (any
-        other frame hands over to the engine, which matches it)."""
-        return self._last_tag.get((ctx.gid, src), 0) if tag == ANY_TAG else tag
+        other frame hands over to the engine, which matches it). Only a user's tag (>= 0): the hint may
+        hold the negative tag of a layer's own receive, whose frame an ANY_TAG receive must never take."""
+        if tag != ANY_TAG:
+            return tag
+        hint = self._last_tag.get((ctx.gid, src), 0)
+        return hint if hint >= 0 else 0
 
     def _recv_posted(self, req, deadline):
         """A wait on a posted receive of a known size from a named source (an irecv) that is first in
