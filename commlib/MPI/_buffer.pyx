@@ -230,10 +230,10 @@ cdef tuple _parts(spec):
     return None
 
 
-def plain_message(spec, bint writable):
-    """(array of the message's elements, its wire code) of [a, datatype] or [a, count, datatype] where a
-    is a C-contiguous NumPy array (writable, for a receive) of the datatype's own base type and the
-    datatype a plain view (a predefined one, a contiguous derived one); None for anything else."""
+cdef tuple _plain(spec, bint writable):
+    """(a, elements of the message, count, datatype) of [a, datatype] or [a, count, datatype] where a is
+    a C-contiguous NumPy array (writable, for a receive) of the datatype's own base type and the datatype
+    a plain view (a predefined one, a contiguous derived one); None for anything else."""
     cdef Py_ssize_t mult, size, k
     cdef cnp.ndarray arr
     parts = _parts(spec)
@@ -251,15 +251,38 @@ def plain_message(spec, bint writable):
     if count is None:
         if mult <= 0 or size % mult:
             return None
-        return a, dt._wire
+        return a, size, size // mult, dt
     if type(count) is not int or count < 0:
         return None
     k = <Py_ssize_t>count * mult
     if k > size:
         return None
-    if k == size:
-        return a, dt._wire
-    return (a if cnp.PyArray_NDIM(arr) == 1 else a.reshape(-1))[:k], dt._wire
+    return a, k, count, dt
+
+
+cdef inline object _flat(cnp.ndarray a):
+    return a if cnp.PyArray_NDIM(a) == 1 else a.reshape(-1)
+
+
+def plain_message(spec, bint writable):
+    """(array of the message's elements, its wire code) of a message in the plain forms of `_plain` (the
+    one-call Send/Recv: the array itself where the message is all of it, any shape); None otherwise."""
+    p = _plain(spec, writable)
+    if p is None:
+        return None
+    a, k, _, dt = p
+    return (a if k == cnp.PyArray_SIZE(<cnp.ndarray>a) else _flat(a)[:k]), dt._wire
+
+
+def plain_parts(spec, bint writable):
+    """(the whole buffer flat, the message's elements, count, datatype) of a message in the plain forms of
+    `_plain` (the parser's quick reading of them); None otherwise."""
+    p = _plain(spec, writable)
+    if p is None:
+        return None
+    a, k, count, dt = p
+    whole = _flat(a)
+    return whole, (whole if k == cnp.PyArray_SIZE(<cnp.ndarray>a) else whole[:k]), count, dt
 
 
 def raw_message(spec):

@@ -23,8 +23,8 @@ import threading
 
 import numpy as np
 
-from .._kernels import host_span, plain, typemap_copy
-from ._buffer import buffer, plain_message, raw_message, set_message_types  # noqa: F401  (the one call's forms)
+from .._kernels import host_span, typemap_copy
+from ._buffer import buffer, plain_parts, set_message_types
 from ._constants import BOTTOM, IN_PLACE
 from ._datatypes import BY_CHAR, NAMED, Datatype, _flat, _int, as_datatype, of_dtype, reach
 
@@ -190,49 +190,8 @@ def _view(flat, fdt, dt, writable):
     return flat, dt
 
 
-def _plain_parts(spec, writable):
-    """(the whole buffer flat, the message's elements, count, datatype) of [a, datatype] or
-    [a, count, datatype] where a is a C-contiguous NumPy array (writable, for a receive) of the
-    datatype's own base type and the datatype a plain view (a predefined one, a contiguous
-    derived one): the forms programs and the OSU benchmarks write, read in a few attribute looks;
-    None for any other message (_parse reads it, and raises what it deserves)."""
-    n = len(spec)
-    if n == 2:
-        a, dt = spec
-        count = None
-    elif n == 3:
-        a, count, dt = spec
-    else:
-        return None
-    if type(dt) is not Datatype or not dt._simple:
-        return None
-    if type(a) in _RAW_BUFFERS:  # bytearray, mmap (mpi4py's OSU benchmarks allocate with mmap)
-        a = _raw_view(a, dt._base)
-        if a is None:
-            return None
-    if not plain(a, writable) or dt._base != a.dtype:
-        return None
-    mult, size = dt._mult, a.size
-    if count is None:
-        if not mult or size % mult:
-            return None
-        count = size // mult
-    elif type(count) is not int or count < 0 or count * mult > size:
-        return None
-    whole = a if a.ndim == 1 else a.reshape(-1)
-    return whole, whole if count * mult == size else whole[:count * mult], count, dt
-
-
 _RAW_BUFFERS = (bytearray, mmap.mmap)
-set_message_types(Datatype, _RAW_BUFFERS)  # plain_message and raw_message (compiled in _buffer) read them
-
-
-def _raw_view(buf, base):
-    """buf's bytes as an array of `base` (a view), or None where they are not whole elements."""
-    n = len(buf)
-    if n % base.itemsize:
-        return None
-    return np.frombuffer(buf, np.uint8).view(base) if n else np.empty(0, base)
+set_message_types(Datatype, _RAW_BUFFERS)  # the compiled readers of the plain forms (_buffer) read them
 
 
 def _parse(spec, writable):
@@ -244,7 +203,7 @@ def _parse(spec, writable):
         if dt is not None and dt._base == spec.dtype and (spec.flags.writeable or not writable):
             return Msg(spec.reshape(-1), spec.size, dt)
     elif ts is list or ts is tuple:  # ... and its list forms
-        parts = _plain_parts(spec, writable)
+        parts = plain_parts(spec, writable)
         if parts is not None:
             whole, flat, count, dt = parts
             given = len(spec) == 3

@@ -40,8 +40,8 @@ from ._attributes import _NONE, _RETURN_H, Attributes, ErrorHandling, last_used_
 from ._datatypes import BY_CHAR
 from ._groups import Group
 from ._message import mprobe, no_proc
-from ._bufspec import (blocks, is_in_place, parse_recv, plain_message, raw_message, unpacking, parse_send,
-                       parse_vector, parse_vectorw)
+from ._buffer import plain_message, raw_message
+from ._bufspec import blocks, is_in_place, parse_recv, unpacking, parse_send, parse_vector, parse_vectorw
 from ._p2p import (done_buf, done_empty, done_obj, done_proc_null, dumps, fill, proc_null, recv_buf, recv_into,
                    recv_obj, send)
 from ._ops import SUM, Op
@@ -498,47 +498,35 @@ class Comm(Attributes, ErrorHandling):
     def Send(self, buf, dest, tag=0):
         g = self._c.g
         tb = type(buf)
+        a = wire = None  # a plain message: its array of elements and wire code
         if g is not None and (tb is np.ndarray or tb is list or tb is tuple):
-            # the common cases first (an array, [array, datatype], [array, count, datatype], the same of
-            # a bytearray or mmap): one compiled call checks the rest, and anything it does not take goes
-            # the long way below
+            # the common cases first (an array, [array, datatype], [array, count, datatype], the same of a
+            # bytearray or mmap): one compiled call with the caller's own arguments, which checks rank and
+            # tag; what it declines goes the long way below (the engine's own one call among it)
             fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
-            raw = raw_message(buf) if tb is not np.ndarray and fast is not None else None
-            if raw is not None:
-                if fast.send_buffer(raw[0], raw[1], dest, tag, raw[3], raw[2], "Send") is None:
-                    return
+            if tb is np.ndarray:
+                a, wire = buf, _WIRE.get(buf.dtype)
             else:
-                a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, False)
-                                                                                or (None, None))
-                if fast is not None and wire is not None and fast.send_wire(a, dest, tag, wire, "Send") is None:
-                    return
+                raw = raw_message(buf)
+                if raw is not None:
+                    if fast is not None and fast.send_buffer(raw[0], raw[1], dest, tag, raw[3], raw[2], "Send") is None:
+                        return
+                else:
+                    a, wire = plain_message(buf, False) or (None, None)
+            if wire is not None and fast is not None and fast.send_wire(a, dest, tag, wire, "Send") is None:
+                return
         g = _group(self)
         if dest == PROC_NULL:
             return
-        tb = type(buf)
-        if tb is np.ndarray and buf.flags.c_contiguous:  # the common case, with the least Python
-            wire = _WIRE.get(buf.dtype)
-            if wire is not None:
-                dest, tag = _dest(g, dest, "Send"), _stag(g, tag, "Send")
-                fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
-                if fast is None or fast.send_wire(buf, dest, tag, wire, "Send") is not None:
-                    send(g, buf if buf.ndim == 1 else buf.reshape(-1), wire, buf.size, dest, tag)
+        if wire is not None and (tb is not np.ndarray or buf.flags.c_contiguous):  # a plain message
+            send(g, a if a.ndim == 1 else a.reshape(-1), wire, a.size, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
+            return
+        if (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: packed in one C call
+            a, count, dt, plan = _derived_triple(buf)
+            packed = None if plan is None else derived_pack(a, plan, count)
+            if packed is not None:
+                send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
                 return
-        elif tb is list or tb is tuple:
-            plain_msg = plain_message(buf, False)  # [array, datatype], [array, count, datatype]: as an array
-            if plain_msg is not None:
-                a, wire = plain_msg
-                dest, tag = _dest(g, dest, "Send"), _stag(g, tag, "Send")
-                fast = getattr(g, "p2p_fast", None)
-                if fast is None or fast.send_wire(a, dest, tag, wire, "Send") is not None:
-                    send(g, a, wire, a.size, dest, tag)
-                return
-            if len(buf) == 3:  # [array, count, derived type]: packed in one C call
-                a, count, dt, plan = _derived_triple(buf)
-                packed = None if plan is None else derived_pack(a, plan, count)
-                if packed is not None:
-                    send(g, packed, dt._wire, count * dt._mult, _dest(g, dest, "Send"), _stag(g, tag, "Send"))
-                    return
         self._send_buf(buf, dest, tag, False, True, "Send")
 
     Send._unpacking = True  # it receives nothing: never wrapped by _install_unpacking
@@ -551,52 +539,41 @@ class Comm(Attributes, ErrorHandling):
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         g = self._c.g
         tb = type(buf)
-        # the common cases first (as Send's, from a named source with a named tag): one compiled call
-        if g is not None and type(source) is int and type(tag) is int and (tb is np.ndarray or tb is list
-                                                                           or tb is tuple):
+        a = wire = None  # a plain message: its array of elements and wire code
+        if g is not None and (tb is np.ndarray or tb is list or tb is tuple):
+            # the common cases first (as Send's), from a named source with a named tag or ANY_TAG: one
+            # compiled call; what it declines goes the long way below (the engine's own one call among it)
             fast = getattr(g, "p2p_fast", None)
-            raw = raw_message(buf) if tb is not np.ndarray and fast is not None else None
-            if raw is not None:
-                got = fast.recv_buffer(raw[0], raw[1], source, tag if tag != ANY_TAG else -1, raw[3])
+            named = fast is not None and type(source) is int and type(tag) is int
+            if tb is np.ndarray:
+                a, wire = buf, _WIRE.get(buf.dtype)
+            else:
+                raw = raw_message(buf)
+                if raw is not None:
+                    if named:
+                        got = fast.recv_buffer(raw[0], raw[1], source, _ENGINE_ANY_TAG if tag == ANY_TAG else tag,
+                                               raw[3])
+                        if got is not NotImplemented:
+                            if status is not None:
+                                status._fill(source, got, raw[1])
+                            return
+                else:
+                    a, wire = plain_message(buf, True) or (None, None)
+            if wire is not None and named:
+                got = fast.recv_wire(a, source, _ENGINE_ANY_TAG if tag == ANY_TAG else tag, wire)
                 if got is not NotImplemented:
                     if status is not None:
-                        status._fill(source, got, raw[1])
+                        status._fill(source, got, a.nbytes)
                     return
-            else:
-                a, wire = (buf, _WIRE.get(buf.dtype)) if tb is np.ndarray else (plain_message(buf, True)
-                                                                                or (None, None))
-                if fast is not None and wire is not None:
-                    got = (fast.recv_wire(a, source, tag, wire) if tag != ANY_TAG
-                           else fast.recv_wire_any(a, source, wire))
-                    if got is not NotImplemented:
-                        if status is not None:
-                            status._fill(source, tag if tag != ANY_TAG else got, a.nbytes)
-                        return
         g = _group(self)
         if source == PROC_NULL:
             proc_null(status)
             return
-        tb = type(buf)
-        plain_msg = None
-        if tb is list or tb is tuple:  # [array, datatype], [array, count, datatype]: as an array
-            plain_msg = plain_message(buf, True)
-            if plain_msg is not None:
-                buf, tb = plain_msg[0], np.ndarray
-        if tb is np.ndarray:  # the common case, with the least Python
-            f = buf.flags
-            wire = _WIRE.get(buf.dtype) if plain_msg is None else plain_msg[1]
-            if f.c_contiguous and f.writeable and wire is not None:
-                source, tag = _source(g, source, "Recv"), _rtag(g, tag, "Recv")
-                fast = getattr(g, "p2p_fast", None)  # (an intercommunicator's has none)
-                if fast is not None and source >= 0 and tag >= 0 and \
-                        fast.recv_wire(buf, source, tag, wire) is not NotImplemented:
-                    if status is not None:
-                        status._fill(source, tag, buf.nbytes)
-                    return
-                u8 = (buf if buf.ndim == 1 else buf.reshape(-1)).view(np.uint8)
-                fill(status, recv_into(g, u8, wire, source, tag, True, "Recv"))
-                return
-        elif (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: unpacked in one C call
+        if wire is not None and (tb is not np.ndarray or buf.flags.c_contiguous and buf.flags.writeable):
+            u8 = (a if a.ndim == 1 else a.reshape(-1)).view(np.uint8)  # a plain message
+            fill(status, recv_into(g, u8, wire, _source(g, source, "Recv"), _rtag(g, tag, "Recv"), True, "Recv"))
+            return
+        if (tb is list or tb is tuple) and len(buf) == 3:  # [array, count, derived type]: unpacked in one C call
             a, count, dt, plan = _derived_triple(buf)
             packed = None if plan is None else derived_space(a, plan, count)
             if packed is not None:

@@ -349,27 +349,9 @@ SLOT_BYTES = 256
 _SLOT_HEAD = 16  # int64 frame size (or error kind), int64 error message length
 
 
-def _fill_slot(slot, frame, err):
-    """This rank's first-round slot (uint8 zeros, SLOT_BYTES): frame size and the frame if it fits, or the error."""
-    if err is None and not frame.buffers and frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:  # the usual small object
-        mv = memoryview(slot)
-        _Q4.pack_into(mv, 0, frame.nbytes, 0, 0, len(frame.stream))  # the slot's head, then the frame's table
-        at = _SLOT_HEAD + _STREAM_AT
-        mv[at:at + len(frame.stream)] = frame.stream  # (the padding between them: the slot's zeros)
-        return
-    head = slot[:_SLOT_HEAD].view(np.int64)
-    if err is not None:
-        msg = f"{type(err).__name__}: {err}".encode("utf-8", "replace")[:SLOT_BYTES - _SLOT_HEAD]
-        head[:] = (_ERR_PICKLE, len(msg))
-        slot[_SLOT_HEAD:_SLOT_HEAD + len(msg)] = np.frombuffer(msg, np.uint8)
-    else:
-        head[:] = (frame.nbytes, 0)
-        if frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:
-            frame.assemble(slot[_SLOT_HEAD:_SLOT_HEAD + frame.nbytes])
-
-
 _SMALL = SLOT_BYTES - _SLOT_HEAD - _STREAM_AT  # the longest pickle stream a slot holds with its frame's table
 _SCALARS = frozenset((int, float, bool, type(None), str, bytes, complex))  # pickled with no buffer of their own
+_NOT_SMALL = object()  # _small_loads: a slot the general reading takes
 
 
 def _small_stream(obj):
@@ -390,11 +372,41 @@ def _small_stream(obj):
 
 
 def _put_small(mv, at, stream):
-    """Write the slot at byte `at` of mv (zeros) for the small stream: what _fill_slot writes for it."""
+    """Write the slot at byte `at` of mv (zeros) of a frame of no out-of-band buffer whose pickle stream
+    fits it (at most _SMALL bytes): the slot's head, the frame's table, the stream (the padding between
+    them: the slot's zeros)."""
     k = len(stream)
     _Q4.pack_into(mv, at, _STREAM_AT + k, 0, 0, k)
     at += _SLOT_HEAD + _STREAM_AT
     mv[at:at + k] = stream
+
+
+def _small_loads(mv, at):
+    """The object of the slot at byte `at` of mv where it holds a frame _put_small wrote (the usual
+    object), unpickled where it lies; _NOT_SMALL for any other slot (an error, a frame of out-of-band
+    buffers, a large one: the general reading)."""
+    size, _, k, slen = _Q4.unpack_from(mv, at)
+    if size < 0 or k or size != _STREAM_AT + slen or slen > _SMALL:
+        return _NOT_SMALL
+    at += _SLOT_HEAD + _STREAM_AT
+    return pickle.loads(mv[at:at + slen])
+
+
+
+def _fill_slot(slot, frame, err):
+    """This rank's first-round slot (uint8 zeros, SLOT_BYTES): frame size and the frame if it fits, or the error."""
+    if err is None and not frame.buffers and frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:  # the usual small object
+        _put_small(memoryview(slot), 0, frame.stream)
+        return
+    head = slot[:_SLOT_HEAD].view(np.int64)
+    if err is not None:
+        msg = f"{type(err).__name__}: {err}".encode("utf-8", "replace")[:SLOT_BYTES - _SLOT_HEAD]
+        head[:] = (_ERR_PICKLE, len(msg))
+        slot[_SLOT_HEAD:_SLOT_HEAD + len(msg)] = np.frombuffer(msg, np.uint8)
+    else:
+        head[:] = (frame.nbytes, 0)
+        if frame.nbytes <= SLOT_BYTES - _SLOT_HEAD:
+            frame.assemble(slot[_SLOT_HEAD:_SLOT_HEAD + frame.nbytes])
 
 
 def _slot_loads(flat, mv, at, size):
@@ -581,10 +593,9 @@ def broadcast_obj(obj, root=0, *, group=None):
     if err is not None:
         raise err
     if not is_root:  # a small frame (the usual case): unpickled where it lies
-        size, _, k, slen = _Q4.unpack_from(slot)
-        if size >= 0 and not k and size == _STREAM_AT + slen and slen <= _SMALL:
-            at = _SLOT_HEAD + _STREAM_AT
-            return pickle.loads(memoryview(slot)[at:at + slen])
+        got = _small_loads(memoryview(slot), 0)
+        if got is not _NOT_SMALL:
+            return got
     problem = _slot_error(slot)
     if problem is not None:
         raise CommError(f"broadcast_obj: root {root} could not pickle its object: {problem}")
@@ -616,11 +627,10 @@ def all_gather_obj(obj, *, group=None):
         raise err
     out = []
     for r in range(n):  # every slot a small frame (the usual case): each unpickled where it lies
-        size, _, k, slen = _Q4.unpack_from(mv, r * SLOT_BYTES)
-        if size < 0 or k or size != _STREAM_AT + slen or slen > _SMALL:  # (an error, a frame of buffers, a large one)
+        got = _small_loads(mv, r * SLOT_BYTES)
+        if got is _NOT_SMALL:
             break
-        at = r * SLOT_BYTES + _SLOT_HEAD + _STREAM_AT
-        out.append(pickle.loads(mv[at:at + slen]))
+        out.append(got)
     else:
         return out
     lens = [_Q2.unpack_from(mv, r * SLOT_BYTES)[0] for r in range(n)]

@@ -489,23 +489,35 @@ cdef class P2PFast:
 
     def recv_wire(self, out, long src, long tag, int wire):
         """Blocking receive (commlib.MPI's Recv) into `out` (a C-contiguous writable NumPy array) from
-        group rank src with tag >= 0 of a message of exactly its bytes and dtype code `wire`: its element
-        count once received, NotImplemented: take the Python path (which matches whatever came instead)."""
+        group rank src of a message of exactly its bytes and dtype code `wire`, with tag >= 0 or -1 (any
+        of the user's, `_recv_tagged`): the tag received, NotImplemented: take the Python path (which
+        matches whatever came instead)."""
         cdef cnp.ndarray a
-        cdef Py_ssize_t nbytes, count
-        if type(out) is not cnp.ndarray or src == self.rank or not 0 <= src < self.n or not 0 <= tag <= 0x7FFFFFFF:
+        if type(out) is not cnp.ndarray:
             return NotImplemented
         a = <cnp.ndarray>out
-        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISWRITEABLE(a) or self.ep.failure is not None:
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISWRITEABLE(a):
             return NotImplemented
-        nbytes = cnp.PyArray_NBYTES(a)
+        return self._recv_tagged(src, tag, wire, cnp.PyArray_NBYTES(a), a, <Py_ssize_t>cnp.PyArray_DATA(a))
+
+    cdef object _recv_tagged(self, long src, long tag, int wire, Py_ssize_t nbytes, object into, Py_ssize_t ptr):
+        """A blocking receive into the nbytes at ptr (those of `into`) from group rank src of a message of
+        exactly nbytes and dtype code `wire`; tag -1: any tag of the user's (the frame expected is of the
+        tag src sent last, `_tag_hint`: a frame of another tag goes to the engine, which matches it). The
+        tag received, NotImplemented: take the Python path."""
+        cdef Py_ssize_t count
+        cdef long t = tag
+        if src == self.rank or not 0 <= src < self.n or not -1 <= tag <= 0x7FFFFFFF or self.ep.failure is not None:
+            return NotImplemented
         count = _count_of(wire, nbytes)
         if count < 0:
             return NotImplemented
-        if self._recv(src, tag, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", tag),
+        if tag == -1:
+            t = self._tag_hint(src)
+        if self._recv(src, t, wire, count, nbytes, into, ptr, self._what("Recv", tag),
                       cl_coarse_now() + self.timeout) is NotImplemented:
             return NotImplemented
-        return count
+        return t
 
     def send_buffer(self, buf, Py_ssize_t nbytes, dst, tag, int wire, Py_ssize_t count, str kind):
         """Blocking send of the first nbytes of buf (an object of the buffer protocol, contiguous: a
@@ -534,15 +546,10 @@ cdef class P2PFast:
     def recv_buffer(self, buf, Py_ssize_t nbytes, long src, long tag, int wire):
         """Blocking receive into the first nbytes of buf (a writable object of the buffer protocol,
         contiguous) from group rank src of a message of exactly nbytes and dtype code `wire` (commlib.MPI's
-        Recv of [buf, count, datatype]); tag -1: any tag of the user's, as recv_wire_any. The tag
-        received, once received; NotImplemented: take the Python path."""
+        Recv of [buf, count, datatype]); tag as recv_wire's. The tag received, once received;
+        NotImplemented: take the Python path."""
         cdef Py_buffer view
-        cdef Py_ssize_t count
-        cdef long t = tag
-        if src == self.rank or not 0 <= src < self.n or not -1 <= tag <= 0x7FFFFFFF or nbytes < 0:
-            return NotImplemented
-        count = _count_of(wire, nbytes)
-        if count < 0 or self.ep.failure is not None:
+        if nbytes < 0:
             return NotImplemented
         try:
             PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
@@ -551,12 +558,7 @@ cdef class P2PFast:
         try:
             if nbytes > view.len:
                 return NotImplemented
-            if tag == -1:
-                t = self._tag_hint(src)
-            if self._recv(src, t, wire, count, nbytes, buf, <Py_ssize_t>view.buf, self._what("Recv", tag),
-                          cl_coarse_now() + self.timeout) is NotImplemented:
-                return NotImplemented
-            return t
+            return self._recv_tagged(src, tag, wire, nbytes, buf, <Py_ssize_t>view.buf)
         finally:
             PyBuffer_Release(&view)
 
@@ -567,29 +569,6 @@ cdef class P2PFast:
         if hint is not None and 0 <= hint <= 0x7FFFFFFF:  # (a user's tag: never one of the layers' own)
             return hint
         return 0
-
-    def recv_wire_any(self, out, long src, int wire):
-        """recv_wire for a receive of any tag of the user's (commlib.MPI's Recv with ANY_TAG from a named
-        source): the frame expected is of the tag this source sent last (a hint; 0 before any), and a
-        frame of another tag goes to the engine, which matches it. The tag received, once received;
-        NotImplemented: take the Python path."""
-        cdef cnp.ndarray a
-        cdef Py_ssize_t nbytes, count
-        cdef long t
-        if type(out) is not cnp.ndarray or src == self.rank or not 0 <= src < self.n:
-            return NotImplemented
-        a = <cnp.ndarray>out
-        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISWRITEABLE(a) or self.ep.failure is not None:
-            return NotImplemented
-        nbytes = cnp.PyArray_NBYTES(a)
-        count = _count_of(wire, nbytes)
-        if count < 0:
-            return NotImplemented
-        t = self._tag_hint(src)
-        if self._recv(src, t, wire, count, nbytes, a, <Py_ssize_t>cnp.PyArray_DATA(a), self._what("Recv", -1),
-                      cl_coarse_now() + self.timeout) is NotImplemented:
-            return NotImplemented
-        return t
 
     def isend(self, x, dst, tag):
         """Non-blocking send of x (at most the eager size) to group rank dst: its Request, or

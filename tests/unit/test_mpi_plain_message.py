@@ -1,4 +1,4 @@
-"""The message forms commlib.MPI's Send/Recv take in one compiled call (`_bufspec.plain_message`).
+"""The message forms commlib.MPI's Send/Recv take in one compiled call (`_buffer.plain_message`).
 
 [array, datatype] and [array, count, datatype] whose array is C-contiguous, of the datatype's own base
 type (and writable, for a receive), are viewed in place with their wire code; every other form is
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from commlib import MPI
-from commlib.MPI._bufspec import parse_recv, parse_send, plain_message
+from commlib.MPI._buffer import plain_message
+from commlib.MPI._bufspec import parse_recv, parse_send
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -85,7 +86,7 @@ def test_the_parser_views_bytearray_and_mmap_buffers_in_place_as_the_osu_benchma
 def test_raw_message_gives_the_buffer_itself_with_bytes_count_and_wire():
     import mmap
 
-    from commlib.MPI._bufspec import raw_message
+    from commlib.MPI._buffer import raw_message
 
     m = mmap.mmap(-1, 64)
     assert raw_message([m, 16, MPI.BYTE]) == (m, 16, 16, MPI.BYTE._wire)
